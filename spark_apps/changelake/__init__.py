@@ -1,0 +1,18 @@
+"""changelake: primary-key tables with Apache Fluss semantics on Iceberg, applied exactly once by PySpark.
+
+The public Python API lives in :mod:`changelake.api` (``from changelake import ChangeLake``).
+"""
+
+from changelake.errors import ChangelakeError
+
+__all__ = ["ChangeLake", "ChangelakeError", "__version__"]
+__version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    # Lazy so that `import changelake` (CLI help, Airflow DAG parsing) does not import pyspark.
+    if name == "ChangeLake":
+        from changelake.api import ChangeLake
+
+        return ChangeLake
+    raise AttributeError(name)

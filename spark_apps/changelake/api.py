@@ -1,0 +1,281 @@
+"""The Python API: everything a notebook, a test or an app does with changelake, in one SparkSession.
+
+>>> from changelake import ChangeLake
+>>> lake = ChangeLake()                                   # settings from env / config file
+>>> lake.create_table({"name": "demo.t", "columns": [{"name": "k", "type": "INT"},
+...                    {"name": "v", "type": "STRING"}], "primary_key": ["k"]})
+>>> lake.apply("demo.t", [{"op": "+I", "data": {"k": 1, "v": "a"}}], batch_id=1)
+>>> lake.rows("demo.t").show(); lake.changelog("demo.t").show()
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import decimal
+import hashlib
+import json
+import uuid
+from pathlib import Path
+from typing import Any
+
+from changelake import tables
+from changelake.apply import Applier, BatchResult, Progress, landed_batches, stderr_progress
+from changelake.config import Settings, load_settings
+from changelake.errors import ChangelakeError
+from changelake.identifiers import split_table_name
+from changelake.spec import TableSpec, load_specs
+from changelake.storage import Storage
+
+
+def json_default(value: Any) -> Any:
+    """JSON encoding of the values changelake returns (decimals as strings, bytes as base64)."""
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    if isinstance(value, dt.datetime | dt.date | dt.time):
+        return value.isoformat()
+    if isinstance(value, bytes | bytearray):
+        return base64.b64encode(bytes(value)).decode()
+    raise TypeError(f"cannot encode {type(value).__name__}")
+
+
+class ChangeLake:
+    """Entry point of the Python API. Creates the SparkSession lazily through :func:`changelake.session.get_spark`."""
+
+    def __init__(self, settings: Settings | None = None, spark=None, progress: Progress | None = stderr_progress,
+                 **overrides: Any):
+        self.settings = settings or load_settings(**overrides)
+        self.storage = Storage(self.settings)
+        self._spark = spark
+        self.progress: Progress = progress or (lambda _msg: None)
+
+    @property
+    def spark(self):
+        if self._spark is None:
+            from changelake.session import get_spark
+
+            self._spark = get_spark(self.settings)
+        return self._spark
+
+    @property
+    def applier(self) -> Applier:
+        return Applier(self.spark, self.storage, self.progress)
+
+    # --- specs and tables ------------------------------------------------------------------------------
+    def specs(self) -> dict[str, TableSpec]:
+        """Table specs found in ``$CHANGELAKE_TABLES``."""
+        return load_specs(self.settings.tables_dir)
+
+    def spec(self, table: str) -> TableSpec:
+        """The spec of an existing table (as stored in the catalog), else the one in the tables directory."""
+        namespace, name = split_table_name(table)
+        stored = self.storage.stored_spec(namespace, name)
+        if stored:
+            return TableSpec.from_dict(json.loads(stored), origin=f"catalog table {table}")
+        specs = self.specs()
+        if table not in specs:
+            raise ChangelakeError(
+                f"Unknown table {table}: not in the catalog and no spec in {self.settings.tables_dir} "
+                f"(known: {sorted(specs) or 'none'})"
+            )
+        return specs[table]
+
+    def create_table(self, spec: TableSpec | dict | str | Path) -> TableSpec:
+        """Create a PK table and its changelog table from a spec (TableSpec, dict, or YAML path). Idempotent."""
+        if isinstance(spec, dict):
+            spec = TableSpec.from_dict(spec)
+        elif isinstance(spec, str | Path):
+            spec = TableSpec.from_yaml(spec)
+        self.storage.create(spec)
+        return spec
+
+    def create_all(self) -> list[TableSpec]:
+        return [self.create_table(s) for s in self.specs().values()]
+
+    def drop_table(self, table: str) -> None:
+        self.storage.drop(self.spec(table))
+
+    def _ensure(self, table: str) -> TableSpec:
+        spec = self.spec(table)
+        if not self.storage.exists(spec):
+            self.storage.create(spec)
+        return spec
+
+    # --- writes ----------------------------------------------------------------------------------------
+    def apply(self, table: str, records: list[dict] | Any = None, batch_id: int | None = None,
+              file: str | Path | None = None, fmt: str | None = None) -> BatchResult:
+        """Apply one batch exactly once: a list of changelog records, a DataFrame, or a landed ``file``.
+
+        Records use the changelog-json shapes: ``{"op": "+I", "data": {...}}`` or
+        ``{"rowkind": "+I", "fields": [...]}``. A DataFrame has an ``op`` column and the row columns; its
+        row order (as collected) is the batch order. Without ``batch_id`` the next id is used.
+        """
+        spec = self._ensure(table)
+        if batch_id is None:
+            batch_id = Storage.state(self.storage.pk_table(spec)).last_batch + 1
+        if file is not None:
+            return self.applier.apply_files(spec, batch_id, [Path(file)], fmt)
+        if records is None:
+            raise ChangelakeError("apply() needs records, a DataFrame or file=")
+        staged = self._stage_records(spec, records)
+        return self.applier.apply_files(spec, batch_id, [staged])
+
+    def apply_pending(self, table: str | None = None, up_to: int | None = None) -> list[BatchResult]:
+        """Apply every landed batch newer than each table's last one (all tables with specs if ``table`` is None)."""
+        names = [table] if table else sorted(self.specs())
+        results: list[BatchResult] = []
+        for name in names:
+            results += self.applier.apply_pending(self._ensure(name), self.settings.landing_dir, up_to)
+        return results
+
+    def _stage_records(self, spec: TableSpec, records) -> Path:
+        """Write API records to a content-addressed file, so re-applying the same records is a no-op."""
+        directory = self.settings.staging_dir / spec.full_name
+        directory.mkdir(parents=True, exist_ok=True)
+        if isinstance(records, list):
+            payload = "".join(json.dumps(r, default=json_default, sort_keys=True) + "\n" for r in records).encode()
+            path = directory / f"api-{hashlib.sha256(payload).hexdigest()[:20]}.jsonl"
+            path.write_bytes(payload)
+            return path
+        # A DataFrame: one Parquet file in the DataFrame's order.
+        tmp = directory / f"df-{uuid.uuid4().hex}"
+        records.coalesce(1).write.parquet(str(tmp))
+        part = next(tmp.glob("*.parquet"))
+        path = directory / f"df-{hashlib.sha256(part.read_bytes()).hexdigest()[:20]}.parquet"
+        part.replace(path)
+        return path
+
+    # --- reads -----------------------------------------------------------------------------------------
+    def rows(self, table: str, at_batch: int | None = None):
+        """Current rows as a DataFrame (declared types, no hidden bucket), or as of batch ``at_batch``."""
+        spec = self.spec(table)
+        snapshot_id = None
+        if at_batch is not None:
+            snap = self.storage.snapshot_for_batch(self.storage.pk_table(spec), at_batch)
+            if snap is None:
+                raise ChangelakeError(f"{table}: batch {at_batch} is not in the table's history")
+            snapshot_id = snap.snapshot_id
+        df = tables.rows_df(self.spark, self.storage, spec, snapshot_id).drop("_bucket")
+        return tables.to_view_types(spec, df)
+
+    def changelog(self, table: str, from_batch: int | None = None, to_batch: int | None = None):
+        """The changelog (``_change_type``, ``_batch_id``, ``_log_offset``, ``_commit_timestamp``), by offset."""
+        from pyspark.sql import functions as F
+
+        spec = self.spec(table)
+        Applier(self.spark, self.storage, self.progress).roll_forward_changelog(spec)
+        df = tables.changelog_df(self.spark, self.storage, spec)
+        if from_batch is not None:
+            df = df.filter(F.col("_batch_id") >= from_batch)
+        if to_batch is not None:
+            df = df.filter(F.col("_batch_id") <= to_batch)
+        return tables.to_view_types(spec, df.orderBy("_log_offset"))
+
+    def lookup(self, table: str, key: dict[str, Any], prefix: bool = False) -> list[dict[str, Any]]:
+        """Primary-key lookup (all PK columns) or, with ``prefix=True``, prefix lookup by bucket key (spec §9)."""
+        from pyspark.sql import functions as F
+        from pyspark.sql import types as T
+
+        spec = self.spec(table)
+        _check_lookup_columns(spec, list(key), prefix)
+        values = {name: _decode_lookup_value(spec, name, value) for name, value in key.items()}
+        table_obj = self.storage.pk_table(spec)
+        probe_cols = [*spec.partition_keys, *spec.bucket_key]
+        struct = tables.storage_struct(spec, with_bucket=False)
+        probe = self.spark.createDataFrame(
+            [tuple(values[c] for c in probe_cols)], T.StructType([struct[c] for c in probe_cols])
+        )
+        bucket = probe.select(tables.bucket_expr(spec)).first()[0]
+        target = tuple(tables.iceberg_partition_value(values[c]) for c in spec.partition_keys) + (bucket,)
+        files = [f for f in self.storage.data_files(table_obj) if tables.partition_tuple(f) == target]
+        df = tables.rows_df(self.spark, self.storage, spec, files=files).drop("_bucket")
+        for name, value in values.items():
+            df = df.filter(F.col(name) == F.lit(value))
+        df = tables.to_view_types(spec, df).orderBy(*spec.primary_key)
+        return [r.asDict() for r in df.collect()]
+
+    def status(self) -> list[dict[str, Any]]:
+        """Per table: last batch, rows, batch snapshots, changelog records, pending landed batches."""
+        out = []
+        for name, spec in sorted(self.specs().items()):
+            landed = landed_batches(self.settings.landing_dir, spec)
+            if not self.storage.exists(spec):
+                out.append({"table": name, "exists": False, "last_batch": 0, "rows": 0, "snapshots": 0,
+                            "changelog_records": 0, "pending_batches": len(landed)})
+                continue
+            table = self.storage.pk_table(spec)
+            state = Storage.state(table)
+            out.append({
+                "table": name,
+                "exists": True,
+                "last_batch": state.last_batch,
+                "rows": sum(f.record_count for f in self.storage.data_files(table)),
+                "snapshots": len(self.storage.batch_snapshots(table)),
+                "changelog_records": state.log_end_offset,
+                "pending_batches": sum(1 for b in landed if b > state.last_batch),
+            })
+        return out
+
+    def register_views(self, names: list[str] | None = None) -> list[str]:
+        """Register each table's current snapshot and changelog as global temp views.
+
+        Views: ``global_temp.<namespace>__<table>`` and ``global_temp.<namespace>__<table>__changelog``
+        (dbt sources and GX suites read these).
+        """
+        registered = []
+        for name in names or sorted(self.specs()):
+            spec = self.spec(name)
+            if not self.storage.exists(spec):
+                continue
+            view = f"{spec.namespace}__{spec.table}"
+            self.rows(name).createOrReplaceGlobalTempView(view)
+            self.changelog(name).createOrReplaceGlobalTempView(view + "__changelog")
+            registered += [f"global_temp.{view}", f"global_temp.{view}__changelog"]
+        return registered
+
+
+_TEXTUAL = ("CHAR", "STRING", "DATE", "TIME", "TIMESTAMP", "TIMESTAMP_LTZ", "BINARY", "BYTES", "DECIMAL")
+
+
+def _decode_lookup_value(spec: TableSpec, name: str, value: Any) -> Any:
+    """Decode a lookup value; CLI strings of numeric/boolean columns are parsed as JSON first."""
+    col = spec.column(name)
+    try:
+        if isinstance(value, str) and col.type.name not in _TEXTUAL:
+            value = json.loads(value, parse_float=decimal.Decimal)
+        return col.type.decode_json(value)
+    except (ValueError, json.JSONDecodeError) as e:
+        raise ChangelakeError(f"lookup value for column '{name}': {e}") from None
+
+
+def _check_lookup_columns(spec: TableSpec, columns: list[str], prefix: bool) -> None:
+    """Spec §9 rules for lookups and prefix lookups, with Fluss's messages."""
+    pk = list(spec.primary_key)
+    if not prefix:
+        if sorted(columns) != sorted(pk):
+            raise ChangelakeError(f"Lookup on {spec.full_name} must bind exactly the primary key {pk}, got {columns}")
+        return
+    physical = [k for k in pk if k not in spec.partition_keys]
+    bucket = list(spec.bucket_key)
+    if physical[: len(bucket)] != bucket:
+        raise ChangelakeError(
+            f"Can not perform prefix lookup on table '{spec.full_name}', because the bucket keys {bucket} is not a "
+            f"prefix subset of the physical primary keys {physical} (excluded partition fields if present)."
+        )
+    missing_parts = [p for p in spec.partition_keys if p not in columns]
+    if missing_parts:
+        raise ChangelakeError(
+            f"Can not perform prefix lookup on table '{spec.full_name}', because the lookup columns {columns} "
+            f"must contain all partition fields {list(spec.partition_keys)}."
+        )
+    if [c for c in columns if c not in spec.partition_keys] != bucket:
+        raise ChangelakeError(
+            f"Can not perform prefix lookup on table '{spec.full_name}', because the lookup columns {columns} "
+            f"must contain all bucket keys {bucket} in order."
+        )
+    if bucket == physical:
+        raise ChangelakeError(
+            f"Can not perform prefix lookup on table '{spec.full_name}', because the lookup columns {columns} "
+            f"equals the physical primary keys {physical}. Please use primary key lookup (Lookuper without "
+            "lookupBy) instead."
+        )

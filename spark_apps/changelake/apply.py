@@ -1,0 +1,368 @@
+"""Apply changelog batches to a PK table exactly once.
+
+Protocol for batch N of table T (every step is safe to crash in):
+
+1. Roll forward: if T's current snapshot committed a batch whose changelog is not yet in ``T__changelog``,
+   commit it from the manifest that snapshot names (files written before the PK commit).
+2. Idempotency: batch N already committed with the same input checksum -> no-op; different checksum ->
+   refused. N != last + 1 -> refused (no skipping ahead, no going back).
+3. Decode the landed files on the driver (clear errors, nothing written yet), stage them as Parquet.
+4. Spark computes the touched buckets' new files and the batch's changelog, writing both into fresh
+   per-attempt directories (never read unless committed).
+5. Commit point: one overwrite snapshot on T replacing the touched buckets' files, its summary holding the
+   batch id, checksum, counts, changelog offsets and the changelog manifest. A concurrent applier makes
+   this commit fail (Iceberg's optimistic check on the parent snapshot): go back to 1.
+6. Commit the changelog snapshot (roll-forward of step 1 for this batch).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import os
+import re
+import signal
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from changelake import merge, tables
+from changelake.errors import BatchRefusedError, ChangelakeError
+from changelake.readers import DecodedBatch, read_batch
+from changelake.spec import TableSpec
+from changelake.storage import CommitFailedException, Storage
+
+BATCH_FILE = re.compile(r"^(\d+)\.(jsonl|json|parquet)$")
+MAX_COMMIT_ATTEMPTS = 5
+Progress = Callable[[str], None]
+
+
+def stderr_progress(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+@dataclass
+class BatchResult:
+    table: str
+    batch_id: int
+    status: str  # "applied" | "already-applied"
+    counts: dict[str, int] = field(default_factory=dict)
+    snapshot_id: int | None = None
+    changelog_records: int = 0
+    log_start_offset: int = 0
+    log_end_offset: int = 0
+    seconds: float = 0.0
+
+
+def _fault(point: str) -> None:
+    """Crash injection for the exactly-once tests: ``CHANGELAKE_FAULT=<point>`` kills the process (-9)."""
+    if os.environ.get("CHANGELAKE_FAULT") == point:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def checksum_files(paths: list[Path], fmt: str | None = None) -> str:
+    h = hashlib.sha256((fmt or "").encode())
+    for path in paths:
+        with open(path, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+        h.update(b"\x00")
+    return h.hexdigest()
+
+
+def landed_batches(landing_dir: Path, spec: TableSpec) -> dict[int, Path]:
+    """Batch files under ``<landing>/<namespace>.<table>/<batch_id>.<ext>``, keyed by batch id."""
+    directory = landing_dir / spec.full_name
+    found: dict[int, Path] = {}
+    if not directory.is_dir():
+        return found
+    for path in sorted(directory.iterdir()):
+        m = BATCH_FILE.match(path.name)
+        if not m:
+            continue
+        batch_id = int(m.group(1))
+        if batch_id <= 0:
+            raise ChangelakeError(f"{path}: batch ids are positive integers")
+        if batch_id in found:
+            raise ChangelakeError(f"{path}: batch {batch_id} is landed twice ({found[batch_id].name})")
+        found[batch_id] = path
+    return dict(sorted(found.items()))
+
+
+class Applier:
+    """Applies batches for one SparkSession and catalog."""
+
+    def __init__(self, spark, storage: Storage, progress: Progress = stderr_progress):
+        self.spark = spark
+        self.storage = storage
+        self.progress = progress
+
+    # --- public ----------------------------------------------------------------------------------------
+    def apply_pending(self, spec: TableSpec, landing_dir: Path, up_to: int | None = None) -> list[BatchResult]:
+        """Apply every landed batch newer than the last committed one, in id order."""
+        self.roll_forward_changelog(spec)
+        last = Storage.state(self.storage.pk_table(spec)).last_batch
+        pending = {b: p for b, p in landed_batches(landing_dir, spec).items() if b > last and (up_to is None or b <= up_to)}
+        if not pending:
+            self.progress(f"[{spec.full_name}] up to date (last batch {last}, nothing pending)")
+            return []
+        self.progress(f"[{spec.full_name}] {len(pending)} pending batch(es): {_ranges(list(pending))}")
+        results = []
+        for i, (batch_id, path) in enumerate(pending.items(), start=1):
+            self.progress(f"[{spec.full_name}] batch {i}/{len(pending)}: id {batch_id} from {path}")
+            results.append(self.apply_files(spec, batch_id, [path]))
+        return results
+
+    def apply_files(self, spec: TableSpec, batch_id: int, paths: list[Path], fmt: str | None = None) -> BatchResult:
+        """Apply the files of one batch (in order) as batch ``batch_id``, exactly once."""
+        if batch_id <= 0:
+            raise BatchRefusedError(f"batch ids are positive integers, got {batch_id}")
+        started = time.monotonic()
+        checksum = checksum_files(paths, fmt)
+        decoded: DecodedBatch | None = None
+        for _attempt in range(MAX_COMMIT_ATTEMPTS):
+            self.roll_forward_changelog(spec)
+            table = self.storage.pk_table(spec)
+            state = Storage.state(table)
+            done = self._already_committed(spec, table, batch_id, checksum, state.last_batch)
+            if done is not None:
+                return done
+            if decoded is None:
+                decoded = read_batch(paths, spec, fmt)
+                ops = decoded.op_counts()
+                self.progress(
+                    f"[{spec.full_name}] batch {batch_id}: {decoded.num_records:,} records "
+                    f"(+I {ops['+I']:,}, -U {ops['-U']:,}, +U {ops['+U']:,}, -D {ops['-D']:,})"
+                )
+            try:
+                result = self._apply_decoded(spec, table, state, batch_id, decoded, checksum)
+            except CommitFailedException:
+                self.progress(f"[{spec.full_name}] batch {batch_id}: another writer committed first; re-checking")
+                continue
+            self.roll_forward_changelog(spec)
+            result.seconds = time.monotonic() - started
+            c = result.counts
+            self.progress(
+                f"[{spec.full_name}] batch {batch_id} committed (snapshot {result.snapshot_id}) in "
+                f"{result.seconds:.1f}s: inserted {c['inserted']:,}, updated {c['updated']:,}, deleted "
+                f"{c['deleted']:,}, ignored {c['ignored']:,}, dropped -U {c['dropped_update_before']:,}; "
+                f"changelog offsets {result.log_start_offset}..{result.log_end_offset - 1}"
+            )
+            return result
+        raise ChangelakeError(f"{spec.full_name}: batch {batch_id} lost {MAX_COMMIT_ATTEMPTS} commit races; retry later")
+
+    # --- exactly-once bookkeeping ---------------------------------------------------------------------
+    def _already_committed(self, spec, table, batch_id: int, checksum: str, last_batch: int) -> BatchResult | None:
+        if batch_id > last_batch:
+            if batch_id != last_batch + 1:
+                raise BatchRefusedError(
+                    f"{spec.full_name}: batch {batch_id} skips ahead; the last applied batch is {last_batch}, "
+                    f"so the next must be {last_batch + 1}"
+                )
+            return None
+        snap = self.storage.snapshot_for_batch(table, batch_id)
+        if snap is None:
+            raise BatchRefusedError(f"{spec.full_name}: batch {batch_id} is not in the table's history")
+        summary = Storage.snapshot_summary(snap)
+        if summary.get("changelake.checksum") != checksum:
+            raise BatchRefusedError(
+                f"{spec.full_name}: batch {batch_id} was already applied from a different input "
+                f"(checksum {summary.get('changelake.checksum', '?')[:12]}…, this input {checksum[:12]}…); refusing"
+            )
+        self.progress(f"[{spec.full_name}] batch {batch_id} already applied (same checksum): nothing to do")
+        return BatchResult(
+            table=spec.full_name,
+            batch_id=batch_id,
+            status="already-applied",
+            counts={k: int(summary.get(f"changelake.{k}", 0)) for k in merge.BatchCounts().as_dict()},
+            snapshot_id=snap.snapshot_id,
+            log_start_offset=int(summary.get("changelake.log-start-offset", 0)),
+            log_end_offset=int(summary.get("changelake.log-end-offset", 0)),
+        )
+
+    def roll_forward_changelog(self, spec: TableSpec) -> None:
+        """Commit changelog snapshots for batches the PK table committed but the changelog lacks."""
+        for _attempt in range(MAX_COMMIT_ATTEMPTS):
+            pk = self.storage.pk_table(spec)
+            log_table = self.storage.changelog_table(spec)
+            log_last = Storage.state(log_table).last_batch
+            lagging = [
+                s for s in self.storage.batch_snapshots(pk)
+                if int(Storage.snapshot_summary(s)["changelake.batch-id"]) > log_last
+            ]
+            if not lagging:
+                return
+            try:
+                for snap in lagging:
+                    summary = Storage.snapshot_summary(snap)
+                    manifest = self.storage.read_json(pk, summary["changelake.changelog-manifest"])
+                    _fault("before-changelog-commit")
+                    self.storage.append_batch(
+                        log_table,
+                        self.storage.to_data_files(log_table, manifest["files"]),
+                        {
+                            "batch-id": manifest["batch_id"],
+                            "log-start-offset": manifest["log_start_offset"],
+                            "log-end-offset": manifest["log_end_offset"],
+                            "pk-snapshot-id": snap.snapshot_id,
+                        },
+                    )
+                    log_table = self.storage.changelog_table(spec)
+                return
+            except CommitFailedException:
+                continue  # a concurrent applier rolled forward; re-read and check
+        raise ChangelakeError(f"{spec.full_name}: could not commit the changelog after {MAX_COMMIT_ATTEMPTS} attempts")
+
+    # --- the batch itself -----------------------------------------------------------------------------
+    def _apply_decoded(self, spec, table, state, batch_id: int, decoded: DecodedBatch, checksum: str) -> BatchResult:
+        from pyspark import StorageLevel
+        from pyspark.sql import functions as F
+
+        spark = self.spark
+        counts = merge.check_batch_ops(spec, decoded.op_counts())
+        cols = list(spec.column_names)
+        keep = ["+I", "+U"] if merge.deletes_dropped_before_table(spec) else ["+I", "+U", "-D"]
+        to_apply = decoded.records.filter(pc.is_in(decoded.records.column("_op"), value_set=pa.array(keep)))
+        commit_ts = dt.datetime.now(dt.UTC)
+        attempt_dir = self.storage.new_data_dir(table, batch_id)
+        log_table = self.storage.changelog_table(spec)
+        log_dir = self.storage.new_data_dir(log_table, batch_id)
+
+        removed, added_paths, log_paths, log_records = [], [], [], 0
+        if to_apply.num_rows:
+            staging = f"{attempt_dir}-staging/records.parquet"
+            with table.io.new_output(staging).create(overwrite=True) as out:
+                pq.write_table(to_apply, out)
+            records = (
+                spark.read.schema(_records_struct(spec)).parquet(staging).withColumn("_bucket", tables.bucket_expr(spec))
+            )
+            part_cols = [*spec.partition_keys, "_bucket"]
+            touched = {
+                tuple(tables.iceberg_partition_value(v) for v in r)
+                for r in records.select(*part_cols).distinct().collect()
+            }
+            removed = [f for f in self.storage.data_files(table) if tables.partition_tuple(f) in touched]
+            old = tables.rows_df(spark, self.storage, spec, files=removed)
+            keys = records.select(*spec.primary_key).distinct()
+            if to_apply.num_rows <= 2_000_000:
+                keys = F.broadcast(keys)
+            old_touched = old.join(keys, list(spec.primary_key), "left_semi").select(*cols)
+            old_rest = old.join(keys, list(spec.primary_key), "left_anti").select(*cols, "_bucket")
+            events, final_rows, changelog = merge.last_row_plan(spec, records.drop("_bucket"), old_touched)
+            events.persist(StorageLevel.MEMORY_AND_DISK)
+            try:
+                effects = {r["_effect"]: r["count"] for r in events.groupBy("_effect").count().collect()}
+                new_rows = old_rest.unionByName(final_rows.withColumn("_bucket", tables.bucket_expr(spec)))
+                self.progress(
+                    f"[{spec.full_name}] batch {batch_id}: rewriting {len(touched)} of {spec.bucket_num} bucket(s) "
+                    f"({len(removed)} file(s))"
+                )
+                added_paths = self._write_partitioned(new_rows, part_cols, attempt_dir, len(touched))
+                log_paths, log_records = self._write_changelog(
+                    changelog, spec, batch_id, state.log_end_offset, commit_ts, log_dir
+                )
+            finally:
+                events.unpersist()
+            counts.inserted = effects.get("insert", 0)
+            counts.updated = effects.get("update", 0)
+            counts.deleted = effects.get("delete", 0)
+            counts.ignored += effects.get("noop", 0)
+        _fault("after-data-files")
+
+        manifest_path = f"{table.location()}/metadata/changelake/changelog-{batch_id:012d}-{uuid.uuid4().hex[:12]}.json"
+        log_start, log_end = state.log_end_offset, state.log_end_offset + log_records
+        self.storage.write_json(table, manifest_path, {
+            "batch_id": batch_id, "files": log_paths, "records": log_records,
+            "log_start_offset": log_start, "log_end_offset": log_end, "commit_timestamp": commit_ts.isoformat(),
+        })
+        added = self.storage.to_data_files(table, added_paths)
+        self.storage.commit_batch(table, removed, added, {
+            "batch-id": batch_id,
+            "checksum": checksum,
+            "log-start-offset": log_start,
+            "log-end-offset": log_end,
+            "changelog-manifest": manifest_path,
+            "changelog-records": log_records,
+            "touched-buckets": len({tables.partition_tuple(f) for f in added} | {tables.partition_tuple(f) for f in removed}),
+            **counts.as_dict(),
+        })
+        _fault("after-pk-commit")
+        snap = self.storage.pk_table(spec).current_snapshot()
+        return BatchResult(
+            table=spec.full_name, batch_id=batch_id, status="applied", counts=counts.as_dict(),
+            snapshot_id=snap.snapshot_id if snap else None, changelog_records=log_records,
+            log_start_offset=log_start, log_end_offset=log_end,
+        )
+
+    def _write_partitioned(self, df, part_cols: list[str], directory: str, n_partitions: int) -> list[str]:
+        """Write ``df`` so that each (partition, bucket) lands in exactly one file; return the file URIs."""
+        from pyspark.sql import functions as F
+
+        dirs = [F.col(c).alias(f"__p{i}") for i, c in enumerate(part_cols)]
+        out = df.repartition(max(1, n_partitions), *part_cols).select("*", *dirs)
+        out.write.mode("errorifexists").partitionBy(*[f"__p{i}" for i in range(len(part_cols))]).parquet(directory)
+        return _written_files(self.spark, directory)
+
+    def _write_changelog(self, changelog, spec, batch_id, base_offset, commit_ts, directory) -> tuple[list[str], int]:
+        """Number the batch's changelog gaplessly from ``base_offset`` in (record, sub) order and write it."""
+        from pyspark import StorageLevel
+        from pyspark.sql import functions as F
+
+        ordered = changelog.orderBy("_seq", "_sub").persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            sizes = dict(ordered.groupBy(F.spark_partition_id().alias("p")).count().collect())
+            total = sum(sizes.values())
+            if total == 0:
+                return [], 0
+            starts, acc = {}, 0
+            for p in sorted(sizes):
+                starts[p], acc = acc, acc + sizes[p]
+            start_of = F.create_map(*[x for p, s in starts.items() for x in (F.lit(p), F.lit(s))])
+            pid = F.spark_partition_id()
+            # monotonically_increasing_id = (partition id << 33) + position within the partition
+            position = F.monotonically_increasing_id() - F.shiftleft(pid.cast("long"), 33)
+            offset = F.lit(base_offset).cast("long") + start_of[pid].cast("long") + position
+            out = ordered.select(
+                *spec.column_names,
+                "_change_type",
+                F.lit(batch_id).cast("long").alias("_batch_id"),
+                offset.alias("_log_offset"),
+                F.lit(commit_ts).cast("timestamp").alias("_commit_timestamp"),
+            )
+            out.write.mode("errorifexists").parquet(directory)
+        finally:
+            ordered.unpersist()
+        return _written_files(self.spark, directory), total
+
+
+def _records_struct(spec: TableSpec):
+    from pyspark.sql import types as T
+
+    return T.StructType(
+        [T.StructField("_seq", T.LongType(), False), T.StructField("_op", T.StringType(), False)]
+        + tables.storage_struct(spec, with_bucket=False).fields
+    )
+
+
+def _written_files(spark, directory: str) -> list[str]:
+    jvm = spark.sparkContext._jvm
+    path = jvm.org.apache.hadoop.fs.Path(directory)
+    fs = path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    files = []
+    iterator = fs.listFiles(path, True)
+    while iterator.hasNext():
+        name = iterator.next().getPath().toString()
+        if name.endswith(".parquet"):
+            files.append(name.replace("file:/", "file:///", 1) if name.startswith("file:/") and not name.startswith("file:///") else name)
+    return sorted(files)
+
+
+def _ranges(ids: list[int]) -> str:
+    return f"{ids[0]}..{ids[-1]}" if len(ids) > 1 else str(ids[0])

@@ -1,0 +1,150 @@
+"""``changelake`` command line. Run ``changelake --help`` or ``changelake <command> --help``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from changelake.errors import ChangelakeError
+
+
+def _print_rows(rows: list[dict[str, Any]], fmt: str, out=sys.stdout) -> None:
+    from changelake.api import json_default
+
+    if fmt == "jsonl":
+        for row in rows:
+            out.write(json.dumps(row, default=json_default) + "\n")
+        return
+    if not rows:
+        out.write("(no rows)\n")
+        return
+    headers = list(rows[0])
+    cells = [[_cell(r[h]) for h in headers] for r in rows]
+    widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(headers)]
+    out.write("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)) + "\n")
+    out.write("  ".join("-" * w for w in widths) + "\n")
+    for c in cells:
+        out.write("  ".join(v.ljust(w) for v, w in zip(c, widths, strict=True)) + "\n")
+
+
+def _cell(value: Any) -> str:
+    from changelake.api import json_default
+
+    if value is None:
+        return "NULL"
+    if isinstance(value, str | int | float | bool):
+        return str(value)
+    return str(json_default(value))
+
+
+def _collect(df, limit: int | None) -> list[dict[str, Any]]:
+    if limit is not None:
+        df = df.limit(limit)
+    return [r.asDict() for r in df.collect()]
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="changelake", description=__doc__.split("\n")[0])
+    p.add_argument("--home", help="data directory (default: $CHANGELAKE_HOME or ~/.changelake)")
+    p.add_argument("--tables", help="table spec directory (default: $CHANGELAKE_TABLES)")
+    p.add_argument("--master", help="Spark master, e.g. local[2] or spark://host:7077")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    c = sub.add_parser("create", help="create PK tables (and changelog tables) from specs")
+    c.add_argument("table", nargs="*", help="namespace.table (default: every spec)")
+    c.add_argument("--spec", type=Path, help="create from this YAML file instead")
+
+    a = sub.add_parser("apply", help="apply pending landed batches, or one explicit file, exactly once")
+    a.add_argument("table", nargs="?", help="namespace.table (default: every table with a spec)")
+    a.add_argument("--file", type=Path, help="apply this file as one batch (needs --batch-id)")
+    a.add_argument("--batch-id", type=int, help="batch id for --file")
+    a.add_argument("--format", dest="fmt", help="input format (default: by table source / file extension)")
+    a.add_argument("--up-to", type=int, help="apply pending batches up to this id only")
+
+    s = sub.add_parser("scan", help="current rows, or as of a batch")
+    s.add_argument("table")
+    s.add_argument("--at-batch", type=int)
+    s.add_argument("--format", choices=["table", "jsonl"], default="table")
+    s.add_argument("--limit", type=int)
+
+    lg = sub.add_parser("changelog", help="the table's changelog (+I/-U/+U/-D with offsets)")
+    lg.add_argument("table")
+    lg.add_argument("--from-batch", type=int)
+    lg.add_argument("--to-batch", type=int)
+    lg.add_argument("--format", choices=["table", "jsonl"], default="table")
+    lg.add_argument("--limit", type=int)
+
+    lk = sub.add_parser("lookup", help="primary-key lookup (col=value ...); --prefix for a bucket-key prefix")
+    lk.add_argument("table")
+    lk.add_argument("key", nargs="+", metavar="col=value")
+    lk.add_argument("--prefix", action="store_true")
+    lk.add_argument("--format", choices=["table", "jsonl"], default="table")
+
+    st = sub.add_parser("status", help="per table: last batch, rows, snapshots, pending batches")
+    st.add_argument("--format", choices=["table", "jsonl"], default="table")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return _run(args)
+    except ChangelakeError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+def _run(args: argparse.Namespace) -> int:
+    from changelake.api import ChangeLake
+
+    lake = ChangeLake(home=args.home, tables_dir=args.tables, spark_master=args.master)
+    if args.command == "create":
+        if args.spec:
+            created = [lake.create_table(args.spec)]
+        else:
+            specs = lake.specs()
+            unknown = [t for t in args.table if t not in specs]
+            if unknown:
+                raise ChangelakeError(f"no spec for {unknown} in {lake.settings.tables_dir}")
+            created = [lake.create_table(specs[t]) for t in (args.table or sorted(specs))]
+        for spec in created:
+            print(f"created {spec.full_name} (+ {spec.full_name}__changelog), {spec.bucket_num} bucket(s)")
+        return 0
+    if args.command == "apply":
+        if args.file:
+            if not args.table or args.batch_id is None:
+                raise ChangelakeError("apply --file needs a table and --batch-id")
+            results = [lake.apply(args.table, file=args.file, batch_id=args.batch_id, fmt=args.fmt)]
+        else:
+            results = lake.apply_pending(args.table, up_to=args.up_to)
+        applied = [r for r in results if r.status == "applied"]
+        print(f"{len(applied)} batch(es) applied, {len(results) - len(applied)} already applied")
+        return 0
+    if args.command == "scan":
+        df = lake.rows(args.table, at_batch=args.at_batch)
+        _print_rows(_collect(df.orderBy(*lake.spec(args.table).primary_key), args.limit), args.format)
+        return 0
+    if args.command == "changelog":
+        df = lake.changelog(args.table, args.from_batch, args.to_batch)
+        _print_rows(_collect(df, args.limit), args.format)
+        return 0
+    if args.command == "lookup":
+        key = {}
+        for item in args.key:
+            if "=" not in item:
+                raise ChangelakeError(f"lookup key {item!r} is not col=value")
+            col, value = item.split("=", 1)
+            key[col] = value
+        _print_rows(lake.lookup(args.table, key, prefix=args.prefix), args.format)
+        return 0
+    if args.command == "status":
+        _print_rows(lake.status(), args.format)
+        return 0
+    raise AssertionError(args.command)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

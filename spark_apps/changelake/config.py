@@ -1,0 +1,118 @@
+"""The one place that holds changelake's configuration.
+
+Layers, later wins: built-in defaults < config file < environment variables < explicit keyword arguments.
+
+=========================  =====================================  ===============================================
+environment variable       config-file key                        default
+=========================  =====================================  ===============================================
+``CHANGELAKE_HOME``        (n/a)                                  ``~/.changelake``
+``CHANGELAKE_CONFIG``      (n/a)                                  ``$CHANGELAKE_HOME/changelake.yaml`` if present
+``CHANGELAKE_TABLES``      ``tables_dir``                         ``$CHANGELAKE_HOME/tables``
+``CHANGELAKE_LANDING``     ``landing_dir``                        ``$CHANGELAKE_HOME/landing``
+``CHANGELAKE_WAREHOUSE``   ``warehouse``                          ``file://$CHANGELAKE_HOME/warehouse``
+``CHANGELAKE_CATALOG_URI`` ``catalog_uri``                        ``sqlite:///$CHANGELAKE_HOME/catalog.db``
+``CHANGELAKE_CATALOG_TYPE````catalog_type`` (``sql`` | ``rest``)  ``sql``
+``CHANGELAKE_SPARK_MASTER````spark_master``                       ``local[2]``
+(n/a)                      ``spark_conf`` (mapping)               ``{}``
+(n/a)                      ``catalog_properties`` (mapping)       ``{}`` (e.g. credentials for a REST catalog)
+=========================  =====================================  ===============================================
+
+Credentials never live in the repository: pass them through the environment or a config file outside it.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from changelake.errors import ChangelakeError
+
+_ENV_KEYS = {
+    "tables_dir": "CHANGELAKE_TABLES",
+    "landing_dir": "CHANGELAKE_LANDING",
+    "warehouse": "CHANGELAKE_WAREHOUSE",
+    "catalog_uri": "CHANGELAKE_CATALOG_URI",
+    "catalog_type": "CHANGELAKE_CATALOG_TYPE",
+    "spark_master": "CHANGELAKE_SPARK_MASTER",
+}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Resolved configuration shared by the apps, the CLI, the Python API and the tests."""
+
+    home: Path
+    tables_dir: Path
+    landing_dir: Path
+    warehouse: str
+    catalog_uri: str
+    catalog_type: str = "sql"
+    catalog_name: str = "changelake"
+    spark_master: str = "local[2]"
+    spark_conf: dict[str, str] = field(default_factory=dict)
+    catalog_properties: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def metastore_dir(self) -> Path:
+        """Derby metastore and spark-warehouse for dbt's own tables."""
+        return self.home / "metastore"
+
+    @property
+    def reports_dir(self) -> Path:
+        return self.home / "reports"
+
+    @property
+    def staging_dir(self) -> Path:
+        """Decoded batches waiting for Spark (one file per apply attempt; never read by a later attempt)."""
+        return self.home / "staging"
+
+    def with_overrides(self, **overrides: Any) -> Settings:
+        return replace(self, **{k: v for k, v in overrides.items() if v is not None})
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Build :class:`Settings` from defaults, the config file, the environment and ``overrides``."""
+    home = Path(overrides.pop("home", None) or os.environ.get("CHANGELAKE_HOME") or Path.home() / ".changelake")
+    home = home.expanduser().resolve()
+    values: dict[str, Any] = {
+        "tables_dir": home / "tables",
+        "landing_dir": home / "landing",
+        "warehouse": (home / "warehouse").as_uri(),
+        "catalog_uri": f"sqlite:///{home / 'catalog.db'}",
+    }
+    config_path = os.environ.get("CHANGELAKE_CONFIG") or home / "changelake.yaml"
+    values.update(_read_config_file(Path(config_path), explicit="CHANGELAKE_CONFIG" in os.environ))
+    for key, env in _ENV_KEYS.items():
+        if os.environ.get(env):
+            values[key] = os.environ[env]
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    for key in ("tables_dir", "landing_dir"):
+        values[key] = Path(values[key]).expanduser().resolve()
+    if values.get("catalog_type", "sql") not in ("sql", "rest"):
+        raise ChangelakeError(f"catalog_type must be 'sql' or 'rest', got {values['catalog_type']!r}")
+    return Settings(home=home, **values)
+
+
+_FILE_KEYS = {"tables_dir", "landing_dir", "warehouse", "catalog_uri", "catalog_type", "catalog_name",
+              "spark_master", "spark_conf", "catalog_properties"}
+
+
+def _read_config_file(path: Path, explicit: bool) -> dict[str, Any]:
+    if not path.exists():
+        if explicit:
+            raise ChangelakeError(f"CHANGELAKE_CONFIG points to {path}, which does not exist")
+        return {}
+    data = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(data, dict):
+        raise ChangelakeError(f"{path}: expected a mapping of settings")
+    unknown = set(data) - _FILE_KEYS
+    if unknown:
+        raise ChangelakeError(f"{path}: unknown settings {sorted(unknown)}; known: {sorted(_FILE_KEYS)}")
+    for key in ("spark_conf", "catalog_properties"):
+        if key in data:
+            data[key] = {str(k): str(v) for k, v in (data[key] or {}).items()}
+    return data

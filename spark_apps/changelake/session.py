@@ -1,0 +1,53 @@
+"""The one place that builds a SparkSession for changelake (apps, CLI, dbt runner, GX runner, tests)."""
+
+from __future__ import annotations
+
+from changelake.config import Settings
+
+# Defaults that matter for correctness (UTC, microsecond timestamps readable by pyiceberg) and for speed on
+# small machines. Anything set by spark-submit, spark-defaults or the config file wins over them.
+_DEFAULTS = {
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+    "spark.sql.shuffle.partitions": "8",
+    "spark.sql.adaptive.enabled": "true",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.ui.enabled": "false",
+    "spark.driver.memory": "4g",
+    "spark.sql.parquet.compression.codec": "zstd",
+}
+
+
+def get_spark(settings: Settings, app_name: str = "changelake", hive: bool = False):
+    """Return the active SparkSession or build one from ``settings``.
+
+    ``hive=True`` enables the Hive catalog (a Derby metastore under ``$CHANGELAKE_HOME/metastore``) for
+    dbt's own tables; changelake's PK tables never need it.
+    """
+    from pyspark import SparkConf
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
+    given = SparkConf()  # holds what spark-submit passed, e.g. --master
+    builder = SparkSession.builder.appName(app_name)
+    if not given.contains("spark.master"):
+        builder = builder.master(settings.spark_master)
+    conf = dict(_DEFAULTS)
+    metastore = settings.metastore_dir
+    conf["spark.sql.warehouse.dir"] = str(metastore / "spark-warehouse")
+    conf["spark.driver.extraJavaOptions"] = f"-Dderby.system.home={metastore}"
+    if hive:
+        metastore.mkdir(parents=True, exist_ok=True)
+        conf["spark.sql.catalogImplementation"] = "hive"
+        conf["spark.hadoop.javax.jdo.option.ConnectionURL"] = (
+            f"jdbc:derby:;databaseName={metastore / 'metastore_db'};create=true"
+        )
+    conf.update(settings.spark_conf)
+    for key, value in conf.items():
+        if not given.contains(key):
+            builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    return spark

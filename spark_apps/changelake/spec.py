@@ -1,0 +1,334 @@
+"""Table specs: one YAML file per primary-key table, in Fluss's vocabulary, validated as Fluss validates.
+
+Example (``$CHANGELAKE_TABLES/shop.orders.yaml``)::
+
+    name: shop.orders
+    columns:
+      - {name: order_id, type: BIGINT}
+      - {name: amount, type: "DECIMAL(10,2)"}
+    primary_key: [order_id]
+    bucket_key: [order_id]        # optional; default = primary key minus partition keys
+    partition_keys: []            # optional; must be inside the primary key
+    options:
+      bucket.num: 4
+      table.delete.behavior: allow
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from changelake.errors import SpecError
+from changelake.identifiers import check_column_name, split_table_name
+from changelake.types import DataType, parse_type
+
+DELETE_BEHAVIORS = ("allow", "ignore", "disable")
+CHANGELOG_IMAGES = ("full", "wal")
+MERGE_ENGINES = ("first_row", "versioned", "aggregation")
+
+# Options accepted for Fluss compatibility that do not change changelake's behaviour.
+_PASSTHROUGH_OPTIONS = {
+    "table.kv.format": ("compacted", "indexed"),
+    "table.log.format": ("arrow", "indexed", "compacted"),
+    "table.kv.format-version": None,
+    "sink.producer-id": None,
+    "lookup.async": ("true", "false"),
+}
+_KNOWN_OPTIONS = {
+    "bucket.num",
+    "bucket.key",
+    "table.delete.behavior",
+    "table.changelog.image",
+    "table.merge-engine",
+    "sink.ignore-delete",
+    *_PASSTHROUGH_OPTIONS,
+}
+_SPEC_KEYS = {"name", "columns", "primary_key", "bucket_key", "partition_keys", "options", "comment", "source"}
+_PARTITION_KEY_TYPES = {"CHAR", "STRING", "BOOLEAN", "BINARY", "BYTES", "TINYINT", "SMALLINT", "INT", "DATE",
+                        "TIME", "BIGINT", "FLOAT", "DOUBLE", "TIMESTAMP", "TIMESTAMP_LTZ"}
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type: DataType
+    nullable: bool = True
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """A validated primary-key table definition."""
+
+    namespace: str
+    table: str
+    columns: tuple[Column, ...]
+    primary_key: tuple[str, ...]
+    bucket_key: tuple[str, ...]
+    partition_keys: tuple[str, ...]
+    bucket_num: int
+    options: dict[str, str] = field(default_factory=dict)
+    source: dict[str, Any] = field(default_factory=dict)
+    comment: str = ""
+
+    @property
+    def full_name(self) -> str:
+        return f"{self.namespace}.{self.table}"
+
+    @property
+    def column_names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.columns)
+
+    def column(self, name: str) -> Column:
+        for c in self.columns:
+            if c.name == name:
+                return c
+        raise SpecError(f"Table {self.full_name} has no column '{name}'")
+
+    @property
+    def value_columns(self) -> tuple[str, ...]:
+        return tuple(c for c in self.column_names if c not in self.primary_key)
+
+    @property
+    def merge_engine(self) -> str | None:
+        return self.options.get("table.merge-engine")
+
+    @property
+    def delete_behavior(self) -> str:
+        """Effective ``table.delete.behavior``: explicit, else allow (last-row) or ignore (other engines)."""
+        return self.options.get("table.delete.behavior") or ("allow" if self.merge_engine is None else "ignore")
+
+    @property
+    def changelog_image(self) -> str:
+        return self.options.get("table.changelog.image", "full")
+
+    @property
+    def ignore_delete(self) -> bool:
+        return self.options.get("sink.ignore-delete", "false") == "true"
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "name": self.full_name,
+            "columns": [
+                {"name": c.name, "type": str(c.type), **({} if c.nullable else {"nullable": False})}
+                for c in self.columns
+            ],
+            "primary_key": list(self.primary_key),
+            "bucket_key": list(self.bucket_key),
+            "partition_keys": list(self.partition_keys),
+            "options": {"bucket.num": self.bucket_num, **self.options},
+        }
+        if self.source:
+            out["source"] = dict(self.source)
+        if self.comment:
+            out["comment"] = self.comment
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], origin: str = "<dict>") -> TableSpec:
+        """Validate a spec mapping (Fluss rules, spec §1) and return the TableSpec."""
+        try:
+            return _build(data)
+        except SpecError as e:
+            raise SpecError(f"{origin}: {e}") from None
+
+    @classmethod
+    def from_yaml(cls, path: str | Path) -> TableSpec:
+        path = Path(path)
+        try:
+            data = yaml.safe_load(path.read_text())
+        except yaml.YAMLError as e:
+            raise SpecError(f"{path}: not valid YAML: {e}") from None
+        if not isinstance(data, dict):
+            raise SpecError(f"{path}: expected a mapping with name, columns and primary_key")
+        return cls.from_dict(data, origin=str(path))
+
+
+def load_specs(tables_dir: str | Path) -> dict[str, TableSpec]:
+    """Load every ``*.yaml``/``*.yml`` spec in ``tables_dir``, keyed by ``namespace.table``."""
+    specs: dict[str, TableSpec] = {}
+    directory = Path(tables_dir)
+    if not directory.is_dir():
+        return specs
+    for path in sorted([*directory.glob("*.yaml"), *directory.glob("*.yml")]):
+        spec = TableSpec.from_yaml(path)
+        if spec.full_name in specs:
+            raise SpecError(f"{path}: table {spec.full_name} is defined twice in {directory}")
+        specs[spec.full_name] = spec
+    return specs
+
+
+def _key_list(data: dict[str, Any], key: str) -> tuple[str, ...]:
+    value = data.get(key) or []
+    if isinstance(value, str):
+        value = [v.strip() for v in value.split(",") if v.strip()]
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise SpecError(f"'{key}' must be a list of column names, got {value!r}")
+    return tuple(value)
+
+
+def _normalize_options(raw: dict[str, Any]) -> dict[str, str]:
+    """Lower-case enum values, map the seed documents' option names to Fluss's (spec §13)."""
+    opts = {str(k): ("true" if v is True else "false" if v is False else str(v)) for k, v in raw.items()}
+    out: dict[str, str] = {}
+    aliases: dict[str, str] = {}  # released name -> alias it came from
+
+    def put(key: str, value: str, alias: str | None = None) -> None:
+        if key in out and out[key] != value:
+            first = aliases.get(key, key)
+            raise SpecError(
+                f"Option '{alias or key}' = '{value}' conflicts with '{first}' = '{out[key]}' "
+                f"(both set '{key}')"
+            )
+        out[key] = value
+        if alias:
+            aliases[key] = alias
+
+    for key, value in opts.items():
+        if key.startswith("table.merge-engine.aggregate."):
+            rest = key[len("table.merge-engine.aggregate."):]
+            if rest.endswith(".listagg-delimiter"):
+                put(f"fields.{rest[: -len('.listagg-delimiter')]}.listagg.delimiter", value, key)
+            else:
+                put(f"fields.{rest}.agg", value, key)
+        elif key == "table.agg.remove-record-on-delete":
+            if value.lower() not in ("true", "false"):
+                raise SpecError(f"Option '{key}' must be true or false, got '{value}'")
+            put("table.delete.behavior", "allow" if value.lower() == "true" else "disable", key)
+        else:
+            put(key, value)
+    return out
+
+
+def _build(data: dict[str, Any]) -> TableSpec:
+    unknown = set(data) - _SPEC_KEYS
+    if unknown:
+        raise SpecError(f"unknown keys {sorted(unknown)}; allowed: {sorted(_SPEC_KEYS)}")
+    namespace, table = split_table_name(data.get("name"))
+    raw_columns = data.get("columns")
+    if not isinstance(raw_columns, list) or not raw_columns:
+        raise SpecError("'columns' must be a non-empty list of {name, type} mappings")
+    columns: list[Column] = []
+    seen: set[str] = set()
+    for i, raw in enumerate(raw_columns):
+        if not isinstance(raw, dict) or "name" not in raw or "type" not in raw:
+            raise SpecError(f"columns[{i}] must be a mapping with 'name' and 'type', got {raw!r}")
+        extra = set(raw) - {"name", "type", "nullable", "comment"}
+        if extra:
+            raise SpecError(f"columns[{i}] has unknown keys {sorted(extra)}")
+        name = check_column_name(raw["name"])
+        if name.lower() in seen:
+            raise SpecError(f"Duplicate column name '{name}'")
+        seen.add(name.lower())
+        nullable = raw.get("nullable", True)
+        if not isinstance(nullable, bool):
+            raise SpecError(f"Column '{name}': 'nullable' must be true or false")
+        columns.append(Column(name, parse_type(raw["type"], name), nullable))
+    names = [c.name for c in columns]
+
+    primary_key = _key_list(data, "primary_key")
+    if not primary_key:
+        raise SpecError("a changelake table needs a primary_key (log tables are not supported)")
+    for k in primary_key:
+        if k not in names:
+            raise SpecError(f"Primary key column '{k}' does not exist in the schema {names}")
+    if len(set(primary_key)) != len(primary_key):
+        raise SpecError(f"Primary key {list(primary_key)} repeats a column")
+    # Fluss forces PK columns to NOT NULL.
+    columns = [Column(c.name, c.type, False) if c.name in primary_key else c for c in columns]
+
+    partition_keys = _key_list(data, "partition_keys")
+    for p in partition_keys:
+        if p not in names:
+            raise SpecError(f"Partition key '{p}' does not exist in the schema {names}")
+        if p not in primary_key:
+            raise SpecError(
+                f"Partitioned Primary Key Table requires partition key {list(partition_keys)} "
+                f"is a subset of the primary key {list(primary_key)}."
+            )
+        t = next(c.type for c in columns if c.name == p)
+        if t.name not in _PARTITION_KEY_TYPES:
+            raise SpecError(f"Partition key '{p}' has type {t}, which cannot be a partition key")
+    if partition_keys and set(partition_keys) == set(primary_key):
+        raise SpecError(
+            f"Primary Key constraint {list(primary_key)} should not be same with partition fields "
+            f"{list(partition_keys)}."
+        )
+
+    options = _normalize_options(data.get("options") or {})
+    bucket_key = _key_list(data, "bucket_key")
+    if "bucket.key" in options:
+        from_option = tuple(k.strip() for k in options.pop("bucket.key").split(",") if k.strip())
+        if bucket_key and bucket_key != from_option:
+            raise SpecError(f"bucket_key {list(bucket_key)} conflicts with option bucket.key {list(from_option)}")
+        bucket_key = from_option
+    physical_pk = tuple(k for k in primary_key if k not in partition_keys)
+    if not bucket_key:
+        bucket_key = physical_pk
+    else:
+        in_partition = [k for k in bucket_key if k in partition_keys]
+        if in_partition:
+            raise SpecError(
+                f"Bucket key {list(bucket_key)} shouldn't include any column in partition keys {list(partition_keys)}."
+            )
+        if not set(bucket_key) <= set(physical_pk):
+            raise SpecError(
+                "Bucket keys must be a subset of primary keys excluding partition keys for primary-key tables. "
+                f"The primary keys are {list(primary_key)}, the partition keys are {list(partition_keys)}, "
+                f"but the user-defined bucket keys are {list(bucket_key)}."
+            )
+
+    try:
+        bucket_num = int(options.pop("bucket.num", 1))
+    except ValueError:
+        raise SpecError("Option 'bucket.num' must be a positive integer") from None
+    if not 1 <= bucket_num <= 1024:
+        raise SpecError(f"Option 'bucket.num' must be between 1 and 1024, got {bucket_num}")
+
+    _validate_options(options, columns, primary_key)
+    source = data.get("source") or {}
+    if not isinstance(source, dict):
+        raise SpecError("'source' must be a mapping")
+    return TableSpec(
+        namespace=namespace,
+        table=table,
+        columns=tuple(columns),
+        primary_key=primary_key,
+        bucket_key=bucket_key,
+        partition_keys=partition_keys,
+        bucket_num=bucket_num,
+        options=options,
+        source=dict(source),
+        comment=str(data.get("comment") or ""),
+    )
+
+
+def _validate_options(options: dict[str, str], columns: list[Column], primary_key: tuple[str, ...]) -> None:
+    for key in list(options):
+        if key not in _KNOWN_OPTIONS:
+            raise SpecError(f"Unsupported table option '{key}'; supported: {sorted(_KNOWN_OPTIONS)}")
+        allowed = _PASSTHROUGH_OPTIONS.get(key)
+        if allowed and options[key].lower() not in allowed:
+            raise SpecError(f"Option '{key}' must be one of {list(allowed)}, got '{options[key]}'")
+
+    engine = options.get("table.merge-engine")
+    if engine is not None:
+        engine = engine.lower()
+        if engine not in MERGE_ENGINES:
+            raise SpecError(
+                f"Invalid value '{options['table.merge-engine']}' for 'table.merge-engine'; expected one of "
+                f"{list(MERGE_ENGINES)} or no option for the default (last-row) engine"
+            )
+        # The engines themselves arrive with the merge-engine work; refuse rather than silently act as last-row.
+        raise SpecError(f"table.merge-engine '{engine}' is not supported by this changelake version yet")
+
+    for key, allowed in (("table.delete.behavior", DELETE_BEHAVIORS), ("table.changelog.image", CHANGELOG_IMAGES),
+                         ("sink.ignore-delete", ("true", "false"))):
+        if key in options:
+            value = options[key].lower()
+            if value not in allowed:
+                raise SpecError(f"Invalid value '{options[key]}' for '{key}'; expected one of {list(allowed)}")
+            options[key] = value

@@ -1,0 +1,255 @@
+"""Iceberg storage of PK tables and their changelog tables, through pyiceberg only.
+
+Layout per spec ``ns.t``:
+
+* ``ns.t`` — the rows, identity-partitioned by the partition keys and a hidden ``_bucket`` column.
+* ``ns.t__changelog`` — Fluss's ``$changelog``: the row columns plus ``_change_type``, ``_batch_id``,
+  ``_log_offset`` (gapless, increasing per table) and ``_commit_timestamp``; partitioned by ``_batch_id``.
+
+The state of a table is its current snapshot's summary (``changelake.*`` properties): the last batch id,
+its input checksum, the changelog's end offset and the manifest of changelog files for that batch. The PK
+table's snapshot is the commit point of a batch; the changelog commit is a deterministic roll-forward.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from pyiceberg.catalog import Catalog, load_catalog
+from pyiceberg.exceptions import CommitFailedException, NamespaceAlreadyExistsError, NoSuchTableError
+from pyiceberg.io.pyarrow import parquet_file_to_data_file
+from pyiceberg.manifest import DataFile
+from pyiceberg.partitioning import PartitionField, PartitionSpec
+from pyiceberg.schema import Schema
+from pyiceberg.table import Table
+from pyiceberg.table.snapshots import Snapshot, ancestors_of
+from pyiceberg.transforms import IdentityTransform
+from pyiceberg.types import IntegerType, LongType, NestedField, StringType, TimestamptzType
+
+from changelake.config import Settings
+from changelake.errors import ChangelakeError
+from changelake.spec import TableSpec
+
+CHANGELOG_SUFFIX = "__changelog"
+P = "changelake."  # prefix of every snapshot-summary and table property changelake writes
+COUNT_KEYS = ("records", "inserted", "updated", "deleted", "ignored", "dropped_update_before")
+
+__all__ = ["Storage", "TableState", "CommitFailedException"]
+
+
+@dataclass(frozen=True)
+class TableState:
+    """What the PK table's current snapshot says about applied batches."""
+
+    snapshot_id: int | None
+    last_batch: int
+    checksum: str | None
+    log_end_offset: int
+    changelog_manifest: str | None
+
+
+def _summary(snapshot: Snapshot | None) -> dict[str, str]:
+    return dict(snapshot.summary.additional_properties) if snapshot and snapshot.summary else {}
+
+
+class Storage:
+    """Catalog access for changelake tables. Only the driver uses it; executors only write files."""
+
+    def __init__(self, settings: Settings):
+        self.settings = settings
+        self._catalog: Catalog | None = None
+
+    @property
+    def catalog(self) -> Catalog:
+        if self._catalog is None:
+            s = self.settings
+            props = {"type": s.catalog_type, "uri": s.catalog_uri, "warehouse": s.warehouse, **s.catalog_properties}
+            if s.catalog_type == "sql" and s.catalog_uri.startswith("sqlite:///"):
+                from pathlib import Path
+
+                Path(s.catalog_uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+                if s.warehouse.startswith("file://"):
+                    Path(s.warehouse[len("file://"):]).mkdir(parents=True, exist_ok=True)
+            self._catalog = load_catalog(s.catalog_name, **props)
+        return self._catalog
+
+    # --- schemas ---------------------------------------------------------------------------------------
+    @staticmethod
+    def pk_schema(spec: TableSpec) -> Schema:
+        fields = [NestedField(i + 1, c.name, c.type.iceberg_type(), required=False) for i, c in enumerate(spec.columns)]
+        fields.append(NestedField(len(fields) + 1, "_bucket", IntegerType(), required=False))
+        return Schema(*fields, identifier_field_ids=[])
+
+    @staticmethod
+    def changelog_schema(spec: TableSpec) -> Schema:
+        fields = [NestedField(i + 1, c.name, c.type.iceberg_type(), required=False) for i, c in enumerate(spec.columns)]
+        n = len(fields)
+        fields += [
+            NestedField(n + 1, "_change_type", StringType(), required=False),
+            NestedField(n + 2, "_batch_id", LongType(), required=False),
+            NestedField(n + 3, "_log_offset", LongType(), required=False),
+            NestedField(n + 4, "_commit_timestamp", TimestamptzType(), required=False),
+        ]
+        return Schema(*fields)
+
+    # --- tables ----------------------------------------------------------------------------------------
+    def create(self, spec: TableSpec) -> None:
+        """Create the PK table and its changelog table (idempotent; refuses a different existing spec)."""
+        if CHANGELOG_SUFFIX in spec.table:
+            raise ChangelakeError(f"Table name {spec.table!r} may not contain '{CHANGELOG_SUFFIX}' (reserved)")
+        try:
+            self.catalog.create_namespace(spec.namespace)
+        except NamespaceAlreadyExistsError:
+            pass
+        spec_json = json.dumps(spec.to_dict(), sort_keys=True)
+        existing = self._load(spec.namespace, spec.table)
+        if existing is not None:
+            stored = existing.properties.get(P + "spec")
+            if stored and json.loads(stored) != json.loads(spec_json):
+                raise ChangelakeError(
+                    f"Table {spec.full_name} already exists with a different spec; changing a table's schema, keys "
+                    f"or options is not supported (drop it first). Stored: {stored}"
+                )
+        else:
+            schema = self.pk_schema(spec)
+            fields = [schema.find_field(k) for k in spec.partition_keys] + [schema.find_field("_bucket")]
+            partition_spec = PartitionSpec(
+                *[PartitionField(f.field_id, 1000 + i, IdentityTransform(), f.name) for i, f in enumerate(fields)]
+            )
+            self._create(spec, spec.table, schema, partition_spec, spec_json)
+        if self._load(spec.namespace, spec.table + CHANGELOG_SUFFIX) is None:
+            schema = self.changelog_schema(spec)
+            batch_field = schema.find_field("_batch_id")
+            partition_spec = PartitionSpec(PartitionField(batch_field.field_id, 1000, IdentityTransform(), "_batch_id"))
+            self._create(spec, spec.table + CHANGELOG_SUFFIX, schema, partition_spec, spec_json)
+
+    def _create(self, spec: TableSpec, name: str, schema: Schema, partition_spec: PartitionSpec, spec_json: str) -> None:
+        # No automatic commit retries: after a conflict the applier re-reads state and decides (exactly-once).
+        props = {"commit.retry.num-retries": "0", P + "spec": spec_json, "format-version": "2"}
+        try:
+            table = self.catalog.create_table((spec.namespace, name), schema, partition_spec=partition_spec,
+                                              properties=props)
+        except Exception as e:  # a racing creator
+            if self._load(spec.namespace, name) is not None:
+                return
+            raise ChangelakeError(f"Cannot create table {spec.namespace}.{name}: {e}") from e
+        # Spark-written Parquet carries no Iceberg field ids: readers resolve columns by name.
+        with table.transaction() as tx:
+            tx.set_properties({"schema.name-mapping.default": table.schema().name_mapping.model_dump_json()})
+
+    def _load(self, namespace: str, name: str) -> Table | None:
+        try:
+            return self.catalog.load_table((namespace, name))
+        except NoSuchTableError:
+            return None
+
+    def pk_table(self, spec: TableSpec) -> Table:
+        table = self._load(spec.namespace, spec.table)
+        if table is None:
+            raise ChangelakeError(f"Table {spec.full_name} does not exist; create it first (changelake create)")
+        return table
+
+    def changelog_table(self, spec: TableSpec) -> Table:
+        table = self._load(spec.namespace, spec.table + CHANGELOG_SUFFIX)
+        if table is None:
+            raise ChangelakeError(f"Changelog table of {spec.full_name} does not exist; create the table first")
+        return table
+
+    def stored_spec(self, namespace: str, name: str) -> str | None:
+        """The spec JSON a table was created from, or None if the table does not exist."""
+        table = self._load(namespace, name)
+        return table.properties.get(P + "spec") if table is not None else None
+
+    def exists(self, spec: TableSpec) -> bool:
+        return self._load(spec.namespace, spec.table) is not None
+
+    def drop(self, spec: TableSpec) -> None:
+        for name in (spec.table, spec.table + CHANGELOG_SUFFIX):
+            if self._load(spec.namespace, name) is not None:
+                self.catalog.purge_table((spec.namespace, name))
+
+    # --- state -----------------------------------------------------------------------------------------
+    @staticmethod
+    def state(table: Table) -> TableState:
+        snap = table.current_snapshot()
+        s = _summary(snap)
+        return TableState(
+            snapshot_id=snap.snapshot_id if snap else None,
+            last_batch=int(s.get(P + "batch-id", 0)),
+            checksum=s.get(P + "checksum"),
+            log_end_offset=int(s.get(P + "log-end-offset", 0)),
+            changelog_manifest=s.get(P + "changelog-manifest"),
+        )
+
+    @staticmethod
+    def batch_snapshots(table: Table) -> list[Snapshot]:
+        """Snapshots of the main branch that committed a batch, oldest first."""
+        current = table.current_snapshot()
+        if current is None:
+            return []
+        chain = [s for s in ancestors_of(current, table.metadata) if P + "batch-id" in _summary(s)]
+        return list(reversed(chain))
+
+    def snapshot_for_batch(self, table: Table, batch_id: int) -> Snapshot | None:
+        for snap in self.batch_snapshots(table):
+            if int(_summary(snap)[P + "batch-id"]) == batch_id:
+                return snap
+        return None
+
+    @staticmethod
+    def snapshot_summary(snapshot: Snapshot) -> dict[str, str]:
+        return _summary(snapshot)
+
+    # --- files -----------------------------------------------------------------------------------------
+    @staticmethod
+    def data_files(table: Table, snapshot_id: int | None = None) -> list[DataFile]:
+        if snapshot_id is None and table.current_snapshot() is None:
+            return []
+        return [task.file for task in table.scan(snapshot_id=snapshot_id).plan_files()]
+
+    @staticmethod
+    def to_data_files(table: Table, paths: list[str]) -> list[DataFile]:
+        """Describe Spark-written Parquet files for Iceberg (reads only their footers, in parallel)."""
+        if not paths:
+            return []
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            return list(pool.map(lambda p: parquet_file_to_data_file(table.io, table.metadata, p), paths))
+
+    def new_data_dir(self, table: Table, batch_id: int) -> str:
+        """A fresh directory for one apply attempt's files (never reused, so a failed attempt is never read)."""
+        return f"{table.location()}/data/batch-{batch_id:012d}-{uuid.uuid4().hex[:12]}"
+
+    # --- commits ---------------------------------------------------------------------------------------
+    @staticmethod
+    def commit_batch(table: Table, removed: list[DataFile], added: list[DataFile], properties: dict[str, str]) -> None:
+        """Commit one snapshot replacing ``removed`` by ``added``; raises CommitFailedException on a race."""
+        tx = table.transaction()
+        props = {P + k: str(v) for k, v in properties.items()}
+        props[P + "committed-at-ms"] = str(int(time.time() * 1000))
+        with tx.update_snapshot(snapshot_properties=props).overwrite() as overwrite:
+            for f in removed:
+                overwrite.delete_data_file(f)
+            for f in added:
+                overwrite.append_data_file(f)
+        tx.commit_transaction()
+
+    @staticmethod
+    def append_batch(table: Table, added: list[DataFile], properties: dict[str, str]) -> None:
+        tx = table.transaction()
+        props = {P + k: str(v) for k, v in properties.items()}
+        with tx.update_snapshot(snapshot_properties=props).fast_append() as append:
+            for f in added:
+                append.append_data_file(f)
+        tx.commit_transaction()
+
+    def write_json(self, table: Table, path: str, payload: dict) -> None:
+        with table.io.new_output(path).create(overwrite=True) as out:
+            out.write(json.dumps(payload).encode())
+
+    def read_json(self, table: Table, path: str) -> dict:
+        with table.io.new_input(path).open() as stream:
+            return json.loads(stream.read())

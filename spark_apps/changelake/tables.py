@@ -1,0 +1,93 @@
+"""Spark access to the rows of a PK table and its changelog (reads plan files with pyiceberg, read natively)."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from changelake.spec import TableSpec
+from changelake.storage import Storage
+
+
+def bucket_expr(spec: TableSpec):
+    """``bucket = pmod(xxhash64(<bucket key columns>), bucket.num)`` over the storage types.
+
+    Spark's xxhash64 (seed 42) is stable across JVMs, machines and Spark versions, so every process —
+    local or on a cluster — assigns a key to the same bucket.
+    """
+    from pyspark.sql import functions as F
+
+    return F.pmod(F.xxhash64(*[F.col(k) for k in spec.bucket_key]), F.lit(spec.bucket_num)).cast("int")
+
+
+def storage_struct(spec: TableSpec, with_bucket: bool = True):
+    from pyspark.sql import types as T
+
+    fields = [T.StructField(c.name, c.type.spark_type(), True) for c in spec.columns]
+    if with_bucket:
+        fields.append(T.StructField("_bucket", T.IntegerType(), True))
+    return T.StructType(fields)
+
+
+def changelog_struct(spec: TableSpec):
+    from pyspark.sql import types as T
+
+    return T.StructType(
+        storage_struct(spec, with_bucket=False).fields
+        + [
+            T.StructField("_change_type", T.StringType(), True),
+            T.StructField("_batch_id", T.LongType(), True),
+            T.StructField("_log_offset", T.LongType(), True),
+            T.StructField("_commit_timestamp", T.TimestampType(), True),
+        ]
+    )
+
+
+def read_parquet(spark, schema, paths: list[str]):
+    if not paths:
+        return spark.createDataFrame([], schema)
+    return spark.read.schema(schema).parquet(*paths)
+
+
+def to_view_types(spec: TableSpec, df):
+    """Cast storage types to the declared ones where they differ (TINYINT, SMALLINT)."""
+    from pyspark.sql import functions as F
+
+    out = []
+    for name in df.columns:
+        col = next((c for c in spec.columns if c.name == name), None)
+        if col is not None and col.type.name in ("TINYINT", "SMALLINT"):
+            out.append(F.col(name).cast(col.type.view_spark_type()).alias(name))
+        else:
+            out.append(F.col(name))
+    return df.select(*out)
+
+
+def iceberg_partition_value(value):
+    """Spark's Python value of an identity partition column, as pyiceberg keeps it in a DataFile."""
+    if isinstance(value, dt.datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=dt.UTC)
+        return int((value - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)) / dt.timedelta(microseconds=1))
+    if isinstance(value, dt.date):
+        return (value - dt.date(1970, 1, 1)).days
+    if isinstance(value, bytearray):
+        return bytes(value)
+    return value
+
+
+def partition_tuple(data_file) -> tuple:
+    part = data_file.partition
+    return tuple(part[i] for i in range(len(part)))
+
+
+def rows_df(spark, storage: Storage, spec: TableSpec, snapshot_id: int | None = None, files=None):
+    """Rows of the PK table (storage types, with ``_bucket``) at a snapshot, or of the given DataFiles."""
+    table = storage.pk_table(spec)
+    if files is None:
+        files = storage.data_files(table, snapshot_id)
+    return read_parquet(spark, storage_struct(spec), [f.file_path for f in files])
+
+
+def changelog_df(spark, storage: Storage, spec: TableSpec):
+    table = storage.changelog_table(spec)
+    return read_parquet(spark, changelog_struct(spec), [f.file_path for f in storage.data_files(table)])
