@@ -1,0 +1,60 @@
+"""Shared fixtures: one local SparkSession for the whole run, a fresh changelake home per test."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+CLI = [sys.executable, "-m", "changelake.cli"]
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory):
+    from changelake.config import load_settings
+    from changelake.session import get_spark
+
+    home = tmp_path_factory.mktemp("spark-home")
+    settings = load_settings(home=home, spark_conf={"spark.sql.shuffle.partitions": "4"})
+    session = get_spark(settings, app_name="changelake-tests")
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def home(tmp_path) -> Path:
+    (tmp_path / "tables").mkdir()
+    return tmp_path
+
+
+@pytest.fixture
+def lake(spark, home):
+    from changelake import ChangeLake
+
+    messages: list[str] = []
+    instance = ChangeLake(home=home, tables_dir=home / "tables", spark=spark, progress=messages.append)
+    instance.messages = messages
+    return instance
+
+
+@pytest.fixture
+def cli_env(home) -> dict[str, str]:
+    """Environment for running the CLI in a subprocess against the test's home."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CHANGELAKE_")}
+    env.update(CHANGELAKE_HOME=str(home), CHANGELAKE_TABLES=str(home / "tables"))
+    return env
+
+
+def rows_of(df, order_by=None) -> list[tuple]:
+    """Rows of a DataFrame as tuples, sorted for order-independent comparison."""
+    return sorted(tuple(r) for r in df.collect()) if order_by is None else [tuple(r) for r in df.orderBy(*order_by).collect()]
+
+
+def changelog_of(lake, table: str) -> list[tuple]:
+    """(_log_offset, _change_type, row...) in offset order."""
+    df = lake.changelog(table)
+    cols = [c for c in df.columns if not c.startswith("_")]
+    return [(r["_log_offset"], r["_change_type"], *[r[c] for c in cols]) for r in df.collect()]
