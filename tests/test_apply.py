@@ -214,3 +214,16 @@ def test_create_refuses_a_changed_spec(lake):
     lake.create_table(KV)  # idempotent
     with pytest.raises(ChangelakeError, match="already exists with a different spec"):
         lake.create_table({**KV, "options": {"bucket.num": 5}})
+
+
+def test_large_changelog_is_numbered_across_partitions(lake, monkeypatch):
+    from changelake import apply as apply_module
+
+    monkeypatch.setattr(apply_module, "SINGLE_PARTITION_CHANGELOG", 5)  # force the range-partitioned plan
+    lake.create_table(KV)
+    lake.apply("t.kv", [ins(k, 1.0, "a") for k in range(40)], batch_id=1)
+    lake.apply("t.kv", [ins(k, 2.0, "b", "+U") for k in range(0, 40, 2)] + [dele(k) for k in range(1, 40, 4)], batch_id=2)
+    log = changelog_of(lake, "t.kv")
+    assert [entry[0] for entry in log] == list(range(40 + 40 + 10))
+    assert [entry[2] for entry in log[40:80:2]] == list(range(0, 40, 2))  # batch order kept: -U/+U per key
+    assert {entry[1] for entry in log[80:]} == {"-D"}

@@ -41,6 +41,7 @@ from changelake.storage import CommitFailedException, Storage
 
 BATCH_FILE = re.compile(r"^(\d+)\.(jsonl|json|parquet)$")
 MAX_COMMIT_ATTEMPTS = 5
+SINGLE_PARTITION_CHANGELOG = 1_000_000
 Progress = Callable[[str], None]
 
 
@@ -265,8 +266,10 @@ class Applier:
                     f"({len(removed)} file(s))"
                 )
                 added_paths = self._write_partitioned(new_rows, part_cols, attempt_dir, len(touched))
+                per_update = 1 if spec.changelog_image == "wal" else 2
+                expected = effects.get("insert", 0) + per_update * effects.get("update", 0) + effects.get("delete", 0)
                 log_paths, log_records = self._write_changelog(
-                    changelog, spec, batch_id, state.log_end_offset, commit_ts, log_dir
+                    changelog, spec, batch_id, state.log_end_offset, commit_ts, log_dir, expected
                 )
             finally:
                 events.unpersist()
@@ -310,35 +313,47 @@ class Applier:
         out.write.mode("errorifexists").partitionBy(*[f"__p{i}" for i in range(len(part_cols))]).parquet(directory)
         return _written_files(self.spark, directory)
 
-    def _write_changelog(self, changelog, spec, batch_id, base_offset, commit_ts, directory) -> tuple[list[str], int]:
-        """Number the batch's changelog gaplessly from ``base_offset`` in (record, sub) order and write it."""
+    def _write_changelog(self, changelog, spec, batch_id, base_offset, commit_ts, directory,
+                         total: int) -> tuple[list[str], int]:
+        """Number the batch's changelog gaplessly from ``base_offset`` in (record, sub) order and write it.
+
+        ``total`` (known from the per-record effects) decides the plan: up to ``SINGLE_PARTITION_CHANGELOG``
+        records are sorted in one partition and numbered by position in one job; larger changelogs are
+        range-partitioned, and each partition's start offset comes from a count of the partitions before it.
+        """
         from pyspark import StorageLevel
         from pyspark.sql import functions as F
 
-        ordered = changelog.orderBy("_seq", "_sub").persist(StorageLevel.MEMORY_AND_DISK)
-        try:
-            sizes = dict(ordered.groupBy(F.spark_partition_id().alias("p")).count().collect())
-            total = sum(sizes.values())
-            if total == 0:
-                return [], 0
+        if total == 0:
+            return [], 0
+        pid = F.spark_partition_id()
+        # monotonically_increasing_id = (partition id << 33) + position within the partition
+        position = F.monotonically_increasing_id() - F.shiftleft(pid.cast("long"), 33)
+        persisted = None
+        if total <= SINGLE_PARTITION_CHANGELOG:
+            ordered = changelog.coalesce(1).sortWithinPartitions("_seq", "_sub")
+            offset = F.lit(base_offset).cast("long") + position
+        else:
+            ordered = persisted = changelog.orderBy("_seq", "_sub").persist(StorageLevel.MEMORY_AND_DISK)
+            sizes = dict(ordered.groupBy(pid.alias("p")).count().collect())
             starts, acc = {}, 0
             for p in sorted(sizes):
                 starts[p], acc = acc, acc + sizes[p]
-            start_of = F.create_map(*[x for p, s in starts.items() for x in (F.lit(p), F.lit(s))])
-            pid = F.spark_partition_id()
-            # monotonically_increasing_id = (partition id << 33) + position within the partition
-            position = F.monotonically_increasing_id() - F.shiftleft(pid.cast("long"), 33)
+            if acc != total:
+                raise ChangelakeError(f"{spec.full_name}: changelog has {acc} records, expected {total}")
+            start_of = F.create_map(*[x for p, st in starts.items() for x in (F.lit(p), F.lit(st))])
             offset = F.lit(base_offset).cast("long") + start_of[pid].cast("long") + position
-            out = ordered.select(
+        try:
+            ordered.select(
                 *spec.column_names,
                 "_change_type",
                 F.lit(batch_id).cast("long").alias("_batch_id"),
                 offset.alias("_log_offset"),
                 F.lit(commit_ts).cast("timestamp").alias("_commit_timestamp"),
-            )
-            out.write.mode("errorifexists").parquet(directory)
+            ).write.mode("errorifexists").parquet(directory)
         finally:
-            ordered.unpersist()
+            if persisted is not None:
+                persisted.unpersist()
         return _written_files(self.spark, directory), total
 
 
