@@ -34,6 +34,14 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from changelake import merge, tables
+from changelake.buckets import (
+    COUNTERS,
+    KIND_COUNT,
+    KIND_FILE,
+    BucketContext,
+    merge_bucket,
+    output_schema,
+)
 from changelake.errors import BatchRefusedError, ChangelakeError
 from changelake.readers import DecodedBatch, read_batch
 from changelake.spec import TableSpec
@@ -41,7 +49,6 @@ from changelake.storage import CommitFailedException, Storage
 
 BATCH_FILE = re.compile(r"^(\d+)\.(jsonl|json|parquet)$")
 MAX_COMMIT_ATTEMPTS = 5
-SINGLE_PARTITION_CHANGELOG = 1_000_000
 Progress = Callable[[str], None]
 
 
@@ -228,7 +235,6 @@ class Applier:
 
         spark = self.spark
         counts = merge.check_batch_ops(spec, decoded.op_counts())
-        cols = list(spec.column_names)
         keep = ["+I", "+U"] if merge.deletes_dropped_before_table(spec) else ["+I", "+U", "-D"]
         to_apply = decoded.records.filter(pc.is_in(decoded.records.column("_op"), value_set=pa.array(keep)))
         commit_ts = dt.datetime.now(dt.UTC)
@@ -245,38 +251,27 @@ class Applier:
                 spark.read.schema(_records_struct(spec)).parquet(staging).withColumn("_bucket", tables.bucket_expr(spec))
             )
             part_cols = [*spec.partition_keys, "_bucket"]
-            touched = {
-                tuple(tables.iceberg_partition_value(v) for v in r)
-                for r in records.select(*part_cols).distinct().collect()
-            }
-            removed = [f for f in self.storage.data_files(table) if tables.partition_tuple(f) in touched]
-            old = tables.rows_df(spark, self.storage, spec, files=removed)
-            keys = records.select(*spec.primary_key).distinct()
-            if to_apply.num_rows <= 2_000_000:
-                keys = F.broadcast(keys)
-            old_touched = old.join(keys, list(spec.primary_key), "left_semi").select(*cols)
-            old_rest = old.join(keys, list(spec.primary_key), "left_anti").select(*cols, "_bucket")
-            events, final_rows, changelog = merge.last_row_plan(spec, records.drop("_bucket"), old_touched)
-            events.persist(StorageLevel.MEMORY_AND_DISK)
+            all_files = self.storage.data_files(table)
+            merged = self._merge_buckets(spec, table, records, all_files, part_cols, attempt_dir)
+            merged.persist(StorageLevel.MEMORY_AND_DISK)
             try:
-                effects = {r["_effect"]: r["count"] for r in events.groupBy("_effect").count().collect()}
-                new_rows = old_rest.unionByName(final_rows.withColumn("_bucket", tables.bucket_expr(spec)))
+                markers = [r.asDict() for r in merged.filter(F.col("_kind") == KIND_FILE)
+                           .select(*part_cols, "_path", "_log_path", "_count", *[f"_{c}" for c in COUNTERS]).collect()]
+                touched = {tuple(tables.iceberg_partition_value(m[c]) for c in part_cols) for m in markers}
+                removed = [f for f in all_files if tables.partition_tuple(f) in touched]
+                added_paths = [m["_path"] for m in markers if m["_path"]]
+                for c in COUNTERS:
+                    setattr(counts, c, getattr(counts, c) + sum(m[f"_{c}"] for m in markers))
                 self.progress(
-                    f"[{spec.full_name}] batch {batch_id}: rewriting {len(touched)} of {spec.bucket_num} bucket(s) "
-                    f"({len(removed)} file(s))"
+                    f"[{spec.full_name}] batch {batch_id}: merged {len(touched)} of {spec.bucket_num} bucket(s) "
+                    f"(replacing {len(removed)} file(s), {sum(m['_count'] for m in markers):,} rows now in them)"
                 )
-                added_paths = self._write_partitioned(new_rows, part_cols, attempt_dir, len(touched))
-                per_update = 1 if spec.changelog_image == "wal" else 2
-                expected = effects.get("insert", 0) + per_update * effects.get("update", 0) + effects.get("delete", 0)
                 log_paths, log_records = self._write_changelog(
-                    changelog, spec, batch_id, state.log_end_offset, commit_ts, log_dir, expected
+                    merged, [m["_log_path"] for m in markers if m["_log_path"]], spec, batch_id,
+                    state.log_end_offset, commit_ts, log_dir, decoded.num_records,
                 )
             finally:
-                events.unpersist()
-            counts.inserted = effects.get("insert", 0)
-            counts.updated = effects.get("update", 0)
-            counts.deleted = effects.get("delete", 0)
-            counts.ignored += effects.get("noop", 0)
+                merged.unpersist()
         _fault("after-data-files")
 
         manifest_path = f"{table.location()}/metadata/changelake/changelog-{batch_id:012d}-{uuid.uuid4().hex[:12]}.json"
@@ -293,7 +288,7 @@ class Applier:
             "log-end-offset": log_end,
             "changelog-manifest": manifest_path,
             "changelog-records": log_records,
-            "touched-buckets": len({tables.partition_tuple(f) for f in added} | {tables.partition_tuple(f) for f in removed}),
+            "touched-buckets": len({tables.partition_tuple(f) for f in removed} | {tables.partition_tuple(f) for f in added}),
             **counts.as_dict(),
         })
         _fault("after-pk-commit")
@@ -304,57 +299,69 @@ class Applier:
             log_start_offset=log_start, log_end_offset=log_end,
         )
 
-    def _write_partitioned(self, df, part_cols: list[str], directory: str, n_partitions: int) -> list[str]:
-        """Write ``df`` so that each (partition, bucket) lands in exactly one file; return the file URIs."""
-        from pyspark.sql import functions as F
+    def _merge_buckets(self, spec, table, records, all_files, part_cols, out_dir):
+        """Run :func:`changelake.buckets.merge_bucket` once per touched (partition, bucket)."""
+        files_by_partition: dict[tuple, list[str]] = {}
+        for f in all_files:
+            files_by_partition.setdefault(tables.partition_tuple(f), []).append(f.file_path)
+        ctx = BucketContext(spec=spec, partition_columns=tuple(part_cols), files_by_partition=files_by_partition,
+                            io_properties=dict(table.io.properties), out_dir=out_dir)
 
-        dirs = [F.col(c).alias(f"__p{i}") for i, c in enumerate(part_cols)]
-        out = df.repartition(max(1, n_partitions), *part_cols).select("*", *dirs)
-        out.write.mode("errorifexists").partitionBy(*[f"__p{i}" for i in range(len(part_cols))]).parquet(directory)
-        return _written_files(self.spark, directory)
+        def merge_one(key, bucket_records):
+            return merge_bucket(key, bucket_records, ctx)
 
-    def _write_changelog(self, changelog, spec, batch_id, base_offset, commit_ts, directory,
-                         total: int) -> tuple[list[str], int]:
-        """Number the batch's changelog gaplessly from ``base_offset`` in (record, sub) order and write it.
+        # An explicit partition count: adaptive execution would otherwise coalesce the (small) record shuffle
+        # into one task and merge every bucket on one core.
+        n = max(1, min(spec.bucket_num * 4, self.spark.sparkContext.defaultParallelism * 4))
+        schema = _spark_schema(output_schema(ctx.row_schema, ctx.partition_columns), spec)
+        return records.repartition(n, *part_cols).groupBy(*part_cols).applyInArrow(merge_one, schema)
 
-        ``total`` (known from the per-record effects) decides the plan: up to ``SINGLE_PARTITION_CHANGELOG``
-        records are sorted in one partition and numbered by position in one job; larger changelogs are
-        range-partitioned, and each partition's start offset comes from a count of the partitions before it.
+    def _write_changelog(self, merged, unnumbered: list[str], spec, batch_id, base_offset, commit_ts, directory,
+                         n_records):
+        """Number the batch's changelog gaplessly in (record, sub) order and write it; no sort of the rows.
+
+        Each record's first offset is ``base + (rows emitted by all earlier records)``: a prefix sum over
+        the per-record counts the bucket tasks returned (batch-sized metadata, not table data), joined back
+        to the tasks' unnumbered changelog files by record position.
         """
-        from pyspark import StorageLevel
+        import numpy as np
         from pyspark.sql import functions as F
 
-        if total == 0:
+        per_record = merged.filter(F.col("_kind") == KIND_COUNT).select("_seq", "_count").toArrow()
+        if per_record.num_rows == 0:
             return [], 0
-        pid = F.spark_partition_id()
-        # monotonically_increasing_id = (partition id << 33) + position within the partition
-        position = F.monotonically_increasing_id() - F.shiftleft(pid.cast("long"), 33)
-        persisted = None
-        if total <= SINGLE_PARTITION_CHANGELOG:
-            ordered = changelog.coalesce(1).sortWithinPartitions("_seq", "_sub")
-            offset = F.lit(base_offset).cast("long") + position
-        else:
-            ordered = persisted = changelog.orderBy("_seq", "_sub").persist(StorageLevel.MEMORY_AND_DISK)
-            sizes = dict(ordered.groupBy(pid.alias("p")).count().collect())
-            starts, acc = {}, 0
-            for p in sorted(sizes):
-                starts[p], acc = acc, acc + sizes[p]
-            if acc != total:
-                raise ChangelakeError(f"{spec.full_name}: changelog has {acc} records, expected {total}")
-            start_of = F.create_map(*[x for p, st in starts.items() for x in (F.lit(p), F.lit(st))])
-            offset = F.lit(base_offset).cast("long") + start_of[pid].cast("long") + position
-        try:
-            ordered.select(
-                *spec.column_names,
-                "_change_type",
-                F.lit(batch_id).cast("long").alias("_batch_id"),
-                offset.alias("_log_offset"),
-                F.lit(commit_ts).cast("timestamp").alias("_commit_timestamp"),
-            ).write.mode("errorifexists").parquet(directory)
-        finally:
-            if persisted is not None:
-                persisted.unpersist()
-        return _written_files(self.spark, directory), total
+        seqs = per_record.column("_seq").to_numpy()
+        emitted = np.zeros(n_records, dtype=np.int64)
+        emitted[seqs] = per_record.column("_count").to_numpy()
+        first_offset = base_offset + np.cumsum(emitted) - emitted
+        starts = self.spark.createDataFrame(pa.table({"_seq": seqs, "_first": first_offset[seqs]}))
+        log = self.spark.read.schema(_changelog_struct(spec)).parquet(*unnumbered)
+        log.join(F.broadcast(starts), "_seq").select(
+            *spec.column_names,
+            "_change_type",
+            F.lit(batch_id).cast("long").alias("_batch_id"),
+            (F.col("_first") + F.col("_sub")).alias("_log_offset"),
+            F.lit(commit_ts).cast("timestamp").alias("_commit_timestamp"),
+        ).sortWithinPartitions("_log_offset").write.mode("errorifexists").parquet(directory)
+        return _written_files(self.spark, directory), int(emitted.sum())
+
+
+def _changelog_struct(spec: TableSpec):
+    from pyspark.sql import types as T
+
+    return T.StructType(
+        [T.StructField("_seq", T.LongType()), T.StructField("_sub", T.IntegerType()),
+         T.StructField("_change_type", T.StringType())] + tables.storage_struct(spec, with_bucket=False).fields
+    )
+
+
+def _spark_schema(arrow_schema: pa.Schema, spec: TableSpec):
+    """Spark type of each task output column: table columns keep their storage types."""
+    from pyspark.sql import types as T
+
+    by_name = {f.name: f for f in tables.storage_struct(spec).fields}
+    simple = {pa.string(): T.StringType(), pa.int64(): T.LongType(), pa.int32(): T.IntegerType()}
+    return T.StructType([by_name.get(f.name) or T.StructField(f.name, simple[f.type], True) for f in arrow_schema])
 
 
 def _records_struct(spec: TableSpec):

@@ -1,18 +1,15 @@
 """Merge semantics of primary-key tables — the one module that owns them (spec §2, §3.1, §5).
 
-Two renderings of the same rules live here, side by side, and the test suite checks them against each other:
+:class:`RowMerger` applies one record to the rows of a key, exactly as Fluss's ``KvTablet.putAsLeader``
+does, and returns the changelog it emits. Every path uses it: the Spark apply runs it inside one task per
+touched bucket (:mod:`changelake.buckets`), over that bucket's records in batch order, and the tests use
+:func:`apply_sequential` as the plain one-record-at-a-time reference.
 
-* :func:`apply_sequential` — the reference: applies records one at a time to a dict of rows, exactly as
-  Fluss's ``KvTablet.putAsLeader`` does, and returns the changelog it emits.
-* :func:`last_row_plan` — the Spark plan the apply app runs for the default (last-row) engine. Per key it
-  orders the batch's records after the stored row, looks at the previous state with window functions and
-  derives the same changelog, vectorised: no Python per record.
-
-Rules of the default engine (FULL image): an upsert of a new key emits ``+I``; of an existing key
-``-U old, +U new`` (even if equal); a delete of an existing key ``-D old``; a delete of a missing key nothing;
-``-U`` inputs are dropped (a Flink upsert sink drops UPDATE_BEFORE). ``table.delete.behavior``: allow deletes,
-ignore drops them, disable refuses the batch. ``sink.ignore-delete`` drops deletes before the table sees them.
-WAL image: an upsert emits only ``+U new`` (also for a new key), a delete ``-D old``.
+Rules of the default (last-row) engine, FULL image: an upsert of a new key emits ``+I``; of an existing key
+``-U old, +U new`` (even if equal); a delete of an existing key ``-D old``; a delete of a missing key
+nothing; ``-U`` inputs are dropped (a Flink upsert sink drops UPDATE_BEFORE). ``table.delete.behavior``:
+allow deletes, ignore drops them, disable refuses the batch. ``sink.ignore-delete`` drops deletes before
+the table sees them. WAL image: an upsert emits only ``+U new`` (also for a new key), a delete ``-D old``.
 """
 
 from __future__ import annotations
@@ -59,109 +56,70 @@ def check_batch_ops(spec: TableSpec, op_counts: dict[str, int]) -> BatchCounts:
     return counts
 
 
-# --- reference model -------------------------------------------------------------------------------------
+# --- the merger ---------------------------------------------------------------------------------------
 Row = tuple
 Change = tuple[str, Row]  # (change type, row image)
 
 
-def apply_record(spec: TableSpec, rows: dict[Row, Row], op: str, row: Row, counts: BatchCounts) -> list[Change]:
-    """Apply one record to ``rows`` (key -> full row, in column order) and return the changelog it emits."""
-    key_idx = [spec.column_names.index(k) for k in spec.primary_key]
-    key = tuple(row[i] for i in key_idx)
-    old = rows.get(key)
-    if op == "-U":
-        counts.dropped_update_before += 1
-        return []
-    if op == "-D":
-        if spec.ignore_delete or spec.delete_behavior == "ignore":
-            counts.ignored += 1
+class RowMerger:
+    """Applies records of a table to a dict ``key -> row`` (rows are tuples in column order)."""
+
+    def __init__(self, spec: TableSpec):
+        self.spec = spec
+        self.key_index = tuple(spec.column_names.index(k) for k in spec.primary_key)
+        self.drop_deletes = deletes_dropped_before_table(spec)
+        self.disable_deletes = spec.delete_behavior == "disable" and not spec.ignore_delete
+        self.wal = spec.changelog_image == "wal"
+        self.counts = BatchCounts()
+
+    def key_of(self, row: Row) -> Row:
+        return tuple(row[i] for i in self.key_index)
+
+    def apply(self, rows: dict[Row, Row], op: str, row: Row) -> list[Change]:
+        """Apply one record and return the changelog it emits (possibly empty)."""
+        return self.apply_keyed(rows, op, self.key_of(row), row)
+
+    def apply_keyed(self, rows: dict, op: str, key: Row, row) -> list[Change]:
+        """:meth:`apply` with the key given. The last-row engine never looks inside ``row``, so callers may
+        pass a handle (e.g. an index into an Arrow table) and gather the row images afterwards."""
+        counts = self.counts
+        if op == "-U":
+            counts.dropped_update_before += 1
             return []
-        if spec.delete_behavior == "disable":
-            raise WriteRefusedError(DELETE_DISABLED)
+        old = rows.get(key)
+        if op == "-D":
+            if self.drop_deletes:
+                counts.ignored += 1
+                return []
+            if self.disable_deletes:
+                raise WriteRefusedError(DELETE_DISABLED)
+            if old is None:
+                counts.ignored += 1
+                return []
+            del rows[key]
+            counts.deleted += 1
+            return [("-D", old)]
+        rows[key] = row
         if old is None:
-            counts.ignored += 1
-            return []
-        del rows[key]
-        counts.deleted += 1
-        return [("-D", old)]
-    rows[key] = row
-    if old is None:
-        counts.inserted += 1
-        return [("+U" if spec.changelog_image == "wal" else "+I", row)]
-    counts.updated += 1
-    if spec.changelog_image == "wal":
-        return [("+U", row)]
-    return [("-U", old), ("+U", row)]
+            counts.inserted += 1
+            return [("+U" if self.wal else "+I", row)]
+        counts.updated += 1
+        return [("+U", row)] if self.wal else [("-U", old), ("+U", row)]
 
 
 def apply_sequential(
     spec: TableSpec, rows: dict[Row, Row], records: Iterable[tuple[str, Row]]
 ) -> tuple[list[Change], BatchCounts]:
-    """Reference semantics: apply ``records`` one by one, in order. Mutates ``rows``."""
-    counts = BatchCounts()
-    changelog: list[Change] = []
-    records = list(records)
-    if any(op == "-D" for op, _ in records) and spec.delete_behavior == "disable" and not spec.ignore_delete:
-        raise WriteRefusedError(DELETE_DISABLED)  # the whole batch fails, nothing applied
-    for op, row in records:
-        counts.records += 1
-        changelog.extend(apply_record(spec, rows, op, row, counts))
-    return changelog, counts
+    """Reference semantics: apply ``records`` one by one, in order. Mutates ``rows``.
 
-
-# --- Spark plan ------------------------------------------------------------------------------------------
-def last_row_plan(spec: TableSpec, records, old):
-    """Spark rendering of the default engine for the keys a batch touches.
-
-    ``records``: ``_seq, _op, <columns>`` with ``-U`` (and ignored deletes) already removed.
-    ``old``: the stored rows of the touched keys (``<columns>``).
-    Returns ``(events, final_rows, changelog)``: ``events`` carries a per-record ``_effect``
-    (insert/update/delete/noop) for counting; ``final_rows`` the keys' new rows; ``changelog`` the records
-    ``_seq, _sub, _change_type, <columns>`` in batch order.
+    A batch that holds a delete on a ``disable`` table fails as a whole: nothing is applied.
     """
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
-
-    cols = list(spec.column_names)
-    pk = list(spec.primary_key)
-    stored = old.select(F.lit(-1).cast("long").alias("_seq"), F.lit("+I").alias("_op"), *cols)
-    events = stored.unionByName(records.select("_seq", "_op", *cols))
-    w = Window.partitionBy(*pk).orderBy("_seq")
-    row = F.struct(*[F.col(c) for c in cols])
-    ev = events.select(
-        "*",
-        F.lag("_op").over(w).alias("_prev_op"),
-        F.lag(row).over(w).alias("_prev"),
-        F.lead("_seq").over(w).alias("_next_seq"),
-    )
-    has_prev = F.col("_prev_op").isNotNull() & (F.col("_prev_op") != "-D")
-    is_delete = F.col("_op") == "-D"
-    ev = ev.withColumn(
-        "_effect",
-        F.when(F.col("_seq") < 0, F.lit("stored"))
-        .when(is_delete, F.when(has_prev, "delete").otherwise("noop"))
-        .otherwise(F.when(has_prev, "update").otherwise("insert")),
-    )
-
-    def image(change_type: str, source, sub: int):
-        return F.struct(F.lit(sub).alias("_sub"), F.lit(change_type).alias("_change_type"), source.alias("_row"))
-
-    wal = spec.changelog_image == "wal"
-    current = F.col("_row_now")
-    emitted = (
-        F.when(F.col("_effect") == "insert", F.array(image("+U" if wal else "+I", current, 0)))
-        .when(
-            F.col("_effect") == "update",
-            F.array(image("+U", current, 0)) if wal
-            else F.array(image("-U", F.col("_prev"), 0), image("+U", current, 1)),
-        )
-        .when(F.col("_effect") == "delete", F.array(image("-D", F.col("_prev"), 0)))
-    )
-    changelog = (
-        ev.filter(F.col("_effect").isin("insert", "update", "delete"))
-        .withColumn("_row_now", row)
-        .select("_seq", F.explode(emitted).alias("_e"))
-        .select("_seq", "_e._sub", "_e._change_type", *[F.col(f"_e._row.{c}").alias(c) for c in cols])
-    )
-    final_rows = ev.filter(F.col("_next_seq").isNull() & (F.col("_seq") >= 0) & ~is_delete).select(*cols)
-    return ev, final_rows, changelog
+    records = list(records)
+    merger = RowMerger(spec)
+    if merger.disable_deletes and any(op == "-D" for op, _ in records):
+        raise WriteRefusedError(DELETE_DISABLED)
+    changelog: list[Change] = []
+    for op, row in records:
+        merger.counts.records += 1
+        changelog.extend(merger.apply(rows, op, row))
+    return changelog, merger.counts

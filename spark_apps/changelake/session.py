@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import sys
+
 from changelake.config import Settings
 
 # Defaults that matter for correctness (UTC, microsecond timestamps readable by pyiceberg) and for speed on
@@ -44,6 +47,8 @@ def get_spark(settings: Settings, app_name: str = "changelake", hive: bool = Fal
         conf["spark.hadoop.javax.jdo.option.ConnectionURL"] = (
             f"jdbc:derby:;databaseName={metastore / 'metastore_db'};create=true"
         )
+    # Python workers (per-bucket rewrite) must run this environment's interpreter, not whatever is on PATH.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     conf.update(settings.spark_conf)
     for key, value in conf.items():
         if not given.contains(key):

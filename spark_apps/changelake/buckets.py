@@ -1,0 +1,143 @@
+"""The per-bucket merge that runs inside Spark tasks: one call per touched (partition, bucket).
+
+:func:`merge_bucket` reads the bucket's current files once with pyarrow, applies the bucket's records in
+batch order with :class:`changelake.merge.RowMerger` to the stored rows of the touched keys, writes one new
+file for the bucket (untouched rows + merged rows) and returns the changelog rows it emitted plus, per
+record, how many changelog rows it emitted (the driver turns those into gapless offsets). The table is
+read once and never shuffled; only the batch's records are. Executors write files; the driver commits.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from changelake.merge import RowMerger
+from changelake.spec import TableSpec
+
+KIND_COUNT, KIND_FILE = "count", "file"
+COUNTERS = ("inserted", "updated", "deleted", "ignored")
+
+
+@dataclass(frozen=True)
+class BucketContext:
+    """Everything a task needs, shipped with the function (small: file paths per touched partition)."""
+
+    spec: TableSpec
+    partition_columns: tuple[str, ...]  # partition keys then _bucket
+    files_by_partition: dict[tuple, list[str]]
+    io_properties: dict[str, str]
+    out_dir: str
+
+    @property
+    def row_schema(self) -> pa.Schema:
+        return pa.schema([pa.field(c.name, c.type.arrow_type()) for c in self.spec.columns]
+                         + [pa.field("_bucket", pa.int32())])
+
+
+def output_schema(row_schema: pa.Schema, partition_columns: tuple[str, ...]) -> pa.Schema:
+    """What a task returns: per-record changelog counts and one file marker, told apart by ``_kind``."""
+    return pa.schema(
+        [pa.field("_kind", pa.string()), pa.field("_seq", pa.int64()), pa.field("_count", pa.int64())]
+        + [pa.field(c, row_schema.field(c).type) for c in partition_columns]
+        + [pa.field("_path", pa.string()), pa.field("_log_path", pa.string())]
+        + [pa.field(f"_{c}", pa.int64()) for c in COUNTERS]
+    )
+
+
+def changelog_schema(row_schema: pa.Schema) -> pa.Schema:
+    """Changelog rows a task writes, before numbering: record position, sub-position, change type, row."""
+    return pa.schema([pa.field("_seq", pa.int64()), pa.field("_sub", pa.int32()), pa.field("_change_type", pa.string())]
+                     + [f for f in row_schema if f.name != "_bucket"])
+
+
+def _keys(table: pa.Table, names: list[str]) -> list[tuple]:
+    return list(zip(*(table.column(n).to_pylist() for n in names), strict=True)) if table.num_rows else []
+
+
+def _write(io, path: str, table: pa.Table) -> None:
+    with io.new_output(path).create(overwrite=False) as sink:
+        pq.write_table(table, sink, compression="zstd")
+
+
+def merge_bucket(key: tuple, records: pa.Table, ctx: BucketContext) -> pa.Table:
+    """Apply one bucket's records (any order; sorted by ``_seq`` here) to its stored rows."""
+    from pyiceberg.io.pyarrow import PyArrowFileIO
+
+    from changelake.tables import iceberg_partition_value
+
+    spec = ctx.spec
+    cols = list(spec.column_names)
+    pk = list(spec.primary_key)
+    row_schema = ctx.row_schema
+    io = PyArrowFileIO(ctx.io_properties)
+    partition = tuple(iceberg_partition_value(k.as_py()) for k in key)
+    bucket = key[-1].as_py()
+
+    parts = []
+    for path in ctx.files_by_partition.get(partition, []):
+        with io.new_input(path).open() as stream:
+            parts.append(pq.read_table(stream, columns=row_schema.names).cast(row_schema))
+    stored = pa.concat_tables(parts) if parts else row_schema.empty_table()
+    records = records.sort_by("_seq")
+    touched = records.select(pk).cast(pa.schema([row_schema.field(k) for k in pk])).group_by(pk).aggregate([])
+    if stored.num_rows:
+        kept = stored.join(touched, keys=pk, join_type="left anti").select(row_schema.names)
+        hit = stored.join(touched, keys=pk, join_type="left semi")
+    else:
+        kept = hit = stored
+
+    # Rows are handled as indices into `images` (stored rows of touched keys, then the batch's records):
+    # the merger decides which image each key holds and what the changelog shows; Arrow gathers them.
+    value_schema = pa.schema([row_schema.field(c) for c in cols])
+    images = pa.concat_tables([hit.select(cols).cast(value_schema), records.select(cols).cast(value_schema)])
+    merger = RowMerger(spec)
+    rows = {k: i for i, k in enumerate(_keys(hit, pk))}
+    first_record = hit.num_rows
+    log_seq, log_sub, log_type, log_image, count_seq, count_n = [], [], [], [], [], []
+    seqs = records.column("_seq").to_pylist()
+    ops = records.column("_op").to_pylist()
+    for i, (seq, op, row_key) in enumerate(zip(seqs, ops, _keys(records, pk), strict=True)):
+        changes = merger.apply_keyed(rows, op, row_key, first_record + i)
+        if changes:
+            count_seq.append(seq)
+            count_n.append(len(changes))
+            for sub, (change_type, image) in enumerate(changes):
+                log_seq.append(seq)
+                log_sub.append(sub)
+                log_type.append(change_type)
+                log_image.append(image)
+
+    final = images.take(pa.array(list(rows.values()), pa.int64()))
+    merged = final.append_column("_bucket", pa.array([bucket] * final.num_rows, pa.int32()))
+    new_rows = pa.concat_tables([kept, merged.cast(row_schema)])
+    path = log_path = None
+    if new_rows.num_rows:
+        path = f"{ctx.out_dir}/data/bucket-{bucket:04d}-{uuid.uuid4().hex}.parquet"
+        _write(io, path, new_rows)
+    if log_seq:
+        log = images.take(pa.array(log_image, pa.int64()))
+        log = pa.Table.from_arrays(
+            [pa.array(log_seq, pa.int64()), pa.array(log_sub, pa.int32()), pa.array(log_type, pa.string()),
+             *log.columns],
+            schema=changelog_schema(row_schema),
+        )
+        log_path = f"{ctx.out_dir}/changelog-unnumbered/bucket-{bucket:04d}-{uuid.uuid4().hex}.parquet"
+        _write(io, log_path, log)
+
+    out = output_schema(row_schema, ctx.partition_columns)
+    n = len(count_seq)
+    counts = pa.Table.from_arrays(
+        [pa.array([KIND_COUNT] * n, pa.string()), pa.array(count_seq, pa.int64()), pa.array(count_n, pa.int64()),
+         *[pa.nulls(n, f.type) for f in list(out)[3:]]],
+        schema=out,
+    )
+    # One marker per touched bucket (also when it ends up empty): its files, row count and merge counters.
+    marker = {name: [None] for name in out.names}
+    marker.update(_kind=[KIND_FILE], _path=[path], _log_path=[log_path], _count=[new_rows.num_rows])
+    marker.update({f"_{c}": [getattr(merger.counts, c)] for c in COUNTERS})
+    marker.update({column: [value.as_py()] for column, value in zip(ctx.partition_columns, key, strict=True)})
+    return pa.concat_tables([counts, pa.Table.from_pydict(marker, schema=out)])
