@@ -28,7 +28,6 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-
 from changelake import ChangeLake
 from changelake.config import load_settings
 
@@ -52,16 +51,20 @@ def make_records(ops: np.ndarray, keys: np.ndarray, rng: np.random.Generator) ->
     n = len(keys)
     cents = rng.integers(100, 10_000_000, n)
     base = np.datetime64("2026-01-01T00:00:00", "us")
-    return pa.table({
-        "op": pa.array(ops.tolist() if n < 1000 else ops, pa.string()),
-        "order_id": pa.array(keys, pa.int64()),
-        "user_id": pa.array(rng.integers(0, 1_000_000, n), pa.int64()),
-        "item": pa.array(np.char.add("item-", rng.integers(0, 50_000, n).astype(str)), pa.string()),
-        "amount": pa.array(cents / 100.0).cast(pa.decimal128(12, 2), safe=False),
-        "qty": pa.array(rng.integers(1, 20, n), pa.int32()),
-        "score": pa.array(rng.random(n), pa.float64()),
-        "updated_at": pa.array(base + rng.integers(0, 10**12, n).astype("timedelta64[us]"), pa.timestamp("us")),
-    })
+    return pa.table(
+        {
+            "op": pa.array(ops.tolist() if n < 1000 else ops, pa.string()),
+            "order_id": pa.array(keys, pa.int64()),
+            "user_id": pa.array(rng.integers(0, 1_000_000, n), pa.int64()),
+            "item": pa.array(np.char.add("item-", rng.integers(0, 50_000, n).astype(str)), pa.string()),
+            "amount": pa.array(cents / 100.0).cast(pa.decimal128(12, 2), safe=False),
+            "qty": pa.array(rng.integers(1, 20, n), pa.int32()),
+            "score": pa.array(rng.random(n), pa.float64()),
+            "updated_at": pa.array(
+                base + rng.integers(0, 10**12, n).astype("timedelta64[us]"), pa.timestamp("us")
+            ),
+        }
+    )
 
 
 def change_batch(existing: int, next_key: int, size: int, rng) -> tuple[pa.Table, int]:
@@ -149,7 +152,9 @@ def main() -> int:
     pq.write_table(batch, landing / "batch.parquet")
 
     print("== initial load (batch 1)", file=sys.stderr)
-    results["initial_load_s"] = timed(lambda: lake.apply("bench.orders", file=landing / "base.parquet", batch_id=1))
+    results["initial_load_s"] = timed(
+        lambda: lake.apply("bench.orders", file=landing / "base.parquet", batch_id=1)
+    )
 
     table = lake.storage.pk_table(lake.spec("bench.orders"))
     files = [f.file_path for f in lake.storage.data_files(table)]
@@ -165,37 +170,58 @@ def main() -> int:
 
     def naive() -> None:
         cols = [c["name"] for c in SPEC["columns"]]
-        old = spark.read.schema(schema).parquet(*files).select(F.lit(-1).cast("long").alias("_seq"),
-                                                                  F.lit("+I").alias("op"), *cols)
+        old = (
+            spark.read.schema(schema)
+            .parquet(*files)
+            .select(F.lit(-1).cast("long").alias("_seq"), F.lit("+I").alias("op"), *cols)
+        )
         new = spark.read.parquet(str(landing / "batch.parquet")).select(
-            F.monotonically_increasing_id().alias("_seq"), "op", *cols)
+            F.monotonically_increasing_id().alias("_seq"), "op", *cols
+        )
         w = Window.partitionBy("order_id").orderBy(F.col("_seq").desc())
-        latest = old.unionByName(new).withColumn("_rn", F.row_number().over(w)).filter("_rn = 1 and op != '-D'")
+        latest = (
+            old.unionByName(new).withColumn("_rn", F.row_number().over(w)).filter("_rn = 1 and op != '-D'")
+        )
         latest.drop("_rn", "_seq", "op").write.parquet(str(work / "naive"))
 
     results["naive_rewrite_s"] = timed(naive)
 
     print(f"== apply {args.batch:,} records (parquet)", file=sys.stderr)
-    results["apply_parquet_s"] = timed(lambda: lake.apply("bench.orders", file=landing / "batch.parquet", batch_id=2))
+    results["apply_parquet_s"] = timed(
+        lambda: lake.apply("bench.orders", file=landing / "batch.parquet", batch_id=2)
+    )
 
     print(f"== apply {args.small:,} records in one bucket", file=sys.stderr)
     from changelake.tables import bucket_expr
 
     spec = lake.spec("bench.orders")
     in_bucket0 = (
-        lake.rows("bench.orders").select("order_id").withColumn("_bucket", bucket_expr(spec))
-        .filter("_bucket = 0").limit(args.small).toPandas()["order_id"].to_numpy()
+        lake.rows("bench.orders")
+        .select("order_id")
+        .withColumn("_bucket", bucket_expr(spec))
+        .filter("_bucket = 0")
+        .limit(args.small)
+        .toPandas()["order_id"]
+        .to_numpy()
     )
     small = make_records(np.array(["+U"] * len(in_bucket0), dtype=object), in_bucket0, rng)
     pq.write_table(small, landing / "small.parquet")
-    results["apply_one_bucket_s"] = timed(lambda: lake.apply("bench.orders", file=landing / "small.parquet", batch_id=3))
-    touched = lake.storage.pk_table(spec).current_snapshot().summary.additional_properties["changelake.touched-buckets"]
+    results["apply_one_bucket_s"] = timed(
+        lambda: lake.apply("bench.orders", file=landing / "small.parquet", batch_id=3)
+    )
+    touched = (
+        lake.storage.pk_table(spec)
+        .current_snapshot()
+        .summary.additional_properties["changelake.touched-buckets"]
+    )
 
     print(f"== apply {args.batch:,} records (json lines)", file=sys.stderr)
     alive = lake.rows("bench.orders").select("order_id").toPandas()["order_id"].to_numpy()
     batch4, _ = change_batch(alive, next_key, args.batch, rng)
     to_jsonl(batch4, landing / "batch4.jsonl")
-    results["apply_json_s"] = timed(lambda: lake.apply("bench.orders", file=landing / "batch4.jsonl", batch_id=4))
+    results["apply_json_s"] = timed(
+        lambda: lake.apply("bench.orders", file=landing / "batch4.jsonl", batch_id=4)
+    )
 
     pid = jvm_pid()
     report = {

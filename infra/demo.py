@@ -29,13 +29,21 @@ def orders_batch(batch_id: int, n: int = 200) -> list[dict]:
         else:
             records.append({"op": "-D", "data": {"order_id": rng.randrange(0, first_new)}})
             continue
-        records.append({"op": op, "data": {
-            "order_id": order_id, "shop_id": rng.randrange(1, 6), "user_id": rng.randrange(1, 400),
-            "item_id": rng.randrange(1, 50), "amount": f"{rng.randrange(100, 50000) / 100:.2f}",
-            "address": rng.choice(["Berlin", "Lisbon", "Oslo", "Kyiv", "Lima"]),
-            "status": "CREATED" if op == "+I" else rng.choice(["PAID", "SHIPPED", "DELIVERED"]),
-            "updated_at": f"2026-11-{1 + batch_id % 28:02d}T{rng.randrange(24):02d}:{rng.randrange(60):02d}:00.000",
-        }})
+        records.append(
+            {
+                "op": op,
+                "data": {
+                    "order_id": order_id,
+                    "shop_id": rng.randrange(1, 6),
+                    "user_id": rng.randrange(1, 400),
+                    "item_id": rng.randrange(1, 50),
+                    "amount": f"{rng.randrange(100, 50000) / 100:.2f}",
+                    "address": rng.choice(["Berlin", "Lisbon", "Oslo", "Kyiv", "Lima"]),
+                    "status": "CREATED" if op == "+I" else rng.choice(["PAID", "SHIPPED", "DELIVERED"]),
+                    "updated_at": f"2026-11-{1 + batch_id % 28:02d}T{rng.randrange(24):02d}:{rng.randrange(60):02d}:00.000",
+                },
+            }
+        )
     return records
 
 
@@ -56,21 +64,26 @@ def main() -> int:
     results = lake.apply_pending()
     last = results[-1] if results else None
     if last is not None:
-        replay = lake.apply("shop.orders", file=landing / f"{last.batch_id:06d}.jsonl", batch_id=last.batch_id)
+        replay = lake.apply(
+            "shop.orders", file=landing / f"{last.batch_id:06d}.jsonl", batch_id=last.batch_id
+        )
         print(f"\nreplayed batch {last.batch_id}: {replay.status} (exactly once)")
 
     print("\nbatches applied this run:")
     for r in results:
         c = r.counts
-        print(f"  {r.table} batch {r.batch_id}: {c['records']} records -> +{c['inserted']} inserted, "
-              f"{c['updated']} updated, {c['deleted']} deleted, {c['ignored']} ignored; "
-              f"{r.changelog_records} changelog records (offsets {r.log_start_offset}..{r.log_end_offset - 1})")
+        print(
+            f"  {r.table} batch {r.batch_id}: {c['records']} records -> +{c['inserted']} inserted, "
+            f"{c['updated']} updated, {c['deleted']} deleted, {c['ignored']} ignored; "
+            f"{r.changelog_records} changelog records (offsets {r.log_start_offset}..{r.log_end_offset - 1})"
+        )
     print("\nstatus:")
     for row in lake.status():
         print("  " + ", ".join(f"{k}={v}" for k, v in row.items()))
     print("\nlatest changelog of shop.orders:")
     lake.changelog("shop.orders").orderBy("_log_offset", ascending=False).limit(5).select(
-        "_log_offset", "_change_type", "order_id", "status", "amount", "_batch_id").show(truncate=False)
+        "_log_offset", "_change_type", "order_id", "status", "amount", "_batch_id"
+    ).show(truncate=False)
     print(f"warehouse: {s.warehouse}\ncatalog:   {s.catalog_uri}\ndone in {time.monotonic() - started:.0f}s")
     print("try: .venv/bin/changelake scan shop.orders --limit 5  |  .venv/bin/changelake status")
     return 0

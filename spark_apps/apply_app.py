@@ -1,7 +1,7 @@
 """spark-submit entrypoint: apply pending changelog batches exactly once.
 
-    spark-submit spark_apps/apply_app.py [namespace.table] [--up-to N]
-    spark-submit spark_apps/apply_app.py shop.orders --file batch.jsonl --batch-id 7
+spark-submit spark_apps/apply_app.py [namespace.table] [--up-to N]
+spark-submit spark_apps/apply_app.py shop.orders --file batch.jsonl --batch-id 7
 """
 
 import sys

@@ -50,7 +50,11 @@ def cli_env(home) -> dict[str, str]:
 
 def rows_of(df, order_by=None) -> list[tuple]:
     """Rows of a DataFrame as tuples, sorted for order-independent comparison."""
-    return sorted(tuple(r) for r in df.collect()) if order_by is None else [tuple(r) for r in df.orderBy(*order_by).collect()]
+    return (
+        sorted(tuple(r) for r in df.collect())
+        if order_by is None
+        else [tuple(r) for r in df.orderBy(*order_by).collect()]
+    )
 
 
 def changelog_of(lake, table: str) -> list[tuple]:

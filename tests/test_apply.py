@@ -4,15 +4,18 @@ import json
 
 import pyarrow.compute as pc
 import pytest
-from conftest import changelog_of, rows_of
-
 from changelake.errors import BadRecordError, BatchRefusedError, ChangelakeError, WriteRefusedError
+from conftest import changelog_of, rows_of
 
 pytestmark = pytest.mark.integration
 
 KV = {
     "name": "t.kv",
-    "columns": [{"name": "k", "type": "INT"}, {"name": "v", "type": "DOUBLE"}, {"name": "s", "type": "STRING"}],
+    "columns": [
+        {"name": "k", "type": "INT"},
+        {"name": "v", "type": "DOUBLE"},
+        {"name": "s", "type": "STRING"},
+    ],
     "primary_key": ["k"],
     "options": {"bucket.num": 4},
 }
@@ -32,7 +35,9 @@ def test_canonical_walkthrough_and_offsets(lake):
     lake.apply("t.kv", [ins(1, 4.0, "banana")], batch_id=2)
     result = lake.apply("t.kv", [dele(1)], batch_id=3)
     assert changelog_of(lake, "t.kv") == [
-        (0, "+I", 1, 2.0, "apple"), (1, "-U", 1, 2.0, "apple"), (2, "+U", 1, 4.0, "banana"),
+        (0, "+I", 1, 2.0, "apple"),
+        (1, "-U", 1, 2.0, "apple"),
+        (2, "+U", 1, 4.0, "banana"),
         (3, "-D", 1, 4.0, "banana"),
     ]
     assert [r["_batch_id"] for r in lake.changelog("t.kv").collect()] == [1, 2, 2, 3]
@@ -44,18 +49,36 @@ def test_canonical_walkthrough_and_offsets(lake):
 def test_one_batch_equals_records_applied_one_by_one(lake):
     lake.create_table(KV)
     lake.apply("t.kv", [ins(1, 1.0, "a"), ins(2, 2.0, "b")], batch_id=1)
-    batch = [ins(1, 10.0, "a2", "+U"), dele(2), ins(2, 20.0, "b2"), {"op": "-U", "data": {"k": 1, "v": 10.0, "s": "a2"}},
-             ins(1, 11.0, "a3", "+U"), dele(9), ins(3, 3.0, "c"), dele(3)]
+    batch = [
+        ins(1, 10.0, "a2", "+U"),
+        dele(2),
+        ins(2, 20.0, "b2"),
+        {"op": "-U", "data": {"k": 1, "v": 10.0, "s": "a2"}},
+        ins(1, 11.0, "a3", "+U"),
+        dele(9),
+        ins(3, 3.0, "c"),
+        dele(3),
+    ]
     result = lake.apply("t.kv", batch, batch_id=2)
     assert rows_of(lake.rows("t.kv")) == [(1, 11.0, "a3"), (2, 20.0, "b2")]
     assert changelog_of(lake, "t.kv")[2:] == [
-        (2, "-U", 1, 1.0, "a"), (3, "+U", 1, 10.0, "a2"),
-        (4, "-D", 2, 2.0, "b"), (5, "+I", 2, 20.0, "b2"),
-        (6, "-U", 1, 10.0, "a2"), (7, "+U", 1, 11.0, "a3"),
-        (8, "+I", 3, 3.0, "c"), (9, "-D", 3, 3.0, "c"),
+        (2, "-U", 1, 1.0, "a"),
+        (3, "+U", 1, 10.0, "a2"),
+        (4, "-D", 2, 2.0, "b"),
+        (5, "+I", 2, 20.0, "b2"),
+        (6, "-U", 1, 10.0, "a2"),
+        (7, "+U", 1, 11.0, "a3"),
+        (8, "+I", 3, 3.0, "c"),
+        (9, "-D", 3, 3.0, "c"),
     ]
-    assert result.counts == {"records": 8, "inserted": 2, "updated": 2, "deleted": 2, "ignored": 1,
-                             "dropped_update_before": 1}
+    assert result.counts == {
+        "records": 8,
+        "inserted": 2,
+        "updated": 2,
+        "deleted": 2,
+        "ignored": 1,
+        "dropped_update_before": 1,
+    }
 
 
 def test_replay_is_a_noop_and_changed_input_is_refused(lake):
@@ -67,7 +90,9 @@ def test_replay_is_a_noop_and_changed_input_is_refused(lake):
     assert len(lake.storage.pk_table(lake.spec("t.kv")).snapshots()) == snapshots
     with pytest.raises(BatchRefusedError, match="already applied from a different input"):
         lake.apply("t.kv", [ins(1, 9.0, "z")], batch_id=1)
-    with pytest.raises(BatchRefusedError, match="skips ahead; the last applied batch is 1, so the next must be 2"):
+    with pytest.raises(
+        BatchRefusedError, match="skips ahead; the last applied batch is 1, so the next must be 2"
+    ):
         lake.apply("t.kv", [ins(2, 1.0, "b")], batch_id=5)
     assert len(changelog_of(lake, "t.kv")) == 1
 
@@ -100,8 +125,13 @@ def test_delete_behaviors(lake):
     with pytest.raises(WriteRefusedError, match="The table.delete.behavior is set to 'disable'"):
         lake.apply("t.kv_disable", [ins(2, 1.0, "b"), dele(1)], batch_id=2)
     assert rows_of(lake.rows("t.kv_disable")) == [(1, 1.0, "a")]
-    lake.create_table({**KV, "name": "t.kv_sink", "options": {"table.delete.behavior": "disable",
-                                                             "sink.ignore-delete": True}})
+    lake.create_table(
+        {
+            **KV,
+            "name": "t.kv_sink",
+            "options": {"table.delete.behavior": "disable", "sink.ignore-delete": True},
+        }
+    )
     lake.apply("t.kv_sink", [ins(1, 1.0, "a"), dele(1)], batch_id=1)
     assert rows_of(lake.rows("t.kv_sink")) == [(1, 1.0, "a")]
 
@@ -121,7 +151,9 @@ def test_only_touched_buckets_are_rewritten(lake):
     lake.apply("t.kv", [ins(5, 50.0, "y", "+U")], batch_id=2)
     table = lake.storage.pk_table(lake.spec("t.kv"))
     after = {f.file_path: f.partition[0] for f in lake.storage.data_files(table)}
-    changed_buckets = {b for p, b in before.items() if p not in after} | {b for p, b in after.items() if p not in before}
+    changed_buckets = {b for p, b in before.items() if p not in after} | {
+        b for p, b in after.items() if p not in before
+    }
     assert len(changed_buckets) == 1
     summary = table.current_snapshot().summary.additional_properties
     assert summary["changelake.touched-buckets"] == "1"
@@ -145,10 +177,16 @@ def test_pyiceberg_alone_reads_the_same_rows(lake):
 ALL_TYPES = {
     "name": "t.types",
     "columns": [
-        {"name": "id", "type": "STRING"}, {"name": "day", "type": "DATE"},
-        {"name": "b", "type": "BOOLEAN"}, {"name": "ti", "type": "TINYINT"}, {"name": "f", "type": "FLOAT"},
-        {"name": "dec", "type": "DECIMAL(20,4)"}, {"name": "bin", "type": "BYTES"}, {"name": "tm", "type": "TIME"},
-        {"name": "ts", "type": "TIMESTAMP(6)"}, {"name": "tz", "type": "TIMESTAMP_LTZ(3)"},
+        {"name": "id", "type": "STRING"},
+        {"name": "day", "type": "DATE"},
+        {"name": "b", "type": "BOOLEAN"},
+        {"name": "ti", "type": "TINYINT"},
+        {"name": "f", "type": "FLOAT"},
+        {"name": "dec", "type": "DECIMAL(20,4)"},
+        {"name": "bin", "type": "BYTES"},
+        {"name": "tm", "type": "TIME"},
+        {"name": "ts", "type": "TIMESTAMP(6)"},
+        {"name": "tz", "type": "TIMESTAMP_LTZ(3)"},
     ],
     "primary_key": ["id", "day"],
     "partition_keys": ["day"],
@@ -158,13 +196,34 @@ ALL_TYPES = {
 
 def test_partitioned_table_with_every_type_and_lookups(lake):
     lake.create_table(ALL_TYPES)
-    rec = {"id": "a", "day": "2024-01-01", "b": True, "ti": -5, "f": 0.5, "dec": "12345678.1234", "bin": "AAE=",
-           "tm": "23:59:59", "ts": "2024-01-01T01:02:03.456789", "tz": "2024-01-01T00:00:00Z"}
-    lake.apply("t.types", [{"op": "+I", "data": rec}, {"op": "+I", "data": {**rec, "day": "2024-01-02"}},
-                           {"op": "+I", "data": {**rec, "id": "b", "ti": 7}}], batch_id=1)
+    rec = {
+        "id": "a",
+        "day": "2024-01-01",
+        "b": True,
+        "ti": -5,
+        "f": 0.5,
+        "dec": "12345678.1234",
+        "bin": "AAE=",
+        "tm": "23:59:59",
+        "ts": "2024-01-01T01:02:03.456789",
+        "tz": "2024-01-01T00:00:00Z",
+    }
+    lake.apply(
+        "t.types",
+        [
+            {"op": "+I", "data": rec},
+            {"op": "+I", "data": {**rec, "day": "2024-01-02"}},
+            {"op": "+I", "data": {**rec, "id": "b", "ti": 7}},
+        ],
+        batch_id=1,
+    )
     rows = lake.rows("t.types").orderBy("id", "day").collect()
     assert len(rows) == 3
-    assert rows[0]["ti"] == -5 and str(rows[0]["dec"]) == "12345678.1234" and rows[0]["bin"] == bytearray(b"\x00\x01")
+    assert (
+        rows[0]["ti"] == -5
+        and str(rows[0]["dec"]) == "12345678.1234"
+        and rows[0]["bin"] == bytearray(b"\x00\x01")
+    )
     assert dict(lake.rows("t.types").dtypes)["ti"] == "tinyint"
     found = lake.lookup("t.types", {"id": "b", "day": "2024-01-01"})
     assert [r["ti"] for r in found] == [7]
@@ -174,12 +233,20 @@ def test_partitioned_table_with_every_type_and_lookups(lake):
 
 
 def test_prefix_lookup_spec_9_example(lake):
-    lake.create_table({
-        "name": "t.prefix",
-        "columns": [{"name": "a", "type": "INT"}, {"name": "b", "type": "STRING"}, {"name": "c", "type": "INT"},
-                    {"name": "d", "type": "STRING"}],
-        "primary_key": ["a", "b", "c"], "bucket_key": ["a", "b"], "options": {"bucket.num": 3},
-    })
+    lake.create_table(
+        {
+            "name": "t.prefix",
+            "columns": [
+                {"name": "a", "type": "INT"},
+                {"name": "b", "type": "STRING"},
+                {"name": "c", "type": "INT"},
+                {"name": "d", "type": "STRING"},
+            ],
+            "primary_key": ["a", "b", "c"],
+            "bucket_key": ["a", "b"],
+            "options": {"bucket.num": 3},
+        }
+    )
     records = [{"op": "+I", "data": {"a": 1, "b": "aaaaaaaaa", "c": c, "d": f"v{c}"}} for c in (1, 2, 3)]
     records.append({"op": "+I", "data": {"a": 2, "b": "aaaaaaaaa", "c": 4, "d": "v4"}})
     lake.apply("t.prefix", records, batch_id=1)
@@ -195,18 +262,30 @@ def test_prefix_lookup_spec_9_example(lake):
 
 def test_status_views_and_dataframe_batches(lake, spark):
     lake.create_table(KV)
-    df = spark.createDataFrame([("+I", 1, 1.0, "a"), ("+I", 2, 2.0, "b")], "op string, k int, v double, s string")
+    df = spark.createDataFrame(
+        [("+I", 1, 1.0, "a"), ("+I", 2, 2.0, "b")], "op string, k int, v double, s string"
+    )
     lake.apply("t.kv", df, batch_id=1)
     again = lake.apply("t.kv", df, batch_id=1)
     assert again.status == "already-applied"
     views = lake.register_views(["t.kv"])
     assert views == ["global_temp.t__kv", "global_temp.t__kv__changelog"]
     assert spark.sql("select count(*) from global_temp.t__kv").first()[0] == 2
-    assert spark.sql("select count(*) from global_temp.t__kv__changelog where _change_type = '+I'").first()[0] == 2
+    assert (
+        spark.sql("select count(*) from global_temp.t__kv__changelog where _change_type = '+I'").first()[0]
+        == 2
+    )
     (lake.settings.tables_dir / "t.kv.yaml").write_text(json.dumps(KV))
     (status,) = lake.status()
-    assert status == {"table": "t.kv", "exists": True, "last_batch": 1, "rows": 2, "snapshots": 1,
-                      "changelog_records": 2, "pending_batches": 0}
+    assert status == {
+        "table": "t.kv",
+        "exists": True,
+        "last_batch": 1,
+        "rows": 2,
+        "snapshots": 1,
+        "changelog_records": 2,
+        "pending_batches": 0,
+    }
 
 
 def test_create_refuses_a_changed_spec(lake):
@@ -219,7 +298,11 @@ def test_create_refuses_a_changed_spec(lake):
 def test_changelog_from_many_buckets_is_numbered_in_record_order(lake):
     lake.create_table({**KV, "options": {"bucket.num": 8}})
     lake.apply("t.kv", [ins(k, 1.0, "a") for k in range(40)], batch_id=1)
-    lake.apply("t.kv", [ins(k, 2.0, "b", "+U") for k in range(0, 40, 2)] + [dele(k) for k in range(1, 40, 4)], batch_id=2)
+    lake.apply(
+        "t.kv",
+        [ins(k, 2.0, "b", "+U") for k in range(0, 40, 2)] + [dele(k) for k in range(1, 40, 4)],
+        batch_id=2,
+    )
     log = changelog_of(lake, "t.kv")
     assert [entry[0] for entry in log] == list(range(40 + 40 + 10))
     assert [entry[2] for entry in log[40:80:2]] == list(range(0, 40, 2))  # batch order kept: -U/+U per key

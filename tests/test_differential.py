@@ -1,32 +1,38 @@
 """Differential test: random batches applied by Spark equal the sequential reference model (rows and changelog)."""
 
 import pytest
+from changelake.merge import apply_sequential
+from changelake.spec import TableSpec
 from conftest import changelog_of, rows_of
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from changelake.merge import apply_sequential
-from changelake.spec import TableSpec
 
 pytestmark = pytest.mark.integration
 
 record = st.tuples(
     st.sampled_from(["+I", "+U", "-U", "-D"]),
-    st.integers(0, 5),                       # few keys, so keys repeat inside and across batches
+    st.integers(0, 5),  # few keys, so keys repeat inside and across batches
     st.one_of(st.none(), st.integers(-3, 3)),
     st.sampled_from(["x", "y", None]),
 )
 batches = st.lists(st.lists(record, min_size=0, max_size=12), min_size=1, max_size=3)
 
 
-@pytest.mark.parametrize("options", [{}, {"table.changelog.image": "wal"}, {"table.delete.behavior": "ignore"}],
-                         ids=["full", "wal", "ignore-deletes"])
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"table.changelog.image": "wal"}, {"table.delete.behavior": "ignore"}],
+    ids=["full", "wal", "ignore-deletes"],
+)
 @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=batches)
 def test_spark_apply_equals_sequential_reference(lake, options, data):
     spec_dict = {
         "name": "t.diff",
-        "columns": [{"name": "k", "type": "INT"}, {"name": "a", "type": "INT"}, {"name": "b", "type": "STRING"}],
+        "columns": [
+            {"name": "k", "type": "INT"},
+            {"name": "a", "type": "INT"},
+            {"name": "b", "type": "STRING"},
+        ],
         "primary_key": ["k"],
         "options": {"bucket.num": 3, **options},
     }

@@ -29,8 +29,9 @@ def land(home, batches):
 
 def run_cli(env, *args, fault=None):
     env = dict(env, **({"CHANGELAKE_FAULT": fault} if fault else {}))
-    return subprocess.run([sys.executable, "-m", "changelake.cli", *args], env=env, capture_output=True, text=True,
-                          timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "changelake.cli", *args], env=env, capture_output=True, text=True, timeout=300
+    )
 
 
 def read_state(home):
@@ -43,8 +44,15 @@ def read_state(home):
     log = storage.catalog.load_table("t.kv__changelog").scan().to_arrow().sort_by("_log_offset")
     return (
         sorted(zip(rows.column("k").to_pylist(), rows.column("v").to_pylist(), strict=True)),
-        list(zip(log.column("_log_offset").to_pylist(), log.column("_change_type").to_pylist(),
-                 log.column("k").to_pylist(), log.column("_batch_id").to_pylist(), strict=True)),
+        list(
+            zip(
+                log.column("_log_offset").to_pylist(),
+                log.column("_change_type").to_pylist(),
+                log.column("k").to_pylist(),
+                log.column("_batch_id").to_pylist(),
+                strict=True,
+            )
+        ),
     )
 
 
@@ -78,10 +86,23 @@ def test_kill_9_at_each_stage_then_rerun_converges_to_one_application(lake, home
 
 def test_two_racing_appliers_apply_each_batch_once(home, cli_env):
     (home / "tables" / "t.kv.yaml").write_text(SPEC)
-    land(home, {b: [{"op": "+I", "data": {"k": b, "v": f"v{b}"}}, {"op": "+U", "data": {"k": 0, "v": f"v{b}"}}]
-                for b in range(1, 5)})
-    procs = [subprocess.Popen([sys.executable, "-m", "changelake.cli", "apply", "t.kv"], env=cli_env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    land(
+        home,
+        {
+            b: [{"op": "+I", "data": {"k": b, "v": f"v{b}"}}, {"op": "+U", "data": {"k": 0, "v": f"v{b}"}}]
+            for b in range(1, 5)
+        },
+    )
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "changelake.cli", "apply", "t.kv"],
+            env=cli_env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
     outs = [p.communicate(timeout=600) for p in procs]
     assert all(p.returncode == 0 for p in procs), [o[1][-2000:] for o in outs]
     rows, log = read_state(home)
@@ -96,6 +117,8 @@ def test_out_of_order_batch_id_is_refused(lake, home):
 
     (home / "tables" / "t.kv.yaml").write_text(SPEC)
     land(home, {1: BATCHES[1], 3: BATCHES[2]})
-    with pytest.raises(BatchRefusedError, match="batch 3 skips ahead; the last applied batch is 1, so the next must be 2"):
+    with pytest.raises(
+        BatchRefusedError, match="batch 3 skips ahead; the last applied batch is 1, so the next must be 2"
+    ):
         lake.apply_pending("t.kv")
     assert read_state(home)[0] == [(1, "a"), (2, "b")]

@@ -7,34 +7,35 @@ import decimal
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-
 from changelake.errors import BadRecordError
 from changelake.readers import read_batch
 from changelake.spec import TableSpec
 
-ALL_TYPES = TableSpec.from_dict({
-    "name": "t.all",
-    "columns": [
-        {"name": "k", "type": "BIGINT"},
-        {"name": "b", "type": "BOOLEAN"},
-        {"name": "ti", "type": "TINYINT"},
-        {"name": "si", "type": "SMALLINT"},
-        {"name": "i", "type": "INT"},
-        {"name": "f", "type": "FLOAT"},
-        {"name": "d", "type": "DOUBLE"},
-        {"name": "dec", "type": "DECIMAL(6,2)"},
-        {"name": "c", "type": "CHAR(3)"},
-        {"name": "s", "type": "STRING"},
-        {"name": "bin", "type": "BINARY"},
-        {"name": "by", "type": "BYTES"},
-        {"name": "dt", "type": "DATE"},
-        {"name": "tm", "type": "TIME"},
-        {"name": "ts", "type": "TIMESTAMP(3)"},
-        {"name": "tz", "type": "TIMESTAMP_LTZ(6)"},
-        {"name": "req", "type": "STRING", "nullable": False},
-    ],
-    "primary_key": ["k"],
-})
+ALL_TYPES = TableSpec.from_dict(
+    {
+        "name": "t.all",
+        "columns": [
+            {"name": "k", "type": "BIGINT"},
+            {"name": "b", "type": "BOOLEAN"},
+            {"name": "ti", "type": "TINYINT"},
+            {"name": "si", "type": "SMALLINT"},
+            {"name": "i", "type": "INT"},
+            {"name": "f", "type": "FLOAT"},
+            {"name": "d", "type": "DOUBLE"},
+            {"name": "dec", "type": "DECIMAL(6,2)"},
+            {"name": "c", "type": "CHAR(3)"},
+            {"name": "s", "type": "STRING"},
+            {"name": "bin", "type": "BINARY"},
+            {"name": "by", "type": "BYTES"},
+            {"name": "dt", "type": "DATE"},
+            {"name": "tm", "type": "TIME"},
+            {"name": "ts", "type": "TIMESTAMP(3)"},
+            {"name": "tz", "type": "TIMESTAMP_LTZ(6)"},
+            {"name": "req", "type": "STRING", "nullable": False},
+        ],
+        "primary_key": ["k"],
+    }
+)
 
 
 def write(tmp_path, lines, name="1.jsonl"):
@@ -62,9 +63,16 @@ def test_decodes_every_type(tmp_path):
 
 
 def test_positional_rowkind_fields_form(tmp_path):
-    spec = TableSpec.from_dict({"name": "t.p", "columns": [{"name": "k", "type": "INT"}, {"name": "v", "type": "STRING"}],
-                                "primary_key": ["k"]})
-    path = write(tmp_path, ['{"rowkind": "+I", "fields": [1, "a"]}', '', '{"rowkind": "-D", "fields": [1, null]}'])
+    spec = TableSpec.from_dict(
+        {
+            "name": "t.p",
+            "columns": [{"name": "k", "type": "INT"}, {"name": "v", "type": "STRING"}],
+            "primary_key": ["k"],
+        }
+    )
+    path = write(
+        tmp_path, ['{"rowkind": "+I", "fields": [1, "a"]}', "", '{"rowkind": "-D", "fields": [1, null]}']
+    )
     batch = read_batch([path], spec)
     assert batch.records.to_pylist() == [
         {"_seq": 0, "_op": "+I", "k": 1, "v": "a"},
@@ -91,7 +99,7 @@ def test_positional_rowkind_fields_form(tmp_path):
         ('{"op": "+I", "data": {"k": 1, "req": "r", "ts": "2024-01-01T00:00:00Z"}}', "ts", "has a time zone"),
         ('{"op": "+I", "data": {"k": 1, "req": "r", "b": "yes"}}', "b", "expected a JSON boolean"),
         ('{"op": "+I", "data": {"k": 1, "req": "r"}, "extra": 1}', "extra", "unknown top-level field"),
-        ('[1, 2]', None, "expected a JSON object"),
+        ("[1, 2]", None, "expected a JSON object"),
     ],
 )
 def test_bad_records_name_file_line_and_field(tmp_path, line, field, reason):
@@ -111,12 +119,25 @@ def test_deletes_need_only_the_key(tmp_path):
 
 
 def test_parquet_input_matches_json_input(tmp_path):
-    spec = TableSpec.from_dict({"name": "t.p", "columns": [{"name": "k", "type": "INT"},
-                                {"name": "v", "type": "DECIMAL(5,1)"}], "primary_key": ["k"]})
+    spec = TableSpec.from_dict(
+        {
+            "name": "t.p",
+            "columns": [{"name": "k", "type": "INT"}, {"name": "v", "type": "DECIMAL(5,1)"}],
+            "primary_key": ["k"],
+        }
+    )
     jpath = write(tmp_path, ['{"op": "+I", "data": {"k": 1, "v": 1.5}}', '{"op": "-D", "data": {"k": 1}}'])
     ppath = tmp_path / "2.parquet"
-    pq.write_table(pa.table({"op": ["+I", "-D"], "k": pa.array([1, 1], pa.int64()),
-                             "v": pa.array([decimal.Decimal("1.5"), None], pa.decimal128(5, 1))}), ppath)
+    pq.write_table(
+        pa.table(
+            {
+                "op": ["+I", "-D"],
+                "k": pa.array([1, 1], pa.int64()),
+                "v": pa.array([decimal.Decimal("1.5"), None], pa.decimal128(5, 1)),
+            }
+        ),
+        ppath,
+    )
     assert read_batch([jpath], spec).records.equals(read_batch([ppath], spec).records)
 
 
@@ -131,8 +152,13 @@ def test_parquet_input_matches_json_input(tmp_path):
     ],
 )
 def test_bad_parquet_records_name_row_and_field(tmp_path, columns, field, row, reason):
-    spec = TableSpec.from_dict({"name": "t.p", "columns": [{"name": "k", "type": "INT"}, {"name": "t", "type": "TINYINT"}],
-                                "primary_key": ["k"]})
+    spec = TableSpec.from_dict(
+        {
+            "name": "t.p",
+            "columns": [{"name": "k", "type": "INT"}, {"name": "t", "type": "TINYINT"}],
+            "primary_key": ["k"],
+        }
+    )
     path = tmp_path / "1.parquet"
     pq.write_table(pa.table(columns), path)
     with pytest.raises(BadRecordError) as err:

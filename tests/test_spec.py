@@ -1,7 +1,6 @@
 """Table spec validation follows Fluss (spec §1, §3, §5, §13) with errors that name the problem."""
 
 import pytest
-
 from changelake.errors import SpecError
 from changelake.spec import TableSpec
 
@@ -39,13 +38,22 @@ def test_partitioned_bucket_key_excludes_partition_keys():
 @pytest.mark.parametrize(
     "changes, message",
     [
-        ({"bucket_key": ["num_orders"]}, "Bucket keys must be a subset of primary keys excluding partition keys"),
-        ({"primary_key": ["shop_id", "dt"], "partition_keys": ["dt"], "bucket_key": ["dt"]},
-         "Bucket key ['dt'] shouldn't include any column in partition keys ['dt']."),
-        ({"partition_keys": ["dt"]},
-         "Partitioned Primary Key Table requires partition key ['dt'] is a subset of the primary key"),
-        ({"primary_key": ["dt"], "partition_keys": ["dt"]},
-         "Primary Key constraint ['dt'] should not be same with partition fields ['dt']."),
+        (
+            {"bucket_key": ["num_orders"]},
+            "Bucket keys must be a subset of primary keys excluding partition keys",
+        ),
+        (
+            {"primary_key": ["shop_id", "dt"], "partition_keys": ["dt"], "bucket_key": ["dt"]},
+            "Bucket key ['dt'] shouldn't include any column in partition keys ['dt'].",
+        ),
+        (
+            {"partition_keys": ["dt"]},
+            "Partitioned Primary Key Table requires partition key ['dt'] is a subset of the primary key",
+        ),
+        (
+            {"primary_key": ["dt"], "partition_keys": ["dt"]},
+            "Primary Key constraint ['dt'] should not be same with partition fields ['dt'].",
+        ),
         ({"primary_key": ["nope"]}, "Primary key column 'nope' does not exist"),
         ({"primary_key": []}, "needs a primary_key"),
         ({"name": "shop"}, "expected '<namespace>.<table>'"),
@@ -54,14 +62,25 @@ def test_partitioned_bucket_key_excludes_partition_keys():
         ({"columns": [{"name": "a;drop", "type": "INT"}], "primary_key": ["a;drop"]}, "Invalid column name"),
         ({"columns": [{"name": "_bucket", "type": "INT"}], "primary_key": ["_bucket"]}, "reserved"),
         ({"columns": [{"name": "a", "type": "ARRAY<INT>"}], "primary_key": ["a"]}, "cannot parse type"),
-        ({"columns": [{"name": "a", "type": "DECIMAL(40,2)"}], "primary_key": ["a"]}, "precision must be 1..38"),
-        ({"columns": [{"name": "a", "type": "INT"}, {"name": "a", "type": "INT"}], "primary_key": ["a"]},
-         "Duplicate column name 'a'"),
-        ({"options": {"table.delete.behavior": "sometimes"}}, "Invalid value 'sometimes' for 'table.delete.behavior'"),
+        (
+            {"columns": [{"name": "a", "type": "DECIMAL(40,2)"}], "primary_key": ["a"]},
+            "precision must be 1..38",
+        ),
+        (
+            {"columns": [{"name": "a", "type": "INT"}, {"name": "a", "type": "INT"}], "primary_key": ["a"]},
+            "Duplicate column name 'a'",
+        ),
+        (
+            {"options": {"table.delete.behavior": "sometimes"}},
+            "Invalid value 'sometimes' for 'table.delete.behavior'",
+        ),
         ({"options": {"table.changelog.image": "half"}}, "Invalid value 'half' for 'table.changelog.image'"),
         ({"options": {"bucket.num": 0}}, "'bucket.num' must be between 1 and 1024"),
         ({"options": {"no.such.option": 1}}, "Unsupported table option 'no.such.option'"),
-        ({"options": {"table.merge-engine": "last_row"}}, "Invalid value 'last_row' for 'table.merge-engine'"),
+        (
+            {"options": {"table.merge-engine": "last_row"}},
+            "Invalid value 'last_row' for 'table.merge-engine'",
+        ),
         ({"extra_key": 1}, "unknown keys ['extra_key']"),
     ],
 )

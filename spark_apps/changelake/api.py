@@ -42,8 +42,13 @@ def json_default(value: Any) -> Any:
 class ChangeLake:
     """Entry point of the Python API. Creates the SparkSession lazily through :func:`changelake.session.get_spark`."""
 
-    def __init__(self, settings: Settings | None = None, spark=None, progress: Progress | None = stderr_progress,
-                 **overrides: Any):
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        spark=None,
+        progress: Progress | None = stderr_progress,
+        **overrides: Any,
+    ):
         self.settings = settings or load_settings(**overrides)
         self.storage = Storage(self.settings)
         self._spark = spark
@@ -102,8 +107,14 @@ class ChangeLake:
         return spec
 
     # --- writes ----------------------------------------------------------------------------------------
-    def apply(self, table: str, records: list[dict] | Any = None, batch_id: int | None = None,
-              file: str | Path | None = None, fmt: str | None = None) -> BatchResult:
+    def apply(
+        self,
+        table: str,
+        records: list[dict] | Any = None,
+        batch_id: int | None = None,
+        file: str | Path | None = None,
+        fmt: str | None = None,
+    ) -> BatchResult:
         """Apply one batch exactly once: a list of changelog records, a DataFrame, or a landed ``file``.
 
         Records use the changelog-json shapes: ``{"op": "+I", "data": {...}}`` or
@@ -133,7 +144,9 @@ class ChangeLake:
         directory = self.settings.staging_dir / spec.full_name
         directory.mkdir(parents=True, exist_ok=True)
         if isinstance(records, list):
-            payload = "".join(json.dumps(r, default=json_default, sort_keys=True) + "\n" for r in records).encode()
+            payload = "".join(
+                json.dumps(r, default=json_default, sort_keys=True) + "\n" for r in records
+            ).encode()
             path = directory / f"api-{hashlib.sha256(payload).hexdigest()[:20]}.jsonl"
             path.write_bytes(payload)
             return path
@@ -200,20 +213,31 @@ class ChangeLake:
         for name, spec in sorted(self.specs().items()):
             landed = landed_batches(self.settings.landing_dir, spec)
             if not self.storage.exists(spec):
-                out.append({"table": name, "exists": False, "last_batch": 0, "rows": 0, "snapshots": 0,
-                            "changelog_records": 0, "pending_batches": len(landed)})
+                out.append(
+                    {
+                        "table": name,
+                        "exists": False,
+                        "last_batch": 0,
+                        "rows": 0,
+                        "snapshots": 0,
+                        "changelog_records": 0,
+                        "pending_batches": len(landed),
+                    }
+                )
                 continue
             table = self.storage.pk_table(spec)
             state = Storage.state(table)
-            out.append({
-                "table": name,
-                "exists": True,
-                "last_batch": state.last_batch,
-                "rows": sum(f.record_count for f in self.storage.data_files(table)),
-                "snapshots": len(self.storage.batch_snapshots(table)),
-                "changelog_records": state.log_end_offset,
-                "pending_batches": sum(1 for b in landed if b > state.last_batch),
-            })
+            out.append(
+                {
+                    "table": name,
+                    "exists": True,
+                    "last_batch": state.last_batch,
+                    "rows": sum(f.record_count for f in self.storage.data_files(table)),
+                    "snapshots": len(self.storage.batch_snapshots(table)),
+                    "changelog_records": state.log_end_offset,
+                    "pending_batches": sum(1 for b in landed if b > state.last_batch),
+                }
+            )
         return out
 
     def register_views(self, names: list[str] | None = None) -> list[str]:
@@ -253,7 +277,9 @@ def _check_lookup_columns(spec: TableSpec, columns: list[str], prefix: bool) -> 
     pk = list(spec.primary_key)
     if not prefix:
         if sorted(columns) != sorted(pk):
-            raise ChangelakeError(f"Lookup on {spec.full_name} must bind exactly the primary key {pk}, got {columns}")
+            raise ChangelakeError(
+                f"Lookup on {spec.full_name} must bind exactly the primary key {pk}, got {columns}"
+            )
         return
     physical = [k for k in pk if k not in spec.partition_keys]
     bucket = list(spec.bucket_key)

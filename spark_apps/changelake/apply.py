@@ -113,11 +113,17 @@ class Applier:
         self.progress = progress
 
     # --- public ----------------------------------------------------------------------------------------
-    def apply_pending(self, spec: TableSpec, landing_dir: Path, up_to: int | None = None) -> list[BatchResult]:
+    def apply_pending(
+        self, spec: TableSpec, landing_dir: Path, up_to: int | None = None
+    ) -> list[BatchResult]:
         """Apply every landed batch newer than the last committed one, in id order."""
         self.roll_forward_changelog(spec)
         last = Storage.state(self.storage.pk_table(spec)).last_batch
-        pending = {b: p for b, p in landed_batches(landing_dir, spec).items() if b > last and (up_to is None or b <= up_to)}
+        pending = {
+            b: p
+            for b, p in landed_batches(landing_dir, spec).items()
+            if b > last and (up_to is None or b <= up_to)
+        }
         if not pending:
             self.progress(f"[{spec.full_name}] up to date (last batch {last}, nothing pending)")
             return []
@@ -128,7 +134,9 @@ class Applier:
             results.append(self.apply_files(spec, batch_id, [path]))
         return results
 
-    def apply_files(self, spec: TableSpec, batch_id: int, paths: list[Path], fmt: str | None = None) -> BatchResult:
+    def apply_files(
+        self, spec: TableSpec, batch_id: int, paths: list[Path], fmt: str | None = None
+    ) -> BatchResult:
         """Apply the files of one batch (in order) as batch ``batch_id``, exactly once."""
         if batch_id <= 0:
             raise BatchRefusedError(f"batch ids are positive integers, got {batch_id}")
@@ -147,12 +155,15 @@ class Applier:
                 ops = decoded.op_counts()
                 self.progress(
                     f"[{spec.full_name}] batch {batch_id}: {decoded.num_records:,} records "
-                    f"(+I {ops['+I']:,}, -U {ops['-U']:,}, +U {ops['+U']:,}, -D {ops['-D']:,})"
+                    f"(+I {ops['+I']:,}, -U {ops['-U']:,}, +U {ops['+U']:,}, -D {ops['-D']:,}) "
+                    f"decoded in {time.monotonic() - started:.1f}s"
                 )
             try:
                 result = self._apply_decoded(spec, table, state, batch_id, decoded, checksum)
             except CommitFailedException:
-                self.progress(f"[{spec.full_name}] batch {batch_id}: another writer committed first; re-checking")
+                self.progress(
+                    f"[{spec.full_name}] batch {batch_id}: another writer committed first; re-checking"
+                )
                 continue
             self.roll_forward_changelog(spec)
             result.seconds = time.monotonic() - started
@@ -164,10 +175,14 @@ class Applier:
                 f"changelog offsets {result.log_start_offset}..{result.log_end_offset - 1}"
             )
             return result
-        raise ChangelakeError(f"{spec.full_name}: batch {batch_id} lost {MAX_COMMIT_ATTEMPTS} commit races; retry later")
+        raise ChangelakeError(
+            f"{spec.full_name}: batch {batch_id} lost {MAX_COMMIT_ATTEMPTS} commit races; retry later"
+        )
 
     # --- exactly-once bookkeeping ---------------------------------------------------------------------
-    def _already_committed(self, spec, table, batch_id: int, checksum: str, last_batch: int) -> BatchResult | None:
+    def _already_committed(
+        self, spec, table, batch_id: int, checksum: str, last_batch: int
+    ) -> BatchResult | None:
         if batch_id > last_batch:
             if batch_id != last_batch + 1:
                 raise BatchRefusedError(
@@ -202,7 +217,8 @@ class Applier:
             log_table = self.storage.changelog_table(spec)
             log_last = Storage.state(log_table).last_batch
             lagging = [
-                s for s in self.storage.batch_snapshots(pk)
+                s
+                for s in self.storage.batch_snapshots(pk)
                 if int(Storage.snapshot_summary(s)["changelake.batch-id"]) > log_last
             ]
             if not lagging:
@@ -226,14 +242,19 @@ class Applier:
                 return
             except CommitFailedException:
                 continue  # a concurrent applier rolled forward; re-read and check
-        raise ChangelakeError(f"{spec.full_name}: could not commit the changelog after {MAX_COMMIT_ATTEMPTS} attempts")
+        raise ChangelakeError(
+            f"{spec.full_name}: could not commit the changelog after {MAX_COMMIT_ATTEMPTS} attempts"
+        )
 
     # --- the batch itself -----------------------------------------------------------------------------
-    def _apply_decoded(self, spec, table, state, batch_id: int, decoded: DecodedBatch, checksum: str) -> BatchResult:
+    def _apply_decoded(
+        self, spec, table, state, batch_id: int, decoded: DecodedBatch, checksum: str
+    ) -> BatchResult:
         from pyspark import StorageLevel
         from pyspark.sql import functions as F
 
         spark = self.spark
+        started = time.monotonic()
         counts = merge.check_batch_ops(spec, decoded.op_counts())
         keep = ["+I", "+U"] if merge.deletes_dropped_before_table(spec) else ["+I", "+U", "-D"]
         to_apply = decoded.records.filter(pc.is_in(decoded.records.column("_op"), value_set=pa.array(keep)))
@@ -248,15 +269,21 @@ class Applier:
             with table.io.new_output(staging).create(overwrite=True) as out:
                 pq.write_table(to_apply, out)
             records = (
-                spark.read.schema(_records_struct(spec)).parquet(staging).withColumn("_bucket", tables.bucket_expr(spec))
+                spark.read.schema(_records_struct(spec))
+                .parquet(staging)
+                .withColumn("_bucket", tables.bucket_expr(spec))
             )
             part_cols = [*spec.partition_keys, "_bucket"]
             all_files = self.storage.data_files(table)
             merged = self._merge_buckets(spec, table, records, all_files, part_cols, attempt_dir)
             merged.persist(StorageLevel.MEMORY_AND_DISK)
             try:
-                markers = [r.asDict() for r in merged.filter(F.col("_kind") == KIND_FILE)
-                           .select(*part_cols, "_path", "_log_path", "_count", *[f"_{c}" for c in COUNTERS]).collect()]
+                markers = [
+                    r.asDict()
+                    for r in merged.filter(F.col("_kind") == KIND_FILE)
+                    .select(*part_cols, "_seq", "_path", "_log_path", "_count", *[f"_{c}" for c in COUNTERS])
+                    .collect()
+                ]
                 touched = {tuple(tables.iceberg_partition_value(m[c]) for c in part_cols) for m in markers}
                 removed = [f for f in all_files if tables.partition_tuple(f) in touched]
                 added_paths = [m["_path"] for m in markers if m["_path"]]
@@ -264,39 +291,72 @@ class Applier:
                     setattr(counts, c, getattr(counts, c) + sum(m[f"_{c}"] for m in markers))
                 self.progress(
                     f"[{spec.full_name}] batch {batch_id}: merged {len(touched)} of {spec.bucket_num} bucket(s) "
-                    f"(replacing {len(removed)} file(s), {sum(m['_count'] for m in markers):,} rows now in them)"
+                    f"(replacing {len(removed)} file(s), {sum(m['_count'] for m in markers):,} rows now in them) "
+                    f"in {time.monotonic() - started:.1f}s"
                 )
-                log_paths, log_records = self._write_changelog(
-                    merged, [m["_log_path"] for m in markers if m["_log_path"]], spec, batch_id,
-                    state.log_end_offset, commit_ts, log_dir, decoded.num_records,
+                log_records = sum(m["_seq"] for m in markers)
+                log_paths = self._write_changelog(
+                    merged,
+                    [m["_log_path"] for m in markers if m["_log_path"]],
+                    spec,
+                    batch_id,
+                    state.log_end_offset,
+                    commit_ts,
+                    log_dir,
+                )
+                self.progress(
+                    f"[{spec.full_name}] batch {batch_id}: {log_records:,} changelog records written "
+                    f"at {time.monotonic() - started:.1f}s"
                 )
             finally:
                 merged.unpersist()
         _fault("after-data-files")
 
-        manifest_path = f"{table.location()}/metadata/changelake/changelog-{batch_id:012d}-{uuid.uuid4().hex[:12]}.json"
+        manifest_path = (
+            f"{table.location()}/metadata/changelake/changelog-{batch_id:012d}-{uuid.uuid4().hex[:12]}.json"
+        )
         log_start, log_end = state.log_end_offset, state.log_end_offset + log_records
-        self.storage.write_json(table, manifest_path, {
-            "batch_id": batch_id, "files": log_paths, "records": log_records,
-            "log_start_offset": log_start, "log_end_offset": log_end, "commit_timestamp": commit_ts.isoformat(),
-        })
+        self.storage.write_json(
+            table,
+            manifest_path,
+            {
+                "batch_id": batch_id,
+                "files": log_paths,
+                "records": log_records,
+                "log_start_offset": log_start,
+                "log_end_offset": log_end,
+                "commit_timestamp": commit_ts.isoformat(),
+            },
+        )
         added = self.storage.to_data_files(table, added_paths)
-        self.storage.commit_batch(table, removed, added, {
-            "batch-id": batch_id,
-            "checksum": checksum,
-            "log-start-offset": log_start,
-            "log-end-offset": log_end,
-            "changelog-manifest": manifest_path,
-            "changelog-records": log_records,
-            "touched-buckets": len({tables.partition_tuple(f) for f in removed} | {tables.partition_tuple(f) for f in added}),
-            **counts.as_dict(),
-        })
+        self.storage.commit_batch(
+            table,
+            removed,
+            added,
+            {
+                "batch-id": batch_id,
+                "checksum": checksum,
+                "log-start-offset": log_start,
+                "log-end-offset": log_end,
+                "changelog-manifest": manifest_path,
+                "changelog-records": log_records,
+                "touched-buckets": len(
+                    {tables.partition_tuple(f) for f in removed} | {tables.partition_tuple(f) for f in added}
+                ),
+                **counts.as_dict(),
+            },
+        )
         _fault("after-pk-commit")
         snap = self.storage.pk_table(spec).current_snapshot()
         return BatchResult(
-            table=spec.full_name, batch_id=batch_id, status="applied", counts=counts.as_dict(),
-            snapshot_id=snap.snapshot_id if snap else None, changelog_records=log_records,
-            log_start_offset=log_start, log_end_offset=log_end,
+            table=spec.full_name,
+            batch_id=batch_id,
+            status="applied",
+            counts=counts.as_dict(),
+            snapshot_id=snap.snapshot_id if snap else None,
+            changelog_records=log_records,
+            log_start_offset=log_start,
+            log_end_offset=log_end,
         )
 
     def _merge_buckets(self, spec, table, records, all_files, part_cols, out_dir):
@@ -304,8 +364,13 @@ class Applier:
         files_by_partition: dict[tuple, list[str]] = {}
         for f in all_files:
             files_by_partition.setdefault(tables.partition_tuple(f), []).append(f.file_path)
-        ctx = BucketContext(spec=spec, partition_columns=tuple(part_cols), files_by_partition=files_by_partition,
-                            io_properties=dict(table.io.properties), out_dir=out_dir)
+        ctx = BucketContext(
+            spec=spec,
+            partition_columns=tuple(part_cols),
+            files_by_partition=files_by_partition,
+            io_properties=dict(table.io.properties),
+            out_dir=out_dir,
+        )
 
         def merge_one(key, bucket_records):
             return merge_bucket(key, bucket_records, ctx)
@@ -316,25 +381,24 @@ class Applier:
         schema = _spark_schema(output_schema(ctx.row_schema, ctx.partition_columns), spec)
         return records.repartition(n, *part_cols).groupBy(*part_cols).applyInArrow(merge_one, schema)
 
-    def _write_changelog(self, merged, unnumbered: list[str], spec, batch_id, base_offset, commit_ts, directory,
-                         n_records):
-        """Number the batch's changelog gaplessly in (record, sub) order and write it; no sort of the rows.
+    def _write_changelog(
+        self, merged, unnumbered: list[str], spec, batch_id, base_offset, commit_ts, directory
+    ):
+        """Number the batch's changelog gaplessly in (record, sub) order and write it; the rows are not sorted.
 
-        Each record's first offset is ``base + (rows emitted by all earlier records)``: a prefix sum over
-        the per-record counts the bucket tasks returned (batch-sized metadata, not table data), joined back
-        to the tasks' unnumbered changelog files by record position.
+        A record's first offset is ``base + (rows emitted by all earlier records)``: a running sum over the
+        per-record counts the bucket tasks returned (two longs per record), joined back to the tasks'
+        unnumbered changelog files by record position.
         """
-        import numpy as np
+        from pyspark.sql import Window
         from pyspark.sql import functions as F
 
-        per_record = merged.filter(F.col("_kind") == KIND_COUNT).select("_seq", "_count").toArrow()
-        if per_record.num_rows == 0:
-            return [], 0
-        seqs = per_record.column("_seq").to_numpy()
-        emitted = np.zeros(n_records, dtype=np.int64)
-        emitted[seqs] = per_record.column("_count").to_numpy()
-        first_offset = base_offset + np.cumsum(emitted) - emitted
-        starts = self.spark.createDataFrame(pa.table({"_seq": seqs, "_first": first_offset[seqs]}))
+        if not unnumbered:
+            return []
+        earlier = Window.orderBy("_seq").rowsBetween(Window.unboundedPreceding, -1)
+        starts = merged.filter(F.col("_kind") == KIND_COUNT).select(
+            "_seq", (F.lit(base_offset) + F.coalesce(F.sum("_count").over(earlier), F.lit(0))).alias("_first")
+        )
         log = self.spark.read.schema(_changelog_struct(spec)).parquet(*unnumbered)
         log.join(F.broadcast(starts), "_seq").select(
             *spec.column_names,
@@ -342,16 +406,20 @@ class Applier:
             F.lit(batch_id).cast("long").alias("_batch_id"),
             (F.col("_first") + F.col("_sub")).alias("_log_offset"),
             F.lit(commit_ts).cast("timestamp").alias("_commit_timestamp"),
-        ).sortWithinPartitions("_log_offset").write.mode("errorifexists").parquet(directory)
-        return _written_files(self.spark, directory), int(emitted.sum())
+        ).write.mode("errorifexists").parquet(directory)
+        return _written_files(self.spark, directory)
 
 
 def _changelog_struct(spec: TableSpec):
     from pyspark.sql import types as T
 
     return T.StructType(
-        [T.StructField("_seq", T.LongType()), T.StructField("_sub", T.IntegerType()),
-         T.StructField("_change_type", T.StringType())] + tables.storage_struct(spec, with_bucket=False).fields
+        [
+            T.StructField("_seq", T.LongType()),
+            T.StructField("_sub", T.IntegerType()),
+            T.StructField("_change_type", T.StringType()),
+        ]
+        + tables.storage_struct(spec, with_bucket=False).fields
     )
 
 
@@ -361,7 +429,9 @@ def _spark_schema(arrow_schema: pa.Schema, spec: TableSpec):
 
     by_name = {f.name: f for f in tables.storage_struct(spec).fields}
     simple = {pa.string(): T.StringType(), pa.int64(): T.LongType(), pa.int32(): T.IntegerType()}
-    return T.StructType([by_name.get(f.name) or T.StructField(f.name, simple[f.type], True) for f in arrow_schema])
+    return T.StructType(
+        [by_name.get(f.name) or T.StructField(f.name, simple[f.type], True) for f in arrow_schema]
+    )
 
 
 def _records_struct(spec: TableSpec):
@@ -382,7 +452,11 @@ def _written_files(spark, directory: str) -> list[str]:
     while iterator.hasNext():
         name = iterator.next().getPath().toString()
         if name.endswith(".parquet"):
-            files.append(name.replace("file:/", "file:///", 1) if name.startswith("file:/") and not name.startswith("file:///") else name)
+            files.append(
+                name.replace("file:/", "file:///", 1)
+                if name.startswith("file:/") and not name.startswith("file:///")
+                else name
+            )
     return sorted(files)
 
 

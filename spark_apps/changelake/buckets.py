@@ -34,8 +34,10 @@ class BucketContext:
 
     @property
     def row_schema(self) -> pa.Schema:
-        return pa.schema([pa.field(c.name, c.type.arrow_type()) for c in self.spec.columns]
-                         + [pa.field("_bucket", pa.int32())])
+        return pa.schema(
+            [pa.field(c.name, c.type.arrow_type()) for c in self.spec.columns]
+            + [pa.field("_bucket", pa.int32())]
+        )
 
 
 def output_schema(row_schema: pa.Schema, partition_columns: tuple[str, ...]) -> pa.Schema:
@@ -50,8 +52,10 @@ def output_schema(row_schema: pa.Schema, partition_columns: tuple[str, ...]) -> 
 
 def changelog_schema(row_schema: pa.Schema) -> pa.Schema:
     """Changelog rows a task writes, before numbering: record position, sub-position, change type, row."""
-    return pa.schema([pa.field("_seq", pa.int64()), pa.field("_sub", pa.int32()), pa.field("_change_type", pa.string())]
-                     + [f for f in row_schema if f.name != "_bucket"])
+    return pa.schema(
+        [pa.field("_seq", pa.int64()), pa.field("_sub", pa.int32()), pa.field("_change_type", pa.string())]
+        + [f for f in row_schema if f.name != "_bucket"]
+    )
 
 
 def _keys(table: pa.Table, names: list[str]) -> list[tuple]:
@@ -121,8 +125,12 @@ def merge_bucket(key: tuple, records: pa.Table, ctx: BucketContext) -> pa.Table:
     if log_seq:
         log = images.take(pa.array(log_image, pa.int64()))
         log = pa.Table.from_arrays(
-            [pa.array(log_seq, pa.int64()), pa.array(log_sub, pa.int32()), pa.array(log_type, pa.string()),
-             *log.columns],
+            [
+                pa.array(log_seq, pa.int64()),
+                pa.array(log_sub, pa.int32()),
+                pa.array(log_type, pa.string()),
+                *log.columns,
+            ],
             schema=changelog_schema(row_schema),
         )
         log_path = f"{ctx.out_dir}/changelog-unnumbered/bucket-{bucket:04d}-{uuid.uuid4().hex}.parquet"
@@ -131,13 +139,19 @@ def merge_bucket(key: tuple, records: pa.Table, ctx: BucketContext) -> pa.Table:
     out = output_schema(row_schema, ctx.partition_columns)
     n = len(count_seq)
     counts = pa.Table.from_arrays(
-        [pa.array([KIND_COUNT] * n, pa.string()), pa.array(count_seq, pa.int64()), pa.array(count_n, pa.int64()),
-         *[pa.nulls(n, f.type) for f in list(out)[3:]]],
+        [
+            pa.array([KIND_COUNT] * n, pa.string()),
+            pa.array(count_seq, pa.int64()),
+            pa.array(count_n, pa.int64()),
+            *[pa.nulls(n, f.type) for f in list(out)[3:]],
+        ],
         schema=out,
     )
     # One marker per touched bucket (also when it ends up empty): its files, row count and merge counters.
     marker = {name: [None] for name in out.names}
-    marker.update(_kind=[KIND_FILE], _path=[path], _log_path=[log_path], _count=[new_rows.num_rows])
+    marker.update(
+        _kind=[KIND_FILE], _path=[path], _log_path=[log_path], _count=[new_rows.num_rows], _seq=[len(log_seq)]
+    )  # on a marker, _seq holds the bucket's changelog row count
     marker.update({f"_{c}": [getattr(merger.counts, c)] for c in COUNTERS})
     marker.update({column: [value.as_py()] for column, value in zip(ctx.partition_columns, key, strict=True)})
     return pa.concat_tables([counts, pa.Table.from_pydict(marker, schema=out)])

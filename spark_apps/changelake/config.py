@@ -76,7 +76,9 @@ class Settings:
 
 def load_settings(**overrides: Any) -> Settings:
     """Build :class:`Settings` from defaults, the config file, the environment and ``overrides``."""
-    home = Path(overrides.pop("home", None) or os.environ.get("CHANGELAKE_HOME") or Path.home() / ".changelake")
+    home = Path(
+        overrides.pop("home", None) or os.environ.get("CHANGELAKE_HOME") or Path.home() / ".changelake"
+    )
     home = home.expanduser().resolve()
     values: dict[str, Any] = {
         "tables_dir": home / "tables",
@@ -97,8 +99,17 @@ def load_settings(**overrides: Any) -> Settings:
     return Settings(home=home, **values)
 
 
-_FILE_KEYS = {"tables_dir", "landing_dir", "warehouse", "catalog_uri", "catalog_type", "catalog_name",
-              "spark_master", "spark_conf", "catalog_properties"}
+_FILE_KEYS = {
+    "tables_dir",
+    "landing_dir",
+    "warehouse",
+    "catalog_uri",
+    "catalog_type",
+    "catalog_name",
+    "spark_master",
+    "spark_conf",
+    "catalog_properties",
+}
 
 
 def _read_config_file(path: Path, explicit: bool) -> dict[str, Any]:

@@ -26,7 +26,9 @@ def check_name(value: object, what: str) -> str:
 def check_column_name(value: object) -> str:
     name = check_name(value, "column name")
     if name.lower() in RESERVED_COLUMNS or name.startswith("__"):
-        raise SpecError(f"Column name {name!r} is reserved by changelake (reserved: {sorted(RESERVED_COLUMNS)}, '__*').")
+        raise SpecError(
+            f"Column name {name!r} is reserved by changelake (reserved: {sorted(RESERVED_COLUMNS)}, '__*')."
+        )
     return name
 
 

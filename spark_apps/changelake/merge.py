@@ -50,7 +50,9 @@ def check_batch_ops(spec: TableSpec, op_counts: dict[str, int]) -> BatchCounts:
     counts = BatchCounts(records=sum(op_counts.values()), dropped_update_before=op_counts.get("-U", 0))
     deletes = op_counts.get("-D", 0)
     if deletes and not spec.ignore_delete and spec.delete_behavior == "disable":
-        raise WriteRefusedError(f"{spec.full_name}: {DELETE_DISABLED} The batch holds {deletes} delete record(s).")
+        raise WriteRefusedError(
+            f"{spec.full_name}: {DELETE_DISABLED} The batch holds {deletes} delete record(s)."
+        )
     if deletes_dropped_before_table(spec):
         counts.ignored += deletes
     return counts

@@ -113,35 +113,48 @@ def read_changelog_json(path: Path, spec: TableSpec, first_seq: int = 0) -> pa.T
             try:
                 obj = json.loads(line, parse_float=decimal.Decimal)
             except json.JSONDecodeError as e:
-                raise BadRecordError(str(path), line_no, None, f"malformed JSON: {e.msg} at column {e.colno}") from None
+                raise BadRecordError(
+                    str(path), line_no, None, f"malformed JSON: {e.msg} at column {e.colno}"
+                ) from None
             if not isinstance(obj, dict):
                 raise BadRecordError(str(path), line_no, None, "expected a JSON object per line")
             if "rowkind" in obj or "fields" in obj:
                 op, raw = obj.get("rowkind"), obj.get("fields")
                 op_field, data_field = "rowkind", "fields"
                 if not isinstance(raw, list):
-                    raise BadRecordError(str(path), line_no, "fields", "expected a JSON array in column order")
+                    raise BadRecordError(
+                        str(path), line_no, "fields", "expected a JSON array in column order"
+                    )
                 if len(raw) != len(names):
                     raise BadRecordError(
-                        str(path), line_no, "fields", f"expected {len(names)} values {list(names)}, got {len(raw)}"
+                        str(path),
+                        line_no,
+                        "fields",
+                        f"expected {len(names)} values {list(names)}, got {len(raw)}",
                     )
                 pairs = list(zip(names, raw, strict=True))
             else:
                 op, raw = obj.get("op"), obj.get("data")
                 op_field, data_field = "op", "data"
                 if not isinstance(raw, dict):
-                    raise BadRecordError(str(path), line_no, "data", "expected a JSON object with the row's columns")
+                    raise BadRecordError(
+                        str(path), line_no, "data", "expected a JSON object with the row's columns"
+                    )
                 pairs = list(raw.items())
             extra = set(obj) - {op_field, data_field}
             if extra:
                 raise BadRecordError(str(path), line_no, sorted(extra)[0], "unknown top-level field")
             if op not in OPS:
-                raise BadRecordError(str(path), line_no, op_field, f"unknown op {op!r}; expected one of {list(OPS)}")
+                raise BadRecordError(
+                    str(path), line_no, op_field, f"unknown op {op!r}; expected one of {list(OPS)}"
+                )
             values: list = [None] * len(names)
             for name, value in pairs:
                 i = index.get(name)
                 if i is None:
-                    raise BadRecordError(str(path), line_no, name, f"unknown column; table columns are {list(names)}")
+                    raise BadRecordError(
+                        str(path), line_no, name, f"unknown column; table columns are {list(names)}"
+                    )
                 try:
                     values[i] = decoders[i](value)
                 except ValueError as e:
@@ -165,7 +178,9 @@ def read_changelog_parquet(path: Path, spec: TableSpec, first_seq: int = 0) -> p
     names = set(spec.column_names)
     for name in table.column_names:
         if name != "op" and name not in names:
-            raise BadRecordError(str(path), 1, name, f"unknown column; table columns are {list(spec.column_names)}")
+            raise BadRecordError(
+                str(path), 1, name, f"unknown column; table columns are {list(spec.column_names)}"
+            )
     if "op" not in table.column_names:
         raise BadRecordError(str(path), 1, "op", "missing the 'op' column")
     n = table.num_rows
@@ -173,7 +188,9 @@ def read_changelog_parquet(path: Path, spec: TableSpec, first_seq: int = 0) -> p
     bad = pc.invert(pc.fill_null(pc.is_in(ops, pa.array(OPS)), False))
     if pc.any(bad).as_py():
         row = pc.index(bad, True).as_py()
-        raise BadRecordError(str(path), row + 1, "op", f"unknown op {ops[row].as_py()!r}; expected one of {list(OPS)}")
+        raise BadRecordError(
+            str(path), row + 1, "op", f"unknown op {ops[row].as_py()!r}; expected one of {list(OPS)}"
+        )
     arrays = [pa.array(range(first_seq, first_seq + n), pa.int64()), ops]
     for col in spec.columns:
         target = col.type.arrow_type()
@@ -187,7 +204,9 @@ def read_changelog_parquet(path: Path, spec: TableSpec, first_seq: int = 0) -> p
             row = _first_bad_row(source, target)
             raise BadRecordError(str(path), row + 1, col.name, f"does not fit {col.type}: {e}") from None
         if col.type.name in _INT_BOUNDS and n:
-            out_of_range = pc.or_(pc.less(cast, _INT_BOUNDS[col.type.name][0]), pc.greater(cast, _INT_BOUNDS[col.type.name][1]))
+            out_of_range = pc.or_(
+                pc.less(cast, _INT_BOUNDS[col.type.name][0]), pc.greater(cast, _INT_BOUNDS[col.type.name][1])
+            )
             if pc.any(pc.fill_null(out_of_range, False)).as_py():
                 row = pc.index(pc.fill_null(out_of_range, False), True).as_py()
                 try:

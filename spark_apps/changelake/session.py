@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 from changelake.config import Settings
 
@@ -40,7 +41,10 @@ def get_spark(settings: Settings, app_name: str = "changelake", hive: bool = Fal
     conf = dict(_DEFAULTS)
     metastore = settings.metastore_dir
     conf["spark.sql.warehouse.dir"] = str(metastore / "spark-warehouse")
-    conf["spark.driver.extraJavaOptions"] = f"-Dderby.system.home={metastore}"
+    log_config = Path(__file__).with_name("log4j2.properties")
+    conf["spark.driver.extraJavaOptions"] = (
+        f"-Dderby.system.home={metastore} -Dlog4j2.configurationFile={log_config}"
+    )
     if hive:
         metastore.mkdir(parents=True, exist_ok=True)
         conf["spark.sql.catalogImplementation"] = "hive"

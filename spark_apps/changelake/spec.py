@@ -47,9 +47,33 @@ _KNOWN_OPTIONS = {
     "sink.ignore-delete",
     *_PASSTHROUGH_OPTIONS,
 }
-_SPEC_KEYS = {"name", "columns", "primary_key", "bucket_key", "partition_keys", "options", "comment", "source"}
-_PARTITION_KEY_TYPES = {"CHAR", "STRING", "BOOLEAN", "BINARY", "BYTES", "TINYINT", "SMALLINT", "INT", "DATE",
-                        "TIME", "BIGINT", "FLOAT", "DOUBLE", "TIMESTAMP", "TIMESTAMP_LTZ"}
+_SPEC_KEYS = {
+    "name",
+    "columns",
+    "primary_key",
+    "bucket_key",
+    "partition_keys",
+    "options",
+    "comment",
+    "source",
+}
+_PARTITION_KEY_TYPES = {
+    "CHAR",
+    "STRING",
+    "BOOLEAN",
+    "BINARY",
+    "BYTES",
+    "TINYINT",
+    "SMALLINT",
+    "INT",
+    "DATE",
+    "TIME",
+    "BIGINT",
+    "FLOAT",
+    "DOUBLE",
+    "TIMESTAMP",
+    "TIMESTAMP_LTZ",
+}
 
 
 @dataclass(frozen=True)
@@ -99,7 +123,9 @@ class TableSpec:
     @property
     def delete_behavior(self) -> str:
         """Effective ``table.delete.behavior``: explicit, else allow (last-row) or ignore (other engines)."""
-        return self.options.get("table.delete.behavior") or ("allow" if self.merge_engine is None else "ignore")
+        return self.options.get("table.delete.behavior") or (
+            "allow" if self.merge_engine is None else "ignore"
+        )
 
     @property
     def changelog_image(self) -> str:
@@ -189,7 +215,7 @@ def _normalize_options(raw: dict[str, Any]) -> dict[str, str]:
 
     for key, value in opts.items():
         if key.startswith("table.merge-engine.aggregate."):
-            rest = key[len("table.merge-engine.aggregate."):]
+            rest = key[len("table.merge-engine.aggregate.") :]
             if rest.endswith(".listagg-delimiter"):
                 put(f"fields.{rest[: -len('.listagg-delimiter')]}.listagg.delimiter", value, key)
             else:
@@ -263,7 +289,9 @@ def _build(data: dict[str, Any]) -> TableSpec:
     if "bucket.key" in options:
         from_option = tuple(k.strip() for k in options.pop("bucket.key").split(",") if k.strip())
         if bucket_key and bucket_key != from_option:
-            raise SpecError(f"bucket_key {list(bucket_key)} conflicts with option bucket.key {list(from_option)}")
+            raise SpecError(
+                f"bucket_key {list(bucket_key)} conflicts with option bucket.key {list(from_option)}"
+            )
         bucket_key = from_option
     physical_pk = tuple(k for k in primary_key if k not in partition_keys)
     if not bucket_key:
@@ -325,10 +353,15 @@ def _validate_options(options: dict[str, str], columns: list[Column], primary_ke
         # The engines themselves arrive with the merge-engine work; refuse rather than silently act as last-row.
         raise SpecError(f"table.merge-engine '{engine}' is not supported by this changelake version yet")
 
-    for key, allowed in (("table.delete.behavior", DELETE_BEHAVIORS), ("table.changelog.image", CHANGELOG_IMAGES),
-                         ("sink.ignore-delete", ("true", "false"))):
+    for key, allowed in (
+        ("table.delete.behavior", DELETE_BEHAVIORS),
+        ("table.changelog.image", CHANGELOG_IMAGES),
+        ("sink.ignore-delete", ("true", "false")),
+    ):
         if key in options:
             value = options[key].lower()
             if value not in allowed:
-                raise SpecError(f"Invalid value '{options[key]}' for '{key}'; expected one of {list(allowed)}")
+                raise SpecError(
+                    f"Invalid value '{options[key]}' for '{key}'; expected one of {list(allowed)}"
+                )
             options[key] = value

@@ -67,26 +67,37 @@ class Storage:
     def catalog(self) -> Catalog:
         if self._catalog is None:
             s = self.settings
-            props = {"type": s.catalog_type, "uri": s.catalog_uri, "warehouse": s.warehouse, **s.catalog_properties}
+            props = {
+                "type": s.catalog_type,
+                "uri": s.catalog_uri,
+                "warehouse": s.warehouse,
+                **s.catalog_properties,
+            }
             if s.catalog_type == "sql" and s.catalog_uri.startswith("sqlite:///"):
                 from pathlib import Path
 
-                Path(s.catalog_uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+                Path(s.catalog_uri[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
                 if s.warehouse.startswith("file://"):
-                    Path(s.warehouse[len("file://"):]).mkdir(parents=True, exist_ok=True)
+                    Path(s.warehouse[len("file://") :]).mkdir(parents=True, exist_ok=True)
             self._catalog = load_catalog(s.catalog_name, **props)
         return self._catalog
 
     # --- schemas ---------------------------------------------------------------------------------------
     @staticmethod
     def pk_schema(spec: TableSpec) -> Schema:
-        fields = [NestedField(i + 1, c.name, c.type.iceberg_type(), required=False) for i, c in enumerate(spec.columns)]
+        fields = [
+            NestedField(i + 1, c.name, c.type.iceberg_type(), required=False)
+            for i, c in enumerate(spec.columns)
+        ]
         fields.append(NestedField(len(fields) + 1, "_bucket", IntegerType(), required=False))
         return Schema(*fields, identifier_field_ids=[])
 
     @staticmethod
     def changelog_schema(spec: TableSpec) -> Schema:
-        fields = [NestedField(i + 1, c.name, c.type.iceberg_type(), required=False) for i, c in enumerate(spec.columns)]
+        fields = [
+            NestedField(i + 1, c.name, c.type.iceberg_type(), required=False)
+            for i, c in enumerate(spec.columns)
+        ]
         n = len(fields)
         fields += [
             NestedField(n + 1, "_change_type", StringType(), required=False),
@@ -100,7 +111,9 @@ class Storage:
     def create(self, spec: TableSpec) -> None:
         """Create the PK table and its changelog table (idempotent; refuses a different existing spec)."""
         if CHANGELOG_SUFFIX in spec.table:
-            raise ChangelakeError(f"Table name {spec.table!r} may not contain '{CHANGELOG_SUFFIX}' (reserved)")
+            raise ChangelakeError(
+                f"Table name {spec.table!r} may not contain '{CHANGELOG_SUFFIX}' (reserved)"
+            )
         try:
             self.catalog.create_namespace(spec.namespace)
         except NamespaceAlreadyExistsError:
@@ -118,21 +131,29 @@ class Storage:
             schema = self.pk_schema(spec)
             fields = [schema.find_field(k) for k in spec.partition_keys] + [schema.find_field("_bucket")]
             partition_spec = PartitionSpec(
-                *[PartitionField(f.field_id, 1000 + i, IdentityTransform(), f.name) for i, f in enumerate(fields)]
+                *[
+                    PartitionField(f.field_id, 1000 + i, IdentityTransform(), f.name)
+                    for i, f in enumerate(fields)
+                ]
             )
             self._create(spec, spec.table, schema, partition_spec, spec_json)
         if self._load(spec.namespace, spec.table + CHANGELOG_SUFFIX) is None:
             schema = self.changelog_schema(spec)
             batch_field = schema.find_field("_batch_id")
-            partition_spec = PartitionSpec(PartitionField(batch_field.field_id, 1000, IdentityTransform(), "_batch_id"))
+            partition_spec = PartitionSpec(
+                PartitionField(batch_field.field_id, 1000, IdentityTransform(), "_batch_id")
+            )
             self._create(spec, spec.table + CHANGELOG_SUFFIX, schema, partition_spec, spec_json)
 
-    def _create(self, spec: TableSpec, name: str, schema: Schema, partition_spec: PartitionSpec, spec_json: str) -> None:
+    def _create(
+        self, spec: TableSpec, name: str, schema: Schema, partition_spec: PartitionSpec, spec_json: str
+    ) -> None:
         # No automatic commit retries: after a conflict the applier re-reads state and decides (exactly-once).
         props = {"commit.retry.num-retries": "0", P + "spec": spec_json, "format-version": "2"}
         try:
-            table = self.catalog.create_table((spec.namespace, name), schema, partition_spec=partition_spec,
-                                              properties=props)
+            table = self.catalog.create_table(
+                (spec.namespace, name), schema, partition_spec=partition_spec, properties=props
+            )
         except Exception as e:  # a racing creator
             if self._load(spec.namespace, name) is not None:
                 return
@@ -150,13 +171,17 @@ class Storage:
     def pk_table(self, spec: TableSpec) -> Table:
         table = self._load(spec.namespace, spec.table)
         if table is None:
-            raise ChangelakeError(f"Table {spec.full_name} does not exist; create it first (changelake create)")
+            raise ChangelakeError(
+                f"Table {spec.full_name} does not exist; create it first (changelake create)"
+            )
         return table
 
     def changelog_table(self, spec: TableSpec) -> Table:
         table = self._load(spec.namespace, spec.table + CHANGELOG_SUFFIX)
         if table is None:
-            raise ChangelakeError(f"Changelog table of {spec.full_name} does not exist; create the table first")
+            raise ChangelakeError(
+                f"Changelog table of {spec.full_name} does not exist; create the table first"
+            )
         return table
 
     def stored_spec(self, namespace: str, name: str) -> str | None:
@@ -225,7 +250,9 @@ class Storage:
 
     # --- commits ---------------------------------------------------------------------------------------
     @staticmethod
-    def commit_batch(table: Table, removed: list[DataFile], added: list[DataFile], properties: dict[str, str]) -> None:
+    def commit_batch(
+        table: Table, removed: list[DataFile], added: list[DataFile], properties: dict[str, str]
+    ) -> None:
         """Commit one snapshot replacing ``removed`` by ``added``; raises CommitFailedException on a race."""
         tx = table.transaction()
         props = {P + k: str(v) for k, v in properties.items()}

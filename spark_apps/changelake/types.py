@@ -33,7 +33,19 @@ _INT_RANGES = {
     "INT": (-(2**31), 2**31 - 1),
     "BIGINT": (-(2**63), 2**63 - 1),
 }
-_SIMPLE = {"BOOLEAN", "TINYINT", "SMALLINT", "INT", "BIGINT", "FLOAT", "DOUBLE", "STRING", "BYTES", "DATE", "TIME"}
+_SIMPLE = {
+    "BOOLEAN",
+    "TINYINT",
+    "SMALLINT",
+    "INT",
+    "BIGINT",
+    "FLOAT",
+    "DOUBLE",
+    "STRING",
+    "BYTES",
+    "DATE",
+    "TIME",
+}
 _ALIASES = {"INTEGER": "INT", "VARCHAR": "STRING", "VARBINARY": "BYTES", "REAL": "FLOAT", "BOOL": "BOOLEAN"}
 _TYPE_RE = re.compile(r"^\s*([A-Za-z_]+)\s*(?:\(\s*(\d+)\s*(?:,\s*(\d+)\s*)?\))?\s*$")
 
@@ -231,7 +243,9 @@ def parse_type(text: object, column: str = "?") -> DataType:
         p = 10 if p is None else p
         s = 0 if s is None else s
         if not (1 <= p <= 38 and 0 <= s <= p):
-            raise SpecError(f"Column '{column}': DECIMAL precision must be 1..38 and scale 0..precision, got {text}")
+            raise SpecError(
+                f"Column '{column}': DECIMAL precision must be 1..38 and scale 0..precision, got {text}"
+            )
         return DataType(name, p, s)
     if name in ("TIMESTAMP", "TIMESTAMP_LTZ"):
         p = 6 if p is None else p
