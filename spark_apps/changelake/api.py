@@ -64,7 +64,7 @@ class ChangeLake:
 
     @property
     def applier(self) -> Applier:
-        return Applier(self.spark, self.storage, self.progress)
+        return Applier(lambda: self.spark, self.storage, self.progress)
 
     # --- specs and tables ------------------------------------------------------------------------------
     def specs(self) -> dict[str, TableSpec]:
@@ -176,7 +176,7 @@ class ChangeLake:
         from pyspark.sql import functions as F
 
         spec = self.spec(table)
-        Applier(self.spark, self.storage, self.progress).roll_forward_changelog(spec)
+        self.applier.roll_forward_changelog(spec)
         df = tables.changelog_df(self.spark, self.storage, spec)
         if from_batch is not None:
             df = df.filter(F.col("_batch_id") >= from_batch)

@@ -108,9 +108,17 @@ class Applier:
     """Applies batches for one SparkSession and catalog."""
 
     def __init__(self, spark, storage: Storage, progress: Progress = stderr_progress):
-        self.spark = spark
+        """``spark`` is a SparkSession or a callable returning one (started only when a batch needs it,
+        so a bad input file is reported without waiting for a JVM)."""
+        self._spark = spark
         self.storage = storage
         self.progress = progress
+
+    @property
+    def spark(self):
+        if callable(self._spark):
+            self._spark = self._spark()
+        return self._spark
 
     # --- public ----------------------------------------------------------------------------------------
     def apply_pending(
