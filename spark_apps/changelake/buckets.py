@@ -1,7 +1,7 @@
 """The per-bucket merge that runs inside Spark tasks: one call per touched (partition, bucket).
 
 :func:`merge_bucket` reads the bucket's current files once with pyarrow, applies the bucket's records in
-batch order with :class:`changelake.merge.RowMerger` to the stored rows of the touched keys, writes one new
+batch order with the table's merger (:func:`changelake.merge.merger_for`) to the stored rows of the touched keys, writes one new
 file for the bucket (untouched rows + merged rows) and returns the changelog rows it emitted plus, per
 record, how many changelog rows it emitted (the driver turns those into gapless offsets). The table is
 read once and never shuffled; only the batch's records are. Executors write files; the driver commits.
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from changelake.merge import RowMerger
+from changelake.merge import merger_for
 from changelake.spec import TableSpec
 
 KIND_COUNT, KIND_FILE = "count", "file"
@@ -62,6 +62,13 @@ def _keys(table: pa.Table, names: list[str]) -> list[tuple]:
     return list(zip(*(table.column(n).to_pylist() for n in names), strict=True)) if table.num_rows else []
 
 
+def _table(rows: list[tuple], schema: pa.Schema) -> pa.Table:
+    columns = list(zip(*rows, strict=True)) if rows else [[] for _ in schema]
+    return pa.Table.from_arrays(
+        [pa.array(c, f.type) for c, f in zip(columns, schema, strict=True)], schema=schema
+    )
+
+
 def _write(io, path: str, table: pa.Table) -> None:
     with io.new_output(path).create(overwrite=False) as sink:
         pq.write_table(table, sink, compression="zstd")
@@ -94,28 +101,41 @@ def merge_bucket(key: tuple, records: pa.Table, ctx: BucketContext) -> pa.Table:
     else:
         kept = hit = stored
 
-    # Rows are handled as indices into `images` (stored rows of touched keys, then the batch's records):
-    # the merger decides which image each key holds and what the changelog shows; Arrow gathers them.
-    value_schema = pa.schema([row_schema.field(c) for c in cols])
-    images = pa.concat_tables([hit.select(cols).cast(value_schema), records.select(cols).cast(value_schema)])
-    merger = RowMerger(spec)
-    rows = {k: i for i, k in enumerate(_keys(hit, pk))}
-    first_record = hit.num_rows
+    merger = merger_for(spec)
     log_seq, log_sub, log_type, log_image, count_seq, count_n = [], [], [], [], [], []
-    seqs = records.column("_seq").to_pylist()
-    ops = records.column("_op").to_pylist()
-    for i, (seq, op, row_key) in enumerate(zip(seqs, ops, _keys(records, pk), strict=True)):
-        changes = merger.apply_keyed(rows, op, row_key, first_record + i)
-        if changes:
-            count_seq.append(seq)
-            count_n.append(len(changes))
-            for sub, (change_type, image) in enumerate(changes):
-                log_seq.append(seq)
-                log_sub.append(sub)
-                log_type.append(change_type)
-                log_image.append(image)
 
-    final = images.take(pa.array(list(rows.values()), pa.int64()))
+    def run(rows: dict, record_rows) -> None:
+        seqs = records.column("_seq").to_pylist()
+        ops = records.column("_op").to_pylist()
+        for seq, op, row_key, row in zip(seqs, ops, _keys(records, pk), record_rows, strict=True):
+            changes = merger.apply_keyed(rows, op, row_key, row)
+            if changes:
+                count_seq.append(seq)
+                count_n.append(len(changes))
+                for sub, (change_type, image) in enumerate(changes):
+                    log_seq.append(seq)
+                    log_sub.append(sub)
+                    log_type.append(change_type)
+                    log_image.append(image)
+
+    value_schema = pa.schema([row_schema.field(c) for c in cols])
+    if merger.needs_values:
+        # Engines that compute new values (versioned compares, aggregation folds) work on Python tuples.
+        rows = {merger.key_of(r): r for r in _keys(hit, cols)}
+        run(rows, _keys(records, cols))
+        final = _table(list(rows.values()), value_schema)
+        log_table = _table(log_image, value_schema)
+    else:
+        # Rows are indices into `images` (stored rows of touched keys, then the batch's records): the
+        # merger decides which image each key holds and what the changelog shows; Arrow gathers them.
+        images = pa.concat_tables(
+            [hit.select(cols).cast(value_schema), records.select(cols).cast(value_schema)]
+        )
+        rows = {k: i for i, k in enumerate(_keys(hit, pk))}
+        run(rows, range(hit.num_rows, hit.num_rows + records.num_rows))
+        final = images.take(pa.array(list(rows.values()), pa.int64()))
+        log_table = images.take(pa.array(log_image, pa.int64()))
+
     merged = final.append_column("_bucket", pa.array([bucket] * final.num_rows, pa.int32()))
     new_rows = pa.concat_tables([kept, merged.cast(row_schema)])
     path = log_path = None
@@ -123,13 +143,12 @@ def merge_bucket(key: tuple, records: pa.Table, ctx: BucketContext) -> pa.Table:
         path = f"{ctx.out_dir}/data/bucket-{bucket:04d}-{uuid.uuid4().hex}.parquet"
         _write(io, path, new_rows)
     if log_seq:
-        log = images.take(pa.array(log_image, pa.int64()))
         log = pa.Table.from_arrays(
             [
                 pa.array(log_seq, pa.int64()),
                 pa.array(log_sub, pa.int32()),
                 pa.array(log_type, pa.string()),
-                *log.columns,
+                *log_table.columns,
             ],
             schema=changelog_schema(row_schema),
         )

@@ -14,6 +14,8 @@ the table sees them. WAL image: an upsert emits only ``+U new`` (also for a new 
 
 from __future__ import annotations
 
+import decimal
+import math
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 
@@ -33,7 +35,9 @@ class BatchCounts:
     inserted: int = 0
     updated: int = 0
     deleted: int = 0
-    ignored: int = 0  # deletes that changed nothing: ignored by behaviour, sink.ignore-delete, or key absent
+    ignored: int = (
+        0  # records that changed nothing: ignored/absent-key deletes, first_row repeats, older versions
+    )
     dropped_update_before: int = 0
 
     def as_dict(self) -> dict[str, int]:
@@ -58,13 +62,25 @@ def check_batch_ops(spec: TableSpec, op_counts: dict[str, int]) -> BatchCounts:
     return counts
 
 
+#: Returned by :meth:`RowMerger.merge` when a write changes nothing (first_row repeat, older version).
+UNCHANGED = object()
+
+
 # --- the merger ---------------------------------------------------------------------------------------
 Row = tuple
 Change = tuple[str, Row]  # (change type, row image)
 
 
 class RowMerger:
-    """Applies records of a table to a dict ``key -> row`` (rows are tuples in column order)."""
+    """Applies records of a table to a dict ``key -> row`` (rows are tuples in column order).
+
+    The default (last-row) engine; :func:`merger_for` picks the engine of a spec. Engines override
+    :meth:`merge`; returning :data:`UNCHANGED` means "no change" — nothing stored, nothing emitted. That is
+    Fluss's identity rule (spec §2, §11) made explicit: Python may share equal tuples, so identity would lie.
+    """
+
+    #: False when the engine never looks inside rows, so callers may pass handles instead of tuples.
+    needs_values = False
 
     def __init__(self, spec: TableSpec):
         self.spec = spec
@@ -72,18 +88,24 @@ class RowMerger:
         self.drop_deletes = deletes_dropped_before_table(spec)
         self.disable_deletes = spec.delete_behavior == "disable" and not spec.ignore_delete
         self.wal = spec.changelog_image == "wal"
+        # Fluss's WAL shortcut: only the plain last-row engine skips reading the old row (+U for new keys too).
+        self.wal_shortcut = self.wal and spec.merge_engine is None
         self.counts = BatchCounts()
 
     def key_of(self, row: Row) -> Row:
         return tuple(row[i] for i in self.key_index)
+
+    def merge(self, old, new):
+        """The engine's merge of an incoming row into the stored one (``old`` is never None here)."""
+        return new
 
     def apply(self, rows: dict[Row, Row], op: str, row: Row) -> list[Change]:
         """Apply one record and return the changelog it emits (possibly empty)."""
         return self.apply_keyed(rows, op, self.key_of(row), row)
 
     def apply_keyed(self, rows: dict, op: str, key: Row, row) -> list[Change]:
-        """:meth:`apply` with the key given. The last-row engine never looks inside ``row``, so callers may
-        pass a handle (e.g. an index into an Arrow table) and gather the row images afterwards."""
+        """:meth:`apply` with the key given. Engines with ``needs_values = False`` never look inside ``row``,
+        so callers may pass a handle (e.g. an index into an Arrow table) and gather the images afterwards."""
         counts = self.counts
         if op == "-U":
             counts.dropped_update_before += 1
@@ -101,12 +123,169 @@ class RowMerger:
             del rows[key]
             counts.deleted += 1
             return [("-D", old)]
-        rows[key] = row
         if old is None:
+            rows[key] = row
             counts.inserted += 1
-            return [("+U" if self.wal else "+I", row)]
+            return [("+U" if self.wal_shortcut else "+I", row)]
+        merged = self.merge(old, row)
+        if merged is UNCHANGED:
+            counts.ignored += 1
+            return []
+        rows[key] = merged
         counts.updated += 1
-        return [("+U", row)] if self.wal else [("-U", old), ("+U", row)]
+        return [("+U", merged)] if self.wal else [("-U", old), ("+U", merged)]
+
+
+class FirstRowMerger(RowMerger):
+    """``first_row``: the first row of a key is kept; later upserts change nothing and emit nothing."""
+
+    def merge(self, old, new):
+        return UNCHANGED
+
+
+class VersionedMerger(RowMerger):
+    """``versioned``: keep the row with the larger version; ties replace; a null version is the smallest."""
+
+    needs_values = True
+
+    def __init__(self, spec: TableSpec):
+        super().__init__(spec)
+        self.version_index = spec.column_names.index(spec.version_column)
+
+    def merge(self, old, new):
+        old_v, new_v = old[self.version_index], new[self.version_index]
+        if new_v is None:
+            return new if old_v is None else UNCHANGED
+        if old_v is None or old_v <= new_v:
+            return new
+        return UNCHANGED
+
+
+class AggregationMerger(RowMerger):
+    """``aggregation``: the first row of a key is stored as given; later rows aggregate column by column."""
+
+    needs_values = True
+
+    def __init__(self, spec: TableSpec):
+        super().__init__(spec)
+        self.functions = [
+            None if c.name in spec.primary_key else aggregate_function(spec, c.name) for c in spec.columns
+        ]
+
+    def merge(self, old, new):
+        return tuple(new[i] if fn is None else fn(old[i], new[i]) for i, fn in enumerate(self.functions))
+
+
+def merger_for(spec: TableSpec) -> RowMerger:
+    """The merger of a table's ``table.merge-engine``."""
+    return {
+        None: RowMerger,
+        "first_row": FirstRowMerger,
+        "versioned": VersionedMerger,
+        "aggregation": AggregationMerger,
+    }[spec.merge_engine](spec)
+
+
+# --- aggregate functions (spec §4.2) ---------------------------------------------------------------------
+_INT_BITS = {"TINYINT": 8, "SMALLINT": 16, "INT": 32, "BIGINT": 64}
+
+
+def _wrap(value: int, bits: int) -> int:
+    """Two's-complement wrap-around, as Java's primitive arithmetic does."""
+    value &= (1 << bits) - 1
+    return value - (1 << bits) if value >= 1 << (bits - 1) else value
+
+
+def _ignore_nulls(fn):
+    def agg(acc, value):
+        if value is None:
+            return acc
+        if acc is None:
+            return value
+        return fn(acc, value)
+
+    return agg
+
+
+def _sort_key(type_name: str):
+    """Fluss's comparison order: strings by UTF-8 bytes, floats like Java's Double.compare."""
+    if type_name in ("CHAR", "STRING"):
+        return lambda v: v.encode()
+    if type_name in ("FLOAT", "DOUBLE"):
+        return lambda v: (1, 0.0, 0.0) if math.isnan(v) else (0, v, math.copysign(1.0, v))
+    return lambda v: v
+
+
+def _arith(column, op):
+    t = column.type
+    if t.name in _INT_BITS:
+        bits = _INT_BITS[t.name]
+        return lambda a, b: _wrap(op(a, b), bits)
+    if t.name == "FLOAT":
+        import numpy as np
+
+        return lambda a, b: float(op(np.float32(a), np.float32(b)))
+    if t.name == "DOUBLE":
+        return op
+    # DECIMAL: exact, rounded HALF_UP to the column scale; a result beyond the precision becomes null.
+    quantum = decimal.Decimal(1).scaleb(-t.scale)
+    context = decimal.Context(prec=80)
+
+    def dec(a, b):
+        result = context.create_decimal(op(a, b)).quantize(
+            quantum, rounding=decimal.ROUND_HALF_UP, context=context
+        )
+        return None if len(result.as_tuple().digits) > t.precision and result != 0 else result
+
+    return dec
+
+
+def _bitmap_union(bits: int):
+    from pyroaring import BitMap, BitMap64
+
+    cls = BitMap if bits == 32 else BitMap64
+
+    def union(a: bytes, b: bytes) -> bytes:
+        try:
+            merged = cls.deserialize(bytes(a)) | cls.deserialize(bytes(b))
+        except Exception:
+            raise WriteRefusedError("Unable to se/deserialize roaring bitmap.") from None
+        merged.run_optimize()
+        return merged.serialize()
+
+    return union
+
+
+def aggregate_function(spec: TableSpec, column_name: str):
+    """``f(accumulator, incoming) -> new accumulator`` for a column of an aggregation table."""
+    column = spec.column(column_name)
+    name = spec.agg_function(column_name)
+    if name == "sum":
+        return _ignore_nulls(_arith(column, lambda a, b: a + b))
+    if name == "product":
+        return _ignore_nulls(_arith(column, lambda a, b: a * b))
+    if name in ("max", "min"):
+        key = _sort_key(column.type.name)
+        if name == "max":
+            return _ignore_nulls(lambda a, b: b if key(b) > key(a) else a)
+        return _ignore_nulls(lambda a, b: b if key(b) < key(a) else a)
+    if name == "last_value":
+        return lambda acc, value: value
+    if name == "last_value_ignore_nulls":
+        return lambda acc, value: acc if value is None else value
+    if name in ("first_value", "first_value_ignore_nulls"):
+        # Identical in Fluss's code (spec §12 #1): a stored null is replaced by the next non-null value.
+        return lambda acc, value: value if acc is None else acc
+    if name in ("listagg", "string_agg"):
+        delimiter = spec.agg_delimiter(column_name)
+        return _ignore_nulls(lambda a, b: a + delimiter + b)
+    if name == "bool_and":
+        return _ignore_nulls(lambda a, b: a and b)
+    if name == "bool_or":
+        return _ignore_nulls(lambda a, b: a or b)
+    if name in ("rbm32", "rbm64"):
+        return _ignore_nulls(_bitmap_union(32 if name == "rbm32" else 64))
+    raise AssertionError(name)
 
 
 def apply_sequential(
@@ -117,7 +296,7 @@ def apply_sequential(
     A batch that holds a delete on a ``disable`` table fails as a whole: nothing is applied.
     """
     records = list(records)
-    merger = RowMerger(spec)
+    merger = merger_for(spec)
     if merger.disable_deletes and any(op == "-D" for op, _ in records):
         raise WriteRefusedError(DELETE_DISABLED)
     changelog: list[Change] = []

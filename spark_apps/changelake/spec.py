@@ -40,6 +40,7 @@ _PASSTHROUGH_OPTIONS = {
 }
 _KNOWN_OPTIONS = {
     "bucket.num",
+    "table.merge-engine.versioned.ver-column",
     "bucket.key",
     "table.delete.behavior",
     "table.changelog.image",
@@ -119,6 +120,17 @@ class TableSpec:
     @property
     def merge_engine(self) -> str | None:
         return self.options.get("table.merge-engine")
+
+    @property
+    def version_column(self) -> str | None:
+        return self.options.get("table.merge-engine.versioned.ver-column")
+
+    def agg_function(self, column: str) -> str:
+        """The aggregation function of a column (``last_value_ignore_nulls`` when none is declared)."""
+        return self.options.get(f"fields.{column}.agg", "last_value_ignore_nulls")
+
+    def agg_delimiter(self, column: str) -> str:
+        return self.options.get(f"fields.{column}.{self.agg_function(column)}.delimiter", ",")
 
     @property
     def delete_behavior(self) -> str:
@@ -336,32 +348,131 @@ def _build(data: dict[str, Any]) -> TableSpec:
 
 def _validate_options(options: dict[str, str], columns: list[Column], primary_key: tuple[str, ...]) -> None:
     for key in list(options):
-        if key not in _KNOWN_OPTIONS:
-            raise SpecError(f"Unsupported table option '{key}'; supported: {sorted(_KNOWN_OPTIONS)}")
+        if key not in _KNOWN_OPTIONS and not key.startswith("fields."):
+            raise SpecError(
+                f"Unsupported table option '{key}'; supported: {sorted(_KNOWN_OPTIONS)} and fields.*"
+            )
         allowed = _PASSTHROUGH_OPTIONS.get(key)
         if allowed and options[key].lower() not in allowed:
             raise SpecError(f"Option '{key}' must be one of {list(allowed)}, got '{options[key]}'")
-
-    engine = options.get("table.merge-engine")
-    if engine is not None:
-        engine = engine.lower()
-        if engine not in MERGE_ENGINES:
-            raise SpecError(
-                f"Invalid value '{options['table.merge-engine']}' for 'table.merge-engine'; expected one of "
-                f"{list(MERGE_ENGINES)} or no option for the default (last-row) engine"
-            )
-        # The engines themselves arrive with the merge-engine work; refuse rather than silently act as last-row.
-        raise SpecError(f"table.merge-engine '{engine}' is not supported by this changelake version yet")
-
-    for key, allowed in (
+    enums = (
         ("table.delete.behavior", DELETE_BEHAVIORS),
         ("table.changelog.image", CHANGELOG_IMAGES),
         ("sink.ignore-delete", ("true", "false")),
-    ):
+        ("table.merge-engine", MERGE_ENGINES),
+    )
+    for key, allowed in enums:
         if key in options:
             value = options[key].lower()
             if value not in allowed:
+                hint = " (omit it for the default last-row engine)" if key == "table.merge-engine" else ""
                 raise SpecError(
-                    f"Invalid value '{options[key]}' for '{key}'; expected one of {list(allowed)}"
+                    f"Invalid value '{options[key]}' for '{key}'; expected one of {list(allowed)}{hint}"
                 )
             options[key] = value
+    _validate_engine(options, columns, primary_key)
+
+
+AGG_NUMERIC = ("TINYINT", "SMALLINT", "INT", "BIGINT", "FLOAT", "DOUBLE", "DECIMAL")
+AGG_ORDERED = ("CHAR", "STRING", *AGG_NUMERIC, "DATE", "TIME", "TIMESTAMP", "TIMESTAMP_LTZ")
+#: Fluss's 14 aggregate functions and the column types each accepts (spec §4.2); None = every type.
+#: listagg/string_agg follow Fluss's code, which refuses CHAR when the merger is built (spec §12 #2).
+AGG_FUNCTIONS: dict[str, tuple[str, ...] | None] = {
+    "sum": AGG_NUMERIC,
+    "product": AGG_NUMERIC,
+    "max": AGG_ORDERED,
+    "min": AGG_ORDERED,
+    "last_value": None,
+    "last_value_ignore_nulls": None,
+    "first_value": None,
+    "first_value_ignore_nulls": None,
+    "listagg": ("STRING",),
+    "string_agg": ("STRING",),
+    "bool_and": ("BOOLEAN",),
+    "bool_or": ("BOOLEAN",),
+    "rbm32": ("BYTES",),
+    "rbm64": ("BYTES",),
+}
+_VERSION_TYPES = ("INT", "BIGINT", "TIMESTAMP", "TIMESTAMP_LTZ")
+
+
+def _validate_engine(options: dict[str, str], columns: list[Column], primary_key: tuple[str, ...]) -> None:
+    """Fluss's create-time checks for merge engines, aggregate functions and delete behaviour (spec §3-§5)."""
+    engine = options.get("table.merge-engine")
+    types = {c.name: c.type for c in columns}
+    if engine in ("first_row", "versioned") and options.get("table.delete.behavior") == "allow":
+        raise SpecError(
+            f"Table with '{engine.upper()}' merge engine does not support delete operations. The "
+            "'table.delete.behavior' config must be set to 'ignore' or 'disable', but got 'allow'."
+        )
+    version = options.get("table.merge-engine.versioned.ver-column")
+    if engine == "versioned":
+        if not version:
+            raise SpecError(
+                "'table.merge-engine.versioned.ver-column' must be set for versioned merge engine."
+            )
+        if version not in types:
+            raise SpecError(
+                f"The version column '{version}' for versioned merge engine doesn't exist in schema."
+            )
+        if types[version].name not in _VERSION_TYPES:
+            raise SpecError(
+                f"The version column '{version}' for versioned merge engine must be one type of "
+                f"[INT, BIGINT, TIMESTAMP, TIMESTAMP_LTZ], but got {types[version]}."
+            )
+    elif version:
+        raise SpecError(
+            "'table.merge-engine.versioned.ver-column' is only valid with table.merge-engine versioned"
+        )
+    if engine == "aggregation" and options.get("table.changelog.image") == "wal":
+        raise SpecError(
+            "Table with 'AGGREGATION' merge engine does not support 'WAL' changelog image mode. Aggregation merge "
+            "engine tables require FULL changelog image mode for correct UNDO recovery. Please set "
+            "'table.changelog.image' to 'FULL' or remove the setting."
+        )
+    functions: dict[str, str] = {}
+    for key in [k for k in options if k.startswith("fields.") and k.endswith(".agg")]:
+        column = key[len("fields.") : -len(".agg")]
+        fn = options[key].strip().lower().replace("-", "_")
+        if column not in types:
+            raise SpecError(f"Option '{key}': column '{column}' does not exist in the schema {list(types)}")
+        if engine != "aggregation":
+            raise SpecError(
+                "Aggregation function is only supported for aggregation merge engine table, but column "
+                f"'{column}' has aggregation function '{fn}'."
+            )
+        if column in primary_key:
+            raise SpecError(f"Cannot set aggregation function for primary key column '{column}'.")
+        if fn not in AGG_FUNCTIONS:
+            raise SpecError(
+                f"Unknown aggregation function '{options[key]}' for column '{column}'; supported: {sorted(AGG_FUNCTIONS)}"
+            )
+        accepted = AGG_FUNCTIONS[fn]
+        if accepted is not None and types[column].name not in accepted:
+            raise SpecError(
+                f"Invalid aggregation function for column '{column}': Data type for {fn} column must be part of "
+                f"{list(accepted)} but was '{types[column]}'."
+            )
+        options[key] = fn
+        functions[column] = fn
+    for key in [k for k in options if k.startswith("fields.") and not k.endswith(".agg")]:
+        parts = key.split(".")
+        if len(parts) != 4 or parts[1] not in types:
+            raise SpecError(
+                f"Unsupported table option '{key}'; expected fields.<column>.<function>.<parameter>"
+            )
+        _, column, fn, param = parts
+        fn = fn.lower().replace("-", "_")
+        declared = functions.get(column, "last_value_ignore_nulls")
+        if fn != declared:
+            raise SpecError(f"Option '{key}' configures '{fn}', but column '{column}' uses '{declared}'")
+        if fn not in ("listagg", "string_agg") or param != "delimiter":
+            supported = "delimiter" if fn in ("listagg", "string_agg") else "none"
+            raise SpecError(
+                f"Parameter '{param}' is not supported for aggregation function '{fn}'. Supported parameters: {supported}"
+            )
+        if options[key] == "":
+            raise SpecError(
+                f"Parameter 'delimiter' for aggregation function '{fn}' must be a non-empty string"
+            )
+        options[f"fields.{column}.{fn}.delimiter"] = options.pop(key)
