@@ -46,6 +46,25 @@ _SIMPLE = {
     "DATE",
     "TIME",
 }
+# Storage of each spec type (see the module docstring); DECIMAL keeps its precision and scale.
+_STORAGE_KIND = {
+    "BOOLEAN": "boolean",
+    "TINYINT": "int",
+    "SMALLINT": "int",
+    "INT": "int",
+    "BIGINT": "long",
+    "FLOAT": "float",
+    "DOUBLE": "double",
+    "DECIMAL": "decimal",
+    "CHAR": "string",
+    "STRING": "string",
+    "TIME": "string",
+    "BINARY": "binary",
+    "BYTES": "binary",
+    "DATE": "date",
+    "TIMESTAMP": "timestamp",
+    "TIMESTAMP_LTZ": "timestamptz",
+}
 _ALIASES = {"INTEGER": "INT", "VARCHAR": "STRING", "VARBINARY": "BYTES", "REAL": "FLOAT", "BOOL": "BOOLEAN"}
 _TYPE_RE = re.compile(r"^\s*([A-Za-z_]+)\s*(?:\(\s*(\d+)\s*(?:,\s*(\d+)\s*)?\))?\s*$")
 
@@ -70,27 +89,29 @@ class DataType:
         return self.name in _INT_RANGES
 
     # --- storage ---------------------------------------------------------------------------------------
+    @property
+    def storage_kind(self) -> str:
+        """How values are stored: one of the keys shared by the Spark, Iceberg and Arrow mappings below."""
+        return _STORAGE_KIND[self.name]
+
     def spark_type(self):
         """The Spark type of this column in storage and in changelake's internal DataFrames."""
         from pyspark.sql import types as T
 
-        n = self.name
-        if n in ("TINYINT", "SMALLINT", "INT"):
-            return T.IntegerType()
+        if self.name == "DECIMAL":
+            return T.DecimalType(self.precision, self.scale)
         return {
-            "BOOLEAN": T.BooleanType(),
-            "BIGINT": T.LongType(),
-            "FLOAT": T.FloatType(),
-            "DOUBLE": T.DoubleType(),
-            "CHAR": T.StringType(),
-            "STRING": T.StringType(),
-            "TIME": T.StringType(),
-            "BINARY": T.BinaryType(),
-            "BYTES": T.BinaryType(),
-            "DATE": T.DateType(),
-            "TIMESTAMP": T.TimestampNTZType(),
-            "TIMESTAMP_LTZ": T.TimestampType(),
-        }.get(n) or T.DecimalType(self.precision, self.scale)
+            "boolean": T.BooleanType,
+            "int": T.IntegerType,
+            "long": T.LongType,
+            "float": T.FloatType,
+            "double": T.DoubleType,
+            "string": T.StringType,
+            "binary": T.BinaryType,
+            "date": T.DateType,
+            "timestamp": T.TimestampNTZType,
+            "timestamptz": T.TimestampType,
+        }[self.storage_kind]()
 
     def view_spark_type(self):
         """The Spark type shown in registered views (closest to the declared type)."""
@@ -105,44 +126,38 @@ class DataType:
     def iceberg_type(self):
         from pyiceberg import types as I
 
-        n = self.name
-        if n in ("TINYINT", "SMALLINT", "INT"):
-            return I.IntegerType()
+        if self.name == "DECIMAL":
+            return I.DecimalType(self.precision, self.scale)
         return {
-            "BOOLEAN": I.BooleanType(),
-            "BIGINT": I.LongType(),
-            "FLOAT": I.FloatType(),
-            "DOUBLE": I.DoubleType(),
-            "CHAR": I.StringType(),
-            "STRING": I.StringType(),
-            "TIME": I.StringType(),
-            "BINARY": I.BinaryType(),
-            "BYTES": I.BinaryType(),
-            "DATE": I.DateType(),
-            "TIMESTAMP": I.TimestampType(),
-            "TIMESTAMP_LTZ": I.TimestamptzType(),
-        }.get(n) or I.DecimalType(self.precision, self.scale)
+            "boolean": I.BooleanType,
+            "int": I.IntegerType,
+            "long": I.LongType,
+            "float": I.FloatType,
+            "double": I.DoubleType,
+            "string": I.StringType,
+            "binary": I.BinaryType,
+            "date": I.DateType,
+            "timestamp": I.TimestampType,
+            "timestamptz": I.TimestamptzType,
+        }[self.storage_kind]()
 
     def arrow_type(self):
         import pyarrow as pa
 
-        n = self.name
-        if n in ("TINYINT", "SMALLINT", "INT"):
-            return pa.int32()
+        if self.name == "DECIMAL":
+            return pa.decimal128(self.precision, self.scale)
         return {
-            "BOOLEAN": pa.bool_(),
-            "BIGINT": pa.int64(),
-            "FLOAT": pa.float32(),
-            "DOUBLE": pa.float64(),
-            "CHAR": pa.string(),
-            "STRING": pa.string(),
-            "TIME": pa.string(),
-            "BINARY": pa.binary(),
-            "BYTES": pa.binary(),
-            "DATE": pa.date32(),
-            "TIMESTAMP": pa.timestamp("us"),
-            "TIMESTAMP_LTZ": pa.timestamp("us", tz="UTC"),
-        }.get(n) or pa.decimal128(self.precision, self.scale)
+            "boolean": pa.bool_(),
+            "int": pa.int32(),
+            "long": pa.int64(),
+            "float": pa.float32(),
+            "double": pa.float64(),
+            "string": pa.string(),
+            "binary": pa.binary(),
+            "date": pa.date32(),
+            "timestamp": pa.timestamp("us"),
+            "timestamptz": pa.timestamp("us", tz="UTC"),
+        }[self.storage_kind]
 
     # --- decoding ---------------------------------------------------------------------------------------
     def decode_json(self, value: Any) -> Any:
