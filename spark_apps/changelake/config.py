@@ -23,7 +23,7 @@ Credentials never live in the repository: pass them through the environment or a
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -69,9 +69,6 @@ class Settings:
     def staging_dir(self) -> Path:
         """Decoded batches waiting for Spark (one file per apply attempt; never read by a later attempt)."""
         return self.home / "staging"
-
-    def with_overrides(self, **overrides: Any) -> Settings:
-        return replace(self, **{k: v for k, v in overrides.items() if v is not None})
 
 
 def load_settings(**overrides: Any) -> Settings:

@@ -114,10 +114,6 @@ class TableSpec:
         raise SpecError(f"Table {self.full_name} has no column '{name}'")
 
     @property
-    def value_columns(self) -> tuple[str, ...]:
-        return tuple(c for c in self.column_names if c not in self.primary_key)
-
-    @property
     def merge_engine(self) -> str | None:
         return self.options.get("table.merge-engine")
 

@@ -36,7 +36,6 @@ from changelake.spec import TableSpec
 
 CHANGELOG_SUFFIX = "__changelog"
 P = "changelake."  # prefix of every snapshot-summary and table property changelake writes
-COUNT_KEYS = ("records", "inserted", "updated", "deleted", "ignored", "dropped_update_before")
 
 __all__ = ["Storage", "TableState", "CommitFailedException"]
 
