@@ -172,7 +172,11 @@ class ChangeLake:
         return tables.to_view_types(spec, df)
 
     def changelog(self, table: str, from_batch: int | None = None, to_batch: int | None = None):
-        """The changelog (``_change_type``, ``_batch_id``, ``_log_offset``, ``_commit_timestamp``), by offset."""
+        """The changelog (``_change_type``, ``_batch_id``, ``_log_offset``, ``_commit_timestamp``), by offset.
+
+        If a crashed apply left a committed batch's changelog uncommitted, it is rolled forward first (the
+        same deterministic commit the next apply would make), so readers never miss a committed batch.
+        """
         from pyspark.sql import functions as F
 
         spec = self.spec(table)
