@@ -114,22 +114,25 @@ class ChangeLake:
         batch_id: int | None = None,
         file: str | Path | None = None,
         fmt: str | None = None,
+        target_columns: list[str] | None = None,
     ) -> BatchResult:
         """Apply one batch exactly once: a list of changelog records, a DataFrame, or a landed ``file``.
 
         Records use the changelog-json shapes: ``{"op": "+I", "data": {...}}`` or
         ``{"rowkind": "+I", "fields": [...]}``. A DataFrame has an ``op`` column and the row columns; its
         row order (as collected) is the batch order. Without ``batch_id`` the next id is used.
+        ``target_columns`` makes the batch a partial update: only those columns (which must include the
+        primary key) are written.
         """
         spec = self._ensure(table)
         if batch_id is None:
             batch_id = Storage.state(self.storage.pk_table(spec)).last_batch + 1
         if file is not None:
-            return self.applier.apply_files(spec, batch_id, [Path(file)], fmt)
+            return self.applier.apply_files(spec, batch_id, [Path(file)], fmt, target_columns)
         if records is None:
             raise ChangelakeError("apply() needs records, a DataFrame or file=")
         staged = self._stage_records(spec, records)
-        return self.applier.apply_files(spec, batch_id, [staged])
+        return self.applier.apply_files(spec, batch_id, [staged], target_columns=target_columns)
 
     def apply_pending(self, table: str | None = None, up_to: int | None = None) -> list[BatchResult]:
         """Apply every landed batch newer than each table's last one (all tables with specs if ``table`` is None)."""

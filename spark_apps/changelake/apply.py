@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import json
 import os
 import re
 import signal
@@ -75,14 +76,30 @@ def _fault(point: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def checksum_files(paths: list[Path], fmt: str | None = None) -> str:
-    h = hashlib.sha256((fmt or "").encode())
+def checksum_files(paths: list[Path], fmt: str | None = None, target_columns: list[str] | None = None) -> str:
+    """Identity of a batch's input: file contents, format and target columns (not the file names)."""
+    h = hashlib.sha256(json.dumps([fmt, target_columns]).encode())
     for path in paths:
         with open(path, "rb") as fh:
             for chunk in iter(lambda: fh.read(1 << 20), b""):
                 h.update(chunk)
         h.update(b"\x00")
     return h.hexdigest()
+
+
+def read_manifest(path: Path) -> list[str] | None:
+    """Target columns of a landed batch, from ``<batch_id>.manifest.json`` beside it (partial updates)."""
+    manifest = path.with_name(f"{path.name.split('.')[0]}.manifest.json")
+    if not manifest.exists():
+        return None
+    try:
+        data = json.loads(manifest.read_text())
+    except json.JSONDecodeError as e:
+        raise ChangelakeError(f"{manifest}: not valid JSON: {e}") from None
+    columns = data.get("target_columns") if isinstance(data, dict) else None
+    if not isinstance(columns, list) or not all(isinstance(c, str) for c in columns):
+        raise ChangelakeError(f'{manifest}: expected {{"target_columns": ["col", ...]}}')
+    return columns
 
 
 def landed_batches(landing_dir: Path, spec: TableSpec) -> dict[int, Path]:
@@ -139,17 +156,26 @@ class Applier:
         results = []
         for i, (batch_id, path) in enumerate(pending.items(), start=1):
             self.progress(f"[{spec.full_name}] batch {i}/{len(pending)}: id {batch_id} from {path}")
-            results.append(self.apply_files(spec, batch_id, [path]))
+            results.append(self.apply_files(spec, batch_id, [path], target_columns=read_manifest(path)))
         return results
 
     def apply_files(
-        self, spec: TableSpec, batch_id: int, paths: list[Path], fmt: str | None = None
+        self,
+        spec: TableSpec,
+        batch_id: int,
+        paths: list[Path],
+        fmt: str | None = None,
+        target_columns: list[str] | None = None,
     ) -> BatchResult:
-        """Apply the files of one batch (in order) as batch ``batch_id``, exactly once."""
+        """Apply the files of one batch (in order) as batch ``batch_id``, exactly once.
+
+        ``target_columns`` makes it a partial update (spec §6): only those columns are written.
+        """
         if batch_id <= 0:
             raise BatchRefusedError(f"batch ids are positive integers, got {batch_id}")
+        merge.check_target_columns(spec, target_columns)  # refuse before reading anything
         started = time.monotonic()
-        checksum = checksum_files(paths, fmt)
+        checksum = checksum_files(paths, fmt, target_columns)
         decoded: DecodedBatch | None = None
         for _attempt in range(MAX_COMMIT_ATTEMPTS):
             self.roll_forward_changelog(spec)
@@ -167,7 +193,7 @@ class Applier:
                     f"decoded in {time.monotonic() - started:.1f}s"
                 )
             try:
-                result = self._apply_decoded(spec, table, state, batch_id, decoded, checksum)
+                result = self._apply_decoded(spec, table, state, batch_id, decoded, checksum, target_columns)
             except CommitFailedException:
                 self.progress(
                     f"[{spec.full_name}] batch {batch_id}: another writer committed first; re-checking"
@@ -256,7 +282,7 @@ class Applier:
 
     # --- the batch itself -----------------------------------------------------------------------------
     def _apply_decoded(
-        self, spec, table, state, batch_id: int, decoded: DecodedBatch, checksum: str
+        self, spec, table, state, batch_id: int, decoded: DecodedBatch, checksum: str, target_columns
     ) -> BatchResult:
         from pyspark import StorageLevel
         from pyspark.sql import functions as F
@@ -283,7 +309,9 @@ class Applier:
             )
             part_cols = [*spec.partition_keys, "_bucket"]
             all_files = self.storage.data_files(table)
-            merged = self._merge_buckets(spec, table, records, all_files, part_cols, attempt_dir)
+            merged = self._merge_buckets(
+                spec, table, records, all_files, part_cols, attempt_dir, target_columns
+            )
             merged.persist(StorageLevel.MEMORY_AND_DISK)
             try:
                 markers = [
@@ -348,6 +376,7 @@ class Applier:
                 "log-end-offset": log_end,
                 "changelog-manifest": manifest_path,
                 "changelog-records": log_records,
+                "target-columns": ",".join(target_columns) if target_columns else "",
                 "touched-buckets": len(
                     {tables.partition_tuple(f) for f in removed} | {tables.partition_tuple(f) for f in added}
                 ),
@@ -367,7 +396,7 @@ class Applier:
             log_end_offset=log_end,
         )
 
-    def _merge_buckets(self, spec, table, records, all_files, part_cols, out_dir):
+    def _merge_buckets(self, spec, table, records, all_files, part_cols, out_dir, target_columns):
         """Run :func:`changelake.buckets.merge_bucket` once per touched (partition, bucket)."""
         files_by_partition: dict[tuple, list[str]] = {}
         for f in all_files:
@@ -378,6 +407,7 @@ class Applier:
             files_by_partition=files_by_partition,
             io_properties=dict(table.io.properties),
             out_dir=out_dir,
+            target_columns=None if target_columns is None else tuple(target_columns),
         )
 
         def merge_one(key, bucket_records):

@@ -31,6 +31,7 @@ class BucketContext:
     files_by_partition: dict[tuple, list[str]]
     io_properties: dict[str, str]
     out_dir: str
+    target_columns: tuple[str, ...] | None = None  # a partial update's target columns
 
     @property
     def row_schema(self) -> pa.Schema:
@@ -101,7 +102,7 @@ def merge_bucket(key: tuple, records: pa.Table, ctx: BucketContext) -> pa.Table:
     else:
         kept = hit = stored
 
-    merger = merger_for(spec)
+    merger = merger_for(spec, None if ctx.target_columns is None else list(ctx.target_columns))
     log_seq, log_sub, log_type, log_image, count_seq, count_n = [], [], [], [], [], []
 
     def run(rows: dict, record_rows) -> None:

@@ -62,6 +62,7 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--file", type=Path, help="apply this file as one batch (needs --batch-id)")
     a.add_argument("--batch-id", type=int, help="batch id for --file")
     a.add_argument("--format", dest="fmt", help="input format (default: by table source / file extension)")
+    a.add_argument("--target-columns", help="partial update of these comma-separated columns (with --file)")
     a.add_argument("--up-to", type=int, help="apply pending batches up to this id only")
 
     s = sub.add_parser("scan", help="current rows, or as of a batch")
@@ -117,7 +118,12 @@ def _run(args: argparse.Namespace) -> int:
         if args.file:
             if not args.table or args.batch_id is None:
                 raise ChangelakeError("apply --file needs a table and --batch-id")
-            results = [lake.apply(args.table, file=args.file, batch_id=args.batch_id, fmt=args.fmt)]
+            target = [c.strip() for c in args.target_columns.split(",")] if args.target_columns else None
+            results = [
+                lake.apply(
+                    args.table, file=args.file, batch_id=args.batch_id, fmt=args.fmt, target_columns=target
+                )
+            ]
         else:
             results = lake.apply_pending(args.table, up_to=args.up_to)
         applied = [r for r in results if r.status == "applied"]

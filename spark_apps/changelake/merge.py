@@ -82,22 +82,45 @@ class RowMerger:
     #: False when the engine never looks inside rows, so callers may pass handles instead of tuples.
     needs_values = False
 
-    def __init__(self, spec: TableSpec):
+    def __init__(self, spec: TableSpec, target: tuple[int, ...] | None = None):
         self.spec = spec
         self.key_index = tuple(spec.column_names.index(k) for k in spec.primary_key)
         self.drop_deletes = deletes_dropped_before_table(spec)
         self.disable_deletes = spec.delete_behavior == "disable" and not spec.ignore_delete
         self.wal = spec.changelog_image == "wal"
-        # Fluss's WAL shortcut: only the plain last-row engine skips reading the old row (+U for new keys too).
-        self.wal_shortcut = self.wal and spec.merge_engine is None
+        # Partial update (spec §6): the indexes of the batch's target columns, None for full-row writes.
+        self.target = None if target is None else frozenset(target)
+        self.target_is_key = self.target == frozenset(self.key_index)
+        self.needs_values = type(self).needs_values or target is not None
+        # Fluss's WAL shortcut: only full-row writes of the plain last-row engine skip reading the old row.
+        self.wal_shortcut = self.wal and spec.merge_engine is None and target is None
         self.counts = BatchCounts()
 
     def key_of(self, row: Row) -> Row:
         return tuple(row[i] for i in self.key_index)
 
+    def first_write(self, new):
+        """The row stored for a key's first write: a partial write leaves non-target columns null."""
+        if self.target is None:
+            return new
+        return tuple(v if i in self.target else None for i, v in enumerate(new))
+
     def merge(self, old, new):
         """The engine's merge of an incoming row into the stored one (``old`` is never None here)."""
-        return new
+        if self.target is None:
+            return new
+        if self.target_is_key:
+            return UNCHANGED  # a write of only the key columns to an existing key changes nothing
+        return tuple(new[i] if i in self.target else v for i, v in enumerate(old))
+
+    def delete(self, old):
+        """None removes the row; a partial delete nulls the target columns unless nothing else is left."""
+        if self.target is None:
+            return None
+        rest = [v for i, v in enumerate(old) if i not in self.target]
+        if all(v is None for v in rest):
+            return None
+        return tuple(None if i in self.target and i not in self.key_index else v for i, v in enumerate(old))
 
     def apply(self, rows: dict[Row, Row], op: str, row: Row) -> list[Change]:
         """Apply one record and return the changelog it emits (possibly empty)."""
@@ -120,10 +143,16 @@ class RowMerger:
             if old is None:
                 counts.ignored += 1
                 return []
-            del rows[key]
-            counts.deleted += 1
-            return [("-D", old)]
+            replacement = self.delete(old)
+            if replacement is None:
+                del rows[key]
+                counts.deleted += 1
+                return [("-D", old)]
+            rows[key] = replacement
+            counts.updated += 1
+            return [("+U", replacement)] if self.wal else [("-U", old), ("+U", replacement)]
         if old is None:
+            row = self.first_write(row)
             rows[key] = row
             counts.inserted += 1
             return [("+U" if self.wal_shortcut else "+I", row)]
@@ -148,8 +177,8 @@ class VersionedMerger(RowMerger):
 
     needs_values = True
 
-    def __init__(self, spec: TableSpec):
-        super().__init__(spec)
+    def __init__(self, spec: TableSpec, target: tuple[int, ...] | None = None):
+        super().__init__(spec, target)
         self.version_index = spec.column_names.index(spec.version_column)
 
     def merge(self, old, new):
@@ -166,24 +195,63 @@ class AggregationMerger(RowMerger):
 
     needs_values = True
 
-    def __init__(self, spec: TableSpec):
-        super().__init__(spec)
+    def __init__(self, spec: TableSpec, target: tuple[int, ...] | None = None):
+        super().__init__(spec, target)
         self.functions = [
             None if c.name in spec.primary_key else aggregate_function(spec, c.name) for c in spec.columns
         ]
 
+    def first_write(self, new):
+        # Fluss stores an aggregation key's first row as given, even for a partial write (spec §4.3, §12 #3).
+        return new
+
     def merge(self, old, new):
-        return tuple(new[i] if fn is None else fn(old[i], new[i]) for i, fn in enumerate(self.functions))
+        # Target columns aggregate; the others keep the stored value (a key-only write re-emits -U/+U).
+        t = self.target
+        return tuple(
+            new[i] if fn is None else fn(old[i], new[i]) if t is None or i in t else old[i]
+            for i, fn in enumerate(self.functions)
+        )
 
 
-def merger_for(spec: TableSpec) -> RowMerger:
-    """The merger of a table's ``table.merge-engine``."""
+def merger_for(spec: TableSpec, target_columns: list[str] | None = None) -> RowMerger:
+    """The merger of a table's ``table.merge-engine``, for full-row or partial (target-column) writes."""
     return {
         None: RowMerger,
         "first_row": FirstRowMerger,
         "versioned": VersionedMerger,
         "aggregation": AggregationMerger,
-    }[spec.merge_engine](spec)
+    }[spec.merge_engine](spec, check_target_columns(spec, target_columns))
+
+
+def check_target_columns(spec: TableSpec, target_columns: list[str] | None) -> tuple[int, ...] | None:
+    """Validate a partial write's target columns (spec §6, §4.3) with Fluss's messages.
+
+    Returns the target column indexes, or None for a full-row write (no list, or a list naming every column).
+    """
+    if target_columns is None:
+        return None
+    names = list(spec.column_names)
+    for column in target_columns:
+        if column not in names:
+            raise WriteRefusedError(f"Can not find target column: {column} for table {spec.full_name}.")
+    engine = spec.merge_engine
+    if engine in ("first_row", "versioned"):
+        raise WriteRefusedError(f"Partial update is not supported for the {engine} merge engine.")
+    if not set(spec.primary_key) <= set(target_columns):
+        raise WriteRefusedError(
+            f"The target write columns {list(target_columns)} must contain the primary key columns "
+            f"{list(spec.primary_key)}."
+        )
+    if set(target_columns) == set(names):
+        return None
+    what = "Partial aggregate" if engine == "aggregation" else "Partial Update"
+    for column in spec.columns:
+        if column.name not in spec.primary_key and not column.nullable:
+            raise WriteRefusedError(
+                f"{what} requires all columns except primary key to be nullable, but column {column.name} is NOT NULL."
+            )
+    return tuple(sorted({names.index(c) for c in target_columns}))
 
 
 # --- aggregate functions (spec §4.2) ---------------------------------------------------------------------
@@ -289,14 +357,17 @@ def aggregate_function(spec: TableSpec, column_name: str):
 
 
 def apply_sequential(
-    spec: TableSpec, rows: dict[Row, Row], records: Iterable[tuple[str, Row]]
+    spec: TableSpec,
+    rows: dict[Row, Row],
+    records: Iterable[tuple[str, Row]],
+    target_columns: list[str] | None = None,
 ) -> tuple[list[Change], BatchCounts]:
     """Reference semantics: apply ``records`` one by one, in order. Mutates ``rows``.
 
     A batch that holds a delete on a ``disable`` table fails as a whole: nothing is applied.
     """
     records = list(records)
-    merger = merger_for(spec)
+    merger = merger_for(spec, target_columns)
     if merger.disable_deletes and any(op == "-D" for op, _ in records):
         raise WriteRefusedError(DELETE_DISABLED)
     changelog: list[Change] = []
