@@ -10,6 +10,9 @@ Scenarios (same JVM, same data, measured side by side):
   apply (parquet)   changelake apply of the 500k batch: 70% updates, 20% inserts, 10% deletes, random keys
   apply (json)      the same kind of batch landed as changelog JSON lines (driver-side decoding included)
   apply 1 bucket    10k updates whose keys all live in one bucket
+  versioned         the 500k batch on a versioned table (ver-column updated_at), 30% of records older
+  aggregation       the 500k batch on an aggregation table: amount sum, qty max, item listagg
+The engine tables start from the same 5M rows (the last-row table's files, committed as their batch 1).
 Writes benchmarks/results/latest.json and prints a table.
 """
 
@@ -90,6 +93,43 @@ def to_jsonl(table: pa.Table, path: Path) -> None:
             fh.write(json.dumps({"op": row["op"], "data": data}) + "\n")
 
 
+ENGINE_OPTIONS = {
+    "versioned": {"table.merge-engine": "versioned", "table.merge-engine.versioned.ver-column": "updated_at"},
+    "aggregation": {
+        "table.merge-engine": "aggregation",
+        "fields.amount.agg": "sum",
+        "fields.qty.agg": "max",
+        "fields.item.agg": "listagg",
+    },
+}
+
+
+def seed_like(lake, source: str, engine: str) -> str:
+    """Create an engine variant of ``source`` holding the same rows, committed as its batch 1."""
+    name = f"{source}_{engine}"
+    lake.create_table({**SPEC, "name": name, "options": {**SPEC["options"], **ENGINE_OPTIONS[engine]}})
+    src = lake.storage.pk_table(lake.spec(source))
+    dst = lake.storage.pk_table(lake.spec(name))
+    manifest = f"{dst.location()}/metadata/changelake/seed.json"
+    lake.storage.write_json(
+        dst, manifest, {"batch_id": 1, "files": [], "records": 0, "log_start_offset": 0, "log_end_offset": 0}
+    )
+    files = [f.file_path for f in lake.storage.data_files(src)]
+    lake.storage.commit_batch(
+        dst,
+        [],
+        lake.storage.to_data_files(dst, files),
+        {
+            "batch-id": 1,
+            "checksum": "seed",
+            "log-start-offset": 0,
+            "log-end-offset": 0,
+            "changelog-manifest": manifest,
+        },
+    )
+    return name
+
+
 def peak_rss_mb(pid: int) -> float:
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -156,6 +196,7 @@ def main() -> int:
         lambda: lake.apply("bench.orders", file=landing / "base.parquet", batch_id=1)
     )
 
+    engine_tables = {engine: seed_like(lake, "bench.orders", engine) for engine in ENGINE_OPTIONS}
     table = lake.storage.pk_table(lake.spec("bench.orders"))
     files = [f.file_path for f in lake.storage.data_files(table)]
     from changelake.tables import storage_struct
@@ -189,6 +230,22 @@ def main() -> int:
     print(f"== apply {args.batch:,} records (parquet)", file=sys.stderr)
     results["apply_parquet_s"] = timed(
         lambda: lake.apply("bench.orders", file=landing / "batch.parquet", batch_id=2)
+    )
+
+    print(f"== versioned: apply {args.batch:,} records, 30% older versions", file=sys.stderr)
+    older = rng.random(batch.num_rows) < 0.3
+    ts = batch.column("updated_at").to_numpy()
+    shifted = np.where(older, np.datetime64("2020-01-01T00:00:00", "us"), ts + np.timedelta64(365, "D"))
+    versioned_batch = batch.set_column(
+        batch.schema.get_field_index("updated_at"), "updated_at", pa.array(shifted, pa.timestamp("us"))
+    )
+    pq.write_table(versioned_batch, landing / "versioned.parquet")
+    results["apply_versioned_s"] = timed(
+        lambda: lake.apply(engine_tables["versioned"], file=landing / "versioned.parquet", batch_id=2)
+    )
+    print(f"== aggregation: apply {args.batch:,} records (sum, max, listagg)", file=sys.stderr)
+    results["apply_aggregation_s"] = timed(
+        lambda: lake.apply(engine_tables["aggregation"], file=landing / "batch.parquet", batch_id=2)
     )
 
     print(f"== apply {args.small:,} records in one bucket", file=sys.stderr)
@@ -237,6 +294,8 @@ def main() -> int:
         "apply_vs_raw_copy": round(results["apply_parquet_s"] / results["raw_copy_s"], 2),
         "naive_vs_apply": round(results["naive_rewrite_s"] / results["apply_parquet_s"], 2),
         "one_bucket_vs_full_batch": round(results["apply_one_bucket_s"] / results["apply_parquet_s"], 3),
+        "versioned_vs_last_row": round(results["apply_versioned_s"] / results["apply_parquet_s"], 2),
+        "aggregation_vs_last_row": round(results["apply_aggregation_s"] / results["apply_parquet_s"], 2),
         "peak_rss_python_driver_mb": round(peak_rss_mb(os.getpid())),
         "peak_rss_jvm_mb": round(peak_rss_mb(pid)) if pid else None,
         "final_rows": lake.rows("bench.orders").count(),
