@@ -298,6 +298,7 @@ class Applier:
         log_dir = self.storage.new_data_dir(log_table, batch_id)
 
         removed, added_paths, log_paths, log_records = [], [], [], 0
+        extra: dict[str, str] = {}  # further snapshot-summary properties (auto-increment state)
         if to_apply.num_rows:
             staging = f"{attempt_dir}-staging/records.parquet"
             with table.io.new_output(staging).create(overwrite=True) as out:
@@ -309,17 +310,37 @@ class Applier:
             )
             part_cols = [*spec.partition_keys, "_bucket"]
             all_files = self.storage.data_files(table)
+            ids = self._allocate_ids(spec, table, records, part_cols)
             merged = self._merge_buckets(
-                spec, table, records, all_files, part_cols, attempt_dir, target_columns
+                spec, table, records, all_files, part_cols, attempt_dir, target_columns, ids
             )
             merged.persist(StorageLevel.MEMORY_AND_DISK)
             try:
                 markers = [
                     r.asDict()
                     for r in merged.filter(F.col("_kind") == KIND_FILE)
-                    .select(*part_cols, "_seq", "_path", "_log_path", "_count", *[f"_{c}" for c in COUNTERS])
+                    .select(
+                        *part_cols,
+                        "_seq",
+                        "_path",
+                        "_log_path",
+                        "_count",
+                        "_ai_next",
+                        "_ai_end",
+                        *[f"_{c}" for c in COUNTERS],
+                    )
                     .collect()
                 ]
+                if ids is not None:
+                    for m in markers:
+                        key = _partition_key(tuple(tables.iceberg_partition_value(m[c]) for c in part_cols))
+                        if m["_ai_next"] is None:
+                            ids["buckets"].pop(key, None)
+                        else:
+                            ids["buckets"][key] = [m["_ai_next"], m["_ai_end"]]
+                    extra["auto-increment"] = json.dumps(
+                        {"counter": ids["counter"], "buckets": ids["buckets"]}
+                    )
                 touched = {tuple(tables.iceberg_partition_value(m[c]) for c in part_cols) for m in markers}
                 removed = [f for f in all_files if tables.partition_tuple(f) in touched]
                 added_paths = [m["_path"] for m in markers if m["_path"]]
@@ -377,6 +398,7 @@ class Applier:
                 "changelog-manifest": manifest_path,
                 "changelog-records": log_records,
                 "target-columns": ",".join(target_columns) if target_columns else "",
+                **extra,
                 "touched-buckets": len(
                     {tables.partition_tuple(f) for f in removed} | {tables.partition_tuple(f) for f in added}
                 ),
@@ -396,7 +418,35 @@ class Applier:
             log_end_offset=log_end,
         )
 
-    def _merge_buckets(self, spec, table, records, all_files, part_cols, out_dir, target_columns):
+    def _allocate_ids(self, spec, table, records, part_cols) -> dict | None:
+        """Auto-increment id ranges per touched bucket (spec §8), enough for every record to be a new key.
+
+        Each bucket continues its cached range; when that is short it takes whole segments of
+        ``table.auto-increment.cache-size`` ids from the table-wide counter. The state is committed with
+        the batch (snapshot summary), so ids stay unique across batches, crashes and restarts.
+        """
+        if spec.auto_increment_column is None:
+            return None
+        snap = table.current_snapshot()
+        state = json.loads(
+            Storage.snapshot_summary(snap).get("changelake.auto-increment", "{}") if snap else "{}"
+        )
+        counter, cached = state.get("counter", 0), state.get("buckets", {})
+        size = spec.auto_increment_cache_size
+        ranges: dict[tuple, list[tuple[int, int]]] = {}
+        for row in records.groupBy(*part_cols).count().collect():
+            partition = tuple(tables.iceberg_partition_value(row[c]) for c in part_cols)
+            current = cached.get(_partition_key(partition))
+            supply = [tuple(current)] if current else []
+            available = current[1] - current[0] + 1 if current else 0
+            while available < row["count"]:
+                supply.append((counter + 1, counter + size))
+                counter += size
+                available += size
+            ranges[partition] = supply
+        return {"ranges": ranges, "counter": counter, "buckets": cached}
+
+    def _merge_buckets(self, spec, table, records, all_files, part_cols, out_dir, target_columns, ids=None):
         """Run :func:`changelake.buckets.merge_bucket` once per touched (partition, bucket)."""
         files_by_partition: dict[tuple, list[str]] = {}
         for f in all_files:
@@ -408,6 +458,7 @@ class Applier:
             io_properties=dict(table.io.properties),
             out_dir=out_dir,
             target_columns=None if target_columns is None else tuple(target_columns),
+            id_ranges=ids and ids["ranges"],
         )
 
         def merge_one(key, bucket_records):
@@ -446,6 +497,10 @@ class Applier:
             F.lit(commit_ts).cast("timestamp").alias("_commit_timestamp"),
         ).write.mode("errorifexists").parquet(directory)
         return _written_files(self.spark, directory)
+
+
+def _partition_key(partition: tuple) -> str:
+    return json.dumps(list(partition), default=str)
 
 
 def _changelog_struct(spec: TableSpec):

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from changelake.merge import merger_for
+from changelake.merge import IdAllocator, merger_for
 from changelake.spec import TableSpec
 
 KIND_COUNT, KIND_FILE = "count", "file"
@@ -32,6 +32,7 @@ class BucketContext:
     io_properties: dict[str, str]
     out_dir: str
     target_columns: tuple[str, ...] | None = None  # a partial update's target columns
+    id_ranges: dict[tuple, list[tuple[int, int]]] | None = None  # auto-increment ids per partition
 
     @property
     def row_schema(self) -> pa.Schema:
@@ -47,6 +48,7 @@ def output_schema(row_schema: pa.Schema, partition_columns: tuple[str, ...]) -> 
         [pa.field("_kind", pa.string()), pa.field("_seq", pa.int64()), pa.field("_count", pa.int64())]
         + [pa.field(c, row_schema.field(c).type) for c in partition_columns]
         + [pa.field("_path", pa.string()), pa.field("_log_path", pa.string())]
+        + [pa.field("_ai_next", pa.int64()), pa.field("_ai_end", pa.int64())]
         + [pa.field(f"_{c}", pa.int64()) for c in COUNTERS]
     )
 
@@ -102,7 +104,11 @@ def merge_bucket(key: tuple, records: pa.Table, ctx: BucketContext) -> pa.Table:
     else:
         kept = hit = stored
 
-    merger = merger_for(spec, None if ctx.target_columns is None else list(ctx.target_columns))
+    ids = None
+    if spec.auto_increment_column is not None:
+        max_id = 2**31 - 1 if spec.column(spec.auto_increment_column).type.name == "INT" else 2**63 - 1
+        ids = IdAllocator((ctx.id_ranges or {}).get(partition, []), max_id)
+    merger = merger_for(spec, None if ctx.target_columns is None else list(ctx.target_columns), ids)
     log_seq, log_sub, log_type, log_image, count_seq, count_n = [], [], [], [], [], []
 
     def run(rows: dict, record_rows) -> None:
@@ -173,5 +179,7 @@ def merge_bucket(key: tuple, records: pa.Table, ctx: BucketContext) -> pa.Table:
         _kind=[KIND_FILE], _path=[path], _log_path=[log_path], _count=[new_rows.num_rows], _seq=[len(log_seq)]
     )  # on a marker, _seq holds the bucket's changelog row count
     marker.update({f"_{c}": [getattr(merger.counts, c)] for c in COUNTERS})
+    left = ids.remaining() if ids is not None else None
+    marker.update(_ai_next=[left and left[0]], _ai_end=[left and left[1]])
     marker.update({column: [value.as_py()] for column, value in zip(ctx.partition_columns, key, strict=True)})
     return pa.concat_tables([counts, pa.Table.from_pydict(marker, schema=out)])

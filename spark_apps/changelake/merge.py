@@ -82,8 +82,13 @@ class RowMerger:
     #: False when the engine never looks inside rows, so callers may pass handles instead of tuples.
     needs_values = False
 
-    def __init__(self, spec: TableSpec, target: tuple[int, ...] | None = None):
+    def __init__(
+        self, spec: TableSpec, target: tuple[int, ...] | None = None, ids: IdAllocator | None = None
+    ):
         self.spec = spec
+        ai = spec.auto_increment_column
+        self.auto_increment_index = None if ai is None else spec.column_names.index(ai)
+        self.ids = ids
         self.key_index = tuple(spec.column_names.index(k) for k in spec.primary_key)
         self.drop_deletes = deletes_dropped_before_table(spec)
         self.disable_deletes = spec.delete_behavior == "disable" and not spec.ignore_delete
@@ -91,7 +96,7 @@ class RowMerger:
         # Partial update (spec §6): the indexes of the batch's target columns, None for full-row writes.
         self.target = None if target is None else frozenset(target)
         self.target_is_key = self.target == frozenset(self.key_index)
-        self.needs_values = type(self).needs_values or target is not None
+        self.needs_values = type(self).needs_values or target is not None or ai is not None
         # Fluss's WAL shortcut: only full-row writes of the plain last-row engine skip reading the old row.
         self.wal_shortcut = self.wal and spec.merge_engine is None and target is None
         self.counts = BatchCounts()
@@ -153,6 +158,10 @@ class RowMerger:
             return [("+U", replacement)] if self.wal else [("-U", old), ("+U", replacement)]
         if old is None:
             row = self.first_write(row)
+            if self.auto_increment_index is not None:
+                # Only a key's first insert takes an id; later writes keep it (it is never a target column).
+                i = self.auto_increment_index
+                row = (*row[:i], self.ids.next(), *row[i + 1 :])
             rows[key] = row
             counts.inserted += 1
             return [("+U" if self.wal_shortcut else "+I", row)]
@@ -177,8 +186,8 @@ class VersionedMerger(RowMerger):
 
     needs_values = True
 
-    def __init__(self, spec: TableSpec, target: tuple[int, ...] | None = None):
-        super().__init__(spec, target)
+    def __init__(self, spec: TableSpec, target: tuple[int, ...] | None = None, ids=None):
+        super().__init__(spec, target, ids)
         self.version_index = spec.column_names.index(spec.version_column)
 
     def merge(self, old, new):
@@ -195,8 +204,8 @@ class AggregationMerger(RowMerger):
 
     needs_values = True
 
-    def __init__(self, spec: TableSpec, target: tuple[int, ...] | None = None):
-        super().__init__(spec, target)
+    def __init__(self, spec: TableSpec, target: tuple[int, ...] | None = None, ids=None):
+        super().__init__(spec, target, ids)
         self.functions = [
             None if c.name in spec.primary_key else aggregate_function(spec, c.name) for c in spec.columns
         ]
@@ -214,14 +223,44 @@ class AggregationMerger(RowMerger):
         )
 
 
-def merger_for(spec: TableSpec, target_columns: list[str] | None = None) -> RowMerger:
+def merger_for(
+    spec: TableSpec, target_columns: list[str] | None = None, ids: IdAllocator | None = None
+) -> RowMerger:
     """The merger of a table's ``table.merge-engine``, for full-row or partial (target-column) writes."""
     return {
         None: RowMerger,
         "first_row": FirstRowMerger,
         "versioned": VersionedMerger,
         "aggregation": AggregationMerger,
-    }[spec.merge_engine](spec, check_target_columns(spec, target_columns))
+    }[spec.merge_engine](spec, check_target_columns(spec, target_columns), ids)
+
+
+class IdAllocator:
+    """Auto-increment ids of one bucket (spec §8): consumes the id ranges the driver handed it, in order."""
+
+    def __init__(self, ranges: list[tuple[int, int]], max_value: int):
+        self.ranges = [list(r) for r in ranges]  # [next, last] each, inclusive
+        self.max_value = max_value
+
+    def next(self) -> int:
+        while self.ranges and self.ranges[0][0] > self.ranges[0][1]:
+            self.ranges.pop(0)
+        if not self.ranges:
+            raise WriteRefusedError(
+                "auto-increment ids ran out for this bucket (the driver allocates too few)"
+            )
+        value = self.ranges[0][0]
+        if value > self.max_value:
+            raise WriteRefusedError(f"Reached maximum value of sequence: {self.max_value}")
+        self.ranges[0][0] += 1
+        return value
+
+    def remaining(self) -> tuple[int, int] | None:
+        """The unused part of the current range (kept for the next batch); later ranges are given up."""
+        for lo, hi in self.ranges:
+            if lo <= hi:
+                return lo, hi
+        return None
 
 
 def check_target_columns(spec: TableSpec, target_columns: list[str] | None) -> tuple[int, ...] | None:
@@ -229,9 +268,20 @@ def check_target_columns(spec: TableSpec, target_columns: list[str] | None) -> t
 
     Returns the target column indexes, or None for a full-row write (no list, or a list naming every column).
     """
+    names = list(spec.column_names)
+    ai = spec.auto_increment_column
+    if ai is not None:
+        if target_columns is None:
+            raise WriteRefusedError(
+                f"The table contains an auto-increment column [{ai}], but update target columns are not explicitly "
+                "specified."
+            )
+        if ai in target_columns:
+            raise WriteRefusedError(
+                f"Auto-increment column [{ai}] at index {names.index(ai)} must not be included in target columns."
+            )
     if target_columns is None:
         return None
-    names = list(spec.column_names)
     for column in target_columns:
         if column not in names:
             raise WriteRefusedError(f"Can not find target column: {column} for table {spec.full_name}.")
@@ -247,7 +297,7 @@ def check_target_columns(spec: TableSpec, target_columns: list[str] | None) -> t
         return None
     what = "Partial aggregate" if engine == "aggregation" else "Partial Update"
     for column in spec.columns:
-        if column.name not in spec.primary_key and not column.nullable:
+        if column.name not in spec.primary_key and column.name != ai and not column.nullable:
             raise WriteRefusedError(
                 f"{what} requires all columns except primary key to be nullable, but column {column.name} is NOT NULL."
             )
@@ -361,13 +411,14 @@ def apply_sequential(
     rows: dict[Row, Row],
     records: Iterable[tuple[str, Row]],
     target_columns: list[str] | None = None,
+    ids: IdAllocator | None = None,
 ) -> tuple[list[Change], BatchCounts]:
     """Reference semantics: apply ``records`` one by one, in order. Mutates ``rows``.
 
     A batch that holds a delete on a ``disable`` table fails as a whole: nothing is applied.
     """
     records = list(records)
-    merger = merger_for(spec, target_columns)
+    merger = merger_for(spec, target_columns, ids)
     if merger.disable_deletes and any(op == "-D" for op, _ in records):
         raise WriteRefusedError(DELETE_DISABLED)
     changelog: list[Change] = []

@@ -40,6 +40,8 @@ _PASSTHROUGH_OPTIONS = {
 }
 _KNOWN_OPTIONS = {
     "bucket.num",
+    "auto-increment.fields",
+    "table.auto-increment.cache-size",
     "table.merge-engine.versioned.ver-column",
     "bucket.key",
     "table.delete.behavior",
@@ -116,6 +118,14 @@ class TableSpec:
     @property
     def merge_engine(self) -> str | None:
         return self.options.get("table.merge-engine")
+
+    @property
+    def auto_increment_column(self) -> str | None:
+        return self.options.get("auto-increment.fields")
+
+    @property
+    def auto_increment_cache_size(self) -> int:
+        return int(self.options.get("table.auto-increment.cache-size", 100_000))
 
     @property
     def version_column(self) -> str | None:
@@ -367,6 +377,30 @@ def _validate_options(options: dict[str, str], columns: list[Column], primary_ke
                 )
             options[key] = value
     _validate_engine(options, columns, primary_key)
+    _validate_auto_increment(options, columns, primary_key)
+
+
+def _validate_auto_increment(
+    options: dict[str, str], columns: list[Column], primary_key: tuple[str, ...]
+) -> None:
+    """Spec §8: one INT/BIGINT column outside the primary key; the cache size is a positive integer."""
+    size = options.get("table.auto-increment.cache-size")
+    if size is not None and (not size.isdigit() or int(size) < 1):
+        raise SpecError(f"Option 'table.auto-increment.cache-size' must be a positive integer, got '{size}'")
+    fields = options.get("auto-increment.fields")
+    if fields is None:
+        return
+    names = [f.strip() for f in fields.split(",") if f.strip()]
+    if len(names) > 1:
+        raise SpecError("Multiple auto increment columns are not supported yet.")
+    types = {c.name: c.type for c in columns}
+    if not names or names[0] not in types:
+        raise SpecError(f"Auto increment column {names} does not exist in the schema {list(types)}")
+    if names[0] in primary_key:
+        raise SpecError("Auto increment column can not be used as the primary key.")
+    if types[names[0]].name not in ("INT", "BIGINT"):
+        raise SpecError("The data type of auto increment column must be INT or BIGINT.")
+    options["auto-increment.fields"] = names[0]
 
 
 AGG_NUMERIC = ("TINYINT", "SMALLINT", "INT", "BIGINT", "FLOAT", "DOUBLE", "DECIMAL")
