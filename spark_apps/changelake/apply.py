@@ -40,8 +40,10 @@ from changelake.buckets import (
     KIND_COUNT,
     KIND_FILE,
     BucketContext,
+    changelog_schema,
     merge_bucket,
     output_schema,
+    row_schema,
 )
 from changelake.errors import BatchRefusedError, ChangelakeError
 from changelake.readers import DecodedBatch, read_batch
@@ -297,7 +299,7 @@ class Applier:
         log_table = self.storage.changelog_table(spec)
         log_dir = self.storage.new_data_dir(log_table, batch_id)
 
-        removed, added_paths, log_paths, log_records = [], [], [], 0
+        removed, added_paths, log_paths, log_records, touched = [], [], [], 0, set()
         extra: dict[str, str] = {}  # further snapshot-summary properties (auto-increment state)
         if to_apply.num_rows:
             staging = f"{attempt_dir}-staging/records.parquet"
@@ -321,7 +323,7 @@ class Applier:
                     for r in merged.filter(F.col("_kind") == KIND_FILE)
                     .select(
                         *part_cols,
-                        "_seq",
+                        "_log_count",
                         "_path",
                         "_log_path",
                         "_count",
@@ -331,9 +333,11 @@ class Applier:
                     )
                     .collect()
                 ]
+                for m in markers:
+                    m["partition"] = tuple(tables.iceberg_partition_value(m[c]) for c in part_cols)
                 if ids is not None:
                     for m in markers:
-                        key = _partition_key(tuple(tables.iceberg_partition_value(m[c]) for c in part_cols))
+                        key = _partition_key(m["partition"])
                         if m["_ai_next"] is None:
                             ids["buckets"].pop(key, None)
                         else:
@@ -341,7 +345,7 @@ class Applier:
                     extra["auto-increment"] = json.dumps(
                         {"counter": ids["counter"], "buckets": ids["buckets"]}
                     )
-                touched = {tuple(tables.iceberg_partition_value(m[c]) for c in part_cols) for m in markers}
+                touched = {m["partition"] for m in markers}
                 removed = [f for f in all_files if tables.partition_tuple(f) in touched]
                 added_paths = [m["_path"] for m in markers if m["_path"]]
                 for c in COUNTERS:
@@ -351,7 +355,7 @@ class Applier:
                     f"(replacing {len(removed)} file(s), {sum(m['_count'] for m in markers):,} rows now in them) "
                     f"in {time.monotonic() - started:.1f}s"
                 )
-                log_records = sum(m["_seq"] for m in markers)
+                log_records = sum(m["_log_count"] for m in markers)
                 log_paths = self._write_changelog(
                     merged,
                     [m["_log_path"] for m in markers if m["_log_path"]],
@@ -399,9 +403,7 @@ class Applier:
                 "changelog-records": log_records,
                 "target-columns": ",".join(target_columns) if target_columns else "",
                 **extra,
-                "touched-buckets": len(
-                    {tables.partition_tuple(f) for f in removed} | {tables.partition_tuple(f) for f in added}
-                ),
+                "touched-buckets": len(touched),
                 **counts.as_dict(),
             },
         )
@@ -488,7 +490,8 @@ class Applier:
         starts = merged.filter(F.col("_kind") == KIND_COUNT).select(
             "_seq", (F.lit(base_offset) + F.coalesce(F.sum("_count").over(earlier), F.lit(0))).alias("_first")
         )
-        log = self.spark.read.schema(_changelog_struct(spec)).parquet(*unnumbered)
+        unnumbered_schema = _spark_schema(changelog_schema(row_schema(spec)), spec)
+        log = self.spark.read.schema(unnumbered_schema).parquet(*unnumbered)
         log.join(F.broadcast(starts), "_seq").select(
             *spec.column_names,
             "_change_type",
@@ -501,19 +504,6 @@ class Applier:
 
 def _partition_key(partition: tuple) -> str:
     return json.dumps(list(partition), default=str)
-
-
-def _changelog_struct(spec: TableSpec):
-    from pyspark.sql import types as T
-
-    return T.StructType(
-        [
-            T.StructField("_seq", T.LongType()),
-            T.StructField("_sub", T.IntegerType()),
-            T.StructField("_change_type", T.StringType()),
-        ]
-        + tables.storage_struct(spec, with_bucket=False).fields
-    )
 
 
 def _spark_schema(arrow_schema: pa.Schema, spec: TableSpec):

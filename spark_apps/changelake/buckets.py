@@ -36,10 +36,14 @@ class BucketContext:
 
     @property
     def row_schema(self) -> pa.Schema:
-        return pa.schema(
-            [pa.field(c.name, c.type.arrow_type()) for c in self.spec.columns]
-            + [pa.field("_bucket", pa.int32())]
-        )
+        return row_schema(self.spec)
+
+
+def row_schema(spec: TableSpec) -> pa.Schema:
+    """A stored row in Arrow: the table's columns in storage types, then ``_bucket``."""
+    return pa.schema(
+        [pa.field(c.name, c.type.arrow_type()) for c in spec.columns] + [pa.field("_bucket", pa.int32())]
+    )
 
 
 def output_schema(row_schema: pa.Schema, partition_columns: tuple[str, ...]) -> pa.Schema:
@@ -48,7 +52,11 @@ def output_schema(row_schema: pa.Schema, partition_columns: tuple[str, ...]) -> 
         [pa.field("_kind", pa.string()), pa.field("_seq", pa.int64()), pa.field("_count", pa.int64())]
         + [pa.field(c, row_schema.field(c).type) for c in partition_columns]
         + [pa.field("_path", pa.string()), pa.field("_log_path", pa.string())]
-        + [pa.field("_ai_next", pa.int64()), pa.field("_ai_end", pa.int64())]
+        + [
+            pa.field("_log_count", pa.int64()),
+            pa.field("_ai_next", pa.int64()),
+            pa.field("_ai_end", pa.int64()),
+        ]
         + [pa.field(f"_{c}", pa.int64()) for c in COUNTERS]
     )
 
@@ -176,8 +184,12 @@ def merge_bucket(key: tuple, records: pa.Table, ctx: BucketContext) -> pa.Table:
     # One marker per touched bucket (also when it ends up empty): its files, row count and merge counters.
     marker = {name: [None] for name in out.names}
     marker.update(
-        _kind=[KIND_FILE], _path=[path], _log_path=[log_path], _count=[new_rows.num_rows], _seq=[len(log_seq)]
-    )  # on a marker, _seq holds the bucket's changelog row count
+        _kind=[KIND_FILE],
+        _path=[path],
+        _log_path=[log_path],
+        _count=[new_rows.num_rows],
+        _log_count=[len(log_seq)],
+    )
     marker.update({f"_{c}": [getattr(merger.counts, c)] for c in COUNTERS})
     left = ids.remaining() if ids is not None else None
     marker.update(_ai_next=[left and left[0]], _ai_end=[left and left[1]])
