@@ -104,7 +104,7 @@ def test_two_racing_appliers_apply_each_batch_once(home, cli_env):
         for _ in range(2)
     ]
     outs = [p.communicate(timeout=600) for p in procs]
-    assert all(p.returncode == 0 for p in procs), [o[1][-2000:] for o in outs]
+    assert all(p.returncode == 0 for p in procs), "\n---\n".join(o[1][-2500:] for o in outs)
     rows, log = read_state(home)
     assert rows == [(0, "v4"), (1, "v1"), (2, "v2"), (3, "v3"), (4, "v4")]
     # 4 batches x (+I new key, and +I or -U/+U for key 0): gapless offsets, each batch exactly once

@@ -101,9 +101,9 @@ class ChangeLake:
         self.storage.drop(self.spec(table))
 
     def _ensure(self, table: str) -> TableSpec:
+        """The table's spec, creating whatever part of it is missing (idempotent, safe against racing creators)."""
         spec = self.spec(table)
-        if not self.storage.exists(spec):
-            self.storage.create(spec)
+        self.storage.create(spec)
         return spec
 
     # --- writes ----------------------------------------------------------------------------------------

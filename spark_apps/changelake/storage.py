@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from pyiceberg.catalog import Catalog, load_catalog
-from pyiceberg.exceptions import CommitFailedException, NamespaceAlreadyExistsError, NoSuchTableError
+from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
 from pyiceberg.io.pyarrow import parquet_file_to_data_file
 from pyiceberg.manifest import DataFile
 from pyiceberg.partitioning import PartitionField, PartitionSpec
@@ -51,6 +51,20 @@ class TableState:
     changelog_manifest: str | None
 
 
+def _open_catalog(name: str, props: dict[str, str]) -> Catalog:
+    """Open the catalog; a SQL catalog creates its own tables on first use, and two processes opening a new
+    one at once race on that (the loser gets "table ... already exists"), so the loser simply opens again."""
+    from sqlalchemy.exc import OperationalError
+
+    for attempt in range(3):
+        try:
+            return load_catalog(name, **props)
+        except OperationalError as e:
+            if "already exists" not in str(e) or attempt == 2:
+                raise
+    raise AssertionError("unreachable")
+
+
 def _summary(snapshot: Snapshot | None) -> dict[str, str]:
     return dict(snapshot.summary.additional_properties) if snapshot and snapshot.summary else {}
 
@@ -78,7 +92,7 @@ class Storage:
                 Path(s.catalog_uri[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
                 if s.warehouse.startswith("file://"):
                     Path(s.warehouse[len("file://") :]).mkdir(parents=True, exist_ok=True)
-            self._catalog = load_catalog(s.catalog_name, **props)
+            self._catalog = _open_catalog(s.catalog_name, props)
         return self._catalog
 
     # --- schemas ---------------------------------------------------------------------------------------
@@ -115,8 +129,9 @@ class Storage:
             )
         try:
             self.catalog.create_namespace(spec.namespace)
-        except NamespaceAlreadyExistsError:
-            pass
+        except Exception:  # already there, or a racing creator just made it
+            if spec.namespace not in {ns[0] for ns in self.catalog.list_namespaces()}:
+                raise
         spec_json = json.dumps(spec.to_dict(), sort_keys=True)
         existing = self._load(spec.namespace, spec.table)
         if existing is not None:
@@ -148,7 +163,15 @@ class Storage:
         self, spec: TableSpec, name: str, schema: Schema, partition_spec: PartitionSpec, spec_json: str
     ) -> None:
         # No automatic commit retries: after a conflict the applier re-reads state and decides (exactly-once).
-        props = {"commit.retry.num-retries": "0", P + "spec": spec_json, "format-version": "2"}
+        # Data files carry no Iceberg field ids: readers resolve columns by name. The schemas above number
+        # their fields 1..n in order, as create_table assigns them, so the mapping is known before creation
+        # and goes in with it (no second commit that a racing applier could observe missing).
+        props = {
+            "commit.retry.num-retries": "0",
+            P + "spec": spec_json,
+            "format-version": "2",
+            "schema.name-mapping.default": schema.name_mapping.model_dump_json(),
+        }
         try:
             table = self.catalog.create_table(
                 (spec.namespace, name), schema, partition_spec=partition_spec, properties=props
@@ -157,9 +180,8 @@ class Storage:
             if self._load(spec.namespace, name) is not None:
                 return
             raise ChangelakeError(f"Cannot create table {spec.namespace}.{name}: {e}") from e
-        # Spark-written Parquet carries no Iceberg field ids: readers resolve columns by name.
-        with table.transaction() as tx:
-            tx.set_properties({"schema.name-mapping.default": table.schema().name_mapping.model_dump_json()})
+        if table.schema().name_mapping != schema.name_mapping:  # guard: the catalog renumbered the fields
+            raise ChangelakeError(f"Table {spec.namespace}.{name} was created with unexpected field ids")
 
     def _load(self, namespace: str, name: str) -> Table | None:
         try:
