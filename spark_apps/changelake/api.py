@@ -27,6 +27,8 @@ from changelake.identifiers import split_table_name
 from changelake.spec import TableSpec, load_specs
 from changelake.storage import Storage
 
+_SOURCE_TOTALS = ("quarantined", "redelivered", "deduplicated")
+
 
 def json_default(value: Any) -> Any:
     """JSON encoding of the values changelake returns (decimals as strings, bytes as base64)."""
@@ -72,12 +74,15 @@ class ChangeLake:
         return load_specs(self.settings.tables_dir)
 
     def spec(self, table: str) -> TableSpec:
-        """The spec of an existing table (as stored in the catalog), else the one in the tables directory."""
+        """The table's spec from the tables directory (its source settings may change over time), else the
+        one stored in the catalog when the table was created."""
         namespace, name = split_table_name(table)
+        specs = self.specs()
+        if table in specs:
+            return specs[table]
         stored = self.storage.stored_spec(namespace, name)
         if stored:
             return TableSpec.from_dict(json.loads(stored), origin=f"catalog table {table}")
-        specs = self.specs()
         if table not in specs:
             raise ChangelakeError(
                 f"Unknown table {table}: not in the catalog and no spec in {self.settings.tables_dir} "
@@ -132,14 +137,22 @@ class ChangeLake:
         if records is None:
             raise ChangelakeError("apply() needs records, a DataFrame or file=")
         staged = self._stage_records(spec, records)
-        return self.applier.apply_files(spec, batch_id, [staged], target_columns=target_columns)
+        fmt = "changelog-parquet" if staged.suffix == ".parquet" else "changelog-json"
+        return self.applier.apply_files(spec, batch_id, [staged], fmt, target_columns=target_columns)
 
-    def apply_pending(self, table: str | None = None, up_to: int | None = None) -> list[BatchResult]:
-        """Apply every landed batch newer than each table's last one (all tables with specs if ``table`` is None)."""
+    def apply_pending(
+        self, table: str | None = None, up_to: int | None = None, from_batch: int | None = None
+    ) -> list[BatchResult]:
+        """Apply every landed batch newer than each table's last one (all tables with specs if ``table`` is None).
+
+        ``from_batch``/``up_to`` bound a replay or backfill range; replayed batches are no-ops.
+        """
         names = [table] if table else sorted(self.specs())
         results: list[BatchResult] = []
         for name in names:
-            results += self.applier.apply_pending(self._ensure(name), self.settings.landing_dir, up_to)
+            results += self.applier.apply_pending(
+                self._ensure(name), self.settings.landing_dir, up_to, from_batch
+            )
         return results
 
     def _stage_records(self, spec: TableSpec, records) -> Path:
@@ -229,11 +242,13 @@ class ChangeLake:
                         "snapshots": 0,
                         "changelog_records": 0,
                         "pending_batches": len(landed),
+                        **dict.fromkeys(_SOURCE_TOTALS, 0),
                     }
                 )
                 continue
             table = self.storage.pk_table(spec)
             state = Storage.state(table)
+            summaries = [Storage.snapshot_summary(s) for s in self.storage.batch_snapshots(table)]
             out.append(
                 {
                     "table": name,
@@ -243,8 +258,27 @@ class ChangeLake:
                     "snapshots": len(self.storage.batch_snapshots(table)),
                     "changelog_records": state.log_end_offset,
                     "pending_batches": sum(1 for b in landed if b > state.last_batch),
+                    **{
+                        k: sum(int(x.get(f"changelake.source.{k}", 0)) for x in summaries)
+                        for k in _SOURCE_TOTALS
+                    },
                 }
             )
+        return out
+
+    def dead_letters(self, table: str, batch_id: int | None = None) -> list[dict[str, Any]]:
+        """Quarantined records of a table (``on-bad-record: quarantine``): batch, file, line, field, reason,
+        raw text — read from the dead-letter files the committed batches name."""
+        spec = self._ensure(table)
+        pk = self.storage.pk_table(spec)
+        out = []
+        for snap in self.storage.batch_snapshots(pk):
+            summary = Storage.snapshot_summary(snap)
+            path = summary.get("changelake.dead-letter")
+            if not path or (batch_id is not None and int(summary["changelake.batch-id"]) != batch_id):
+                continue
+            with pk.io.new_input(path).open() as fh:
+                out += [json.loads(line) for line in fh.read().decode().splitlines() if line.strip()]
         return out
 
     def register_views(self, names: list[str] | None = None) -> list[str]:

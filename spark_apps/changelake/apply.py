@@ -70,6 +70,11 @@ class BatchResult:
     log_start_offset: int = 0
     log_end_offset: int = 0
     seconds: float = 0.0
+    source: dict[str, int] = field(default_factory=dict)  # messages, skipped, quarantined, redelivered, ...
+    dead_letter: str | None = None  # where this batch's quarantined records are
+
+
+SOURCE_COUNTERS = ("messages", "skipped", "quarantined", "redelivered", "deduplicated")
 
 
 def _fault(point: str) -> None:
@@ -141,15 +146,20 @@ class Applier:
 
     # --- public ----------------------------------------------------------------------------------------
     def apply_pending(
-        self, spec: TableSpec, landing_dir: Path, up_to: int | None = None
+        self, spec: TableSpec, landing_dir: Path, up_to: int | None = None, from_batch: int | None = None
     ) -> list[BatchResult]:
-        """Apply every landed batch newer than the last committed one, in id order."""
+        """Apply every landed batch newer than the last committed one, in id order.
+
+        ``from_batch`` replays landed batches from that id on as well: already-applied ones are verified
+        against their checksum and change nothing (a backfill of a range is safe to repeat).
+        """
         self.roll_forward_changelog(spec)
         last = Storage.state(self.storage.pk_table(spec)).last_batch
+        lowest = last + 1 if from_batch is None else from_batch
         pending = {
             b: p
             for b, p in landed_batches(landing_dir, spec).items()
-            if b > last and (up_to is None or b <= up_to)
+            if b >= lowest and (up_to is None or b <= up_to)
         }
         if not pending:
             self.progress(f"[{spec.full_name}] up to date (last batch {last}, nothing pending)")
@@ -187,12 +197,14 @@ class Applier:
             if done is not None:
                 return done
             if decoded is None:
-                decoded = read_batch(paths, spec, fmt)
+                # Batch N always follows N-1, so the offsets it dedups against are fixed: decode once.
+                decoded = read_batch(paths, spec, fmt, applied_offsets=_kafka_offsets(table))
                 ops = decoded.op_counts()
                 self.progress(
                     f"[{spec.full_name}] batch {batch_id}: {decoded.num_records:,} records "
                     f"(+I {ops['+I']:,}, -U {ops['-U']:,}, +U {ops['+U']:,}, -D {ops['-D']:,}) "
-                    f"decoded in {time.monotonic() - started:.1f}s"
+                    f"from {decoded.messages:,} messages decoded in {time.monotonic() - started:.1f}s"
+                    + _source_note(decoded)
                 )
             try:
                 result = self._apply_decoded(spec, table, state, batch_id, decoded, checksum, target_columns)
@@ -244,6 +256,8 @@ class Applier:
             snapshot_id=snap.snapshot_id,
             log_start_offset=int(summary.get("changelake.log-start-offset", 0)),
             log_end_offset=int(summary.get("changelake.log-end-offset", 0)),
+            source={k: int(summary.get(f"changelake.source.{k}", 0)) for k in SOURCE_COUNTERS},
+            dead_letter=summary.get("changelake.dead-letter") or None,
         )
 
     def roll_forward_changelog(self, spec: TableSpec) -> None:
@@ -373,6 +387,21 @@ class Applier:
                 merged.unpersist()
         _fault("after-data-files")
 
+        source = {k: getattr(decoded, k) for k in SOURCE_COUNTERS}
+        dead_letter = None
+        if decoded.dead_letters:
+            # Deterministic path and content (same input, same file), written before the commit that names it.
+            dead_letter = f"{table.location()}/dead-letter/batch-{batch_id:012d}.jsonl"
+            with table.io.new_output(dead_letter).create(overwrite=True) as out:
+                for record in decoded.dead_letters:
+                    out.write((json.dumps({"batch_id": batch_id, **record}) + "\n").encode())
+            self.progress(
+                f"[{spec.full_name}] batch {batch_id}: {len(decoded.dead_letters)} bad record(s) quarantined "
+                f"to {dead_letter}"
+            )
+        if decoded.kafka_offsets:
+            extra["kafka-offsets"] = json.dumps(decoded.kafka_offsets, sort_keys=True)
+
         manifest_path = (
             f"{table.location()}/metadata/changelake/changelog-{batch_id:012d}-{uuid.uuid4().hex[:12]}.json"
         )
@@ -404,6 +433,8 @@ class Applier:
                 "target-columns": ",".join(target_columns) if target_columns else "",
                 **extra,
                 "touched-buckets": len(touched),
+                "dead-letter": dead_letter or "",
+                **{f"source.{k}": v for k, v in source.items()},
                 **counts.as_dict(),
             },
         )
@@ -418,6 +449,8 @@ class Applier:
             changelog_records=log_records,
             log_start_offset=log_start,
             log_end_offset=log_end,
+            source=source,
+            dead_letter=dead_letter,
         )
 
     def _allocate_ids(self, spec, table, records, part_cols) -> dict | None:
@@ -500,6 +533,26 @@ class Applier:
             F.lit(commit_ts).cast("timestamp").alias("_commit_timestamp"),
         ).write.mode("errorifexists").parquet(directory)
         return _written_files(self.spark, directory)
+
+
+def _kafka_offsets(table) -> dict[str, int]:
+    """Last applied Kafka offset per ``topic:partition``, committed with the table's latest batch."""
+    snap = table.current_snapshot()
+    return json.loads(Storage.snapshot_summary(snap).get("changelake.kafka-offsets", "{}") if snap else "{}")
+
+
+def _source_note(decoded: DecodedBatch) -> str:
+    parts = [
+        f"{name} {value:,}"
+        for name, value in (
+            ("quarantined", decoded.quarantined),
+            ("redelivered", decoded.redelivered),
+            ("deduplicated", decoded.deduplicated),
+            ("skipped", decoded.skipped),
+        )
+        if value
+    ]
+    return f"; {', '.join(parts)}" if parts else ""
 
 
 def _partition_key(partition: tuple) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -64,6 +65,10 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--format", dest="fmt", help="input format (default: by table source / file extension)")
     a.add_argument("--target-columns", help="partial update of these comma-separated columns (with --file)")
     a.add_argument("--up-to", type=int, help="apply pending batches up to this id only")
+    a.add_argument(
+        "--from-batch", type=int, help="replay landed batches from this id (applied ones are no-ops)"
+    )
+    a.add_argument("--summary", type=Path, help="also write the batch results as JSON to this file")
 
     s = sub.add_parser("scan", help="current rows, or as of a batch")
     s.add_argument("table")
@@ -83,6 +88,22 @@ def _parser() -> argparse.ArgumentParser:
     lk.add_argument("key", nargs="+", metavar="col=value")
     lk.add_argument("--prefix", action="store_true")
     lk.add_argument("--format", choices=["table", "jsonl"], default="table")
+
+    dl = sub.add_parser("dead-letters", help="quarantined records (on-bad-record: quarantine) of a table")
+    dl.add_argument("table")
+    dl.add_argument("--batch-id", type=int)
+    dl.add_argument("--format", choices=["table", "jsonl"], default="table")
+
+    g = sub.add_parser("datagen", help="write deterministic sample landing batches for tables with a profile")
+    g.add_argument("table", nargs="*", help="namespace.table (default: every spec with a datagen profile)")
+    g.add_argument("--batches", type=int, default=1, help="batches per table (after the last landed one)")
+    g.add_argument("--seed", type=int, default=42)
+    g.add_argument("--format", dest="fmt", help="render in this format instead of the table's source format")
+    g.add_argument("--records", type=int, help="records per batch (overrides the profile)")
+    g.add_argument("--keys", type=int, help="key cardinality (overrides the profile)")
+    g.add_argument("--redelivery", type=float, help="share of records redelivered (overrides the profile)")
+    g.add_argument("--out-of-order", type=float, help="share of stale versions (overrides the profile)")
+    g.add_argument("--start", type=int, help="first batch id (default: after the last landed batch)")
 
     st = sub.add_parser("status", help="per table: last batch, rows, snapshots, pending batches")
     st.add_argument("--format", choices=["table", "jsonl"], default="table")
@@ -125,9 +146,20 @@ def _run(args: argparse.Namespace) -> int:
                 )
             ]
         else:
-            results = lake.apply_pending(args.table, up_to=args.up_to)
+            results = lake.apply_pending(args.table, up_to=args.up_to, from_batch=args.from_batch)
         applied = [r for r in results if r.status == "applied"]
         print(f"{len(applied)} batch(es) applied, {len(results) - len(applied)} already applied")
+        for r in results:
+            c = r.counts
+            print(
+                f"  {r.table} batch {r.batch_id}: {r.status}; inserted {c.get('inserted', 0)}, updated "
+                f"{c.get('updated', 0)}, deleted {c.get('deleted', 0)}, ignored {c.get('ignored', 0)}; "
+                f"changelog {r.log_end_offset - r.log_start_offset} record(s)"
+                + "".join(f", {k} {v}" for k, v in r.source.items() if v and k != "messages")
+            )
+        if args.summary:
+            args.summary.parent.mkdir(parents=True, exist_ok=True)
+            args.summary.write_text(json.dumps([dataclasses.asdict(r) for r in results], indent=2) + "\n")
         return 0
     if args.command == "scan":
         df = lake.rows(args.table, at_batch=args.at_batch)
@@ -146,10 +178,41 @@ def _run(args: argparse.Namespace) -> int:
             key[col] = value
         _print_rows(lake.lookup(args.table, key, prefix=args.prefix), args.format)
         return 0
+    if args.command == "dead-letters":
+        _print_rows(lake.dead_letters(args.table, args.batch_id), args.format)
+        return 0
+    if args.command == "datagen":
+        return _datagen(lake, args)
     if args.command == "status":
         _print_rows(lake.status(), args.format)
         return 0
     raise AssertionError(args.command)
+
+
+def _datagen(lake, args: argparse.Namespace) -> int:
+    from changelake.datagen import generate
+
+    specs = lake.specs()
+    names = args.table or sorted(n for n, s in specs.items() if s.datagen)
+    unknown = [t for t in names if t not in specs]
+    if unknown:
+        raise ChangelakeError(f"no spec for {unknown} in {lake.settings.tables_dir}")
+    for name in names:
+        for g in generate(
+            specs[name],
+            lake.settings.landing_dir,
+            args.batches,
+            seed=args.seed,
+            fmt=args.fmt,
+            start=args.start,
+            records=args.records,
+            keys=args.keys,
+            redelivery=args.redelivery,
+            out_of_order=args.out_of_order,
+        ):
+            kinds = ", ".join(f"{k} {v}" for k, v in g.changes.items())
+            print(f"[{name}] batch {g.batch_id}: {g.messages} messages ({kinds}) -> {g.path}", flush=True)
+    return 0
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ import yaml
 
 from changelake.errors import SpecError
 from changelake.identifiers import check_column_name, split_table_name
+from changelake.sources import SourceOptions, parse_source
 from changelake.types import DataType, parse_type
 
 DELETE_BEHAVIORS = ("allow", "ignore", "disable")
@@ -59,6 +60,7 @@ _SPEC_KEYS = {
     "options",
     "comment",
     "source",
+    "datagen",
 }
 _PARTITION_KEY_TYPES = {
     "CHAR",
@@ -99,7 +101,12 @@ class TableSpec:
     bucket_num: int
     options: dict[str, str] = field(default_factory=dict)
     source: dict[str, Any] = field(default_factory=dict)
+    datagen: dict[str, Any] = field(default_factory=dict)
     comment: str = ""
+
+    @property
+    def source_options(self) -> SourceOptions:
+        return parse_source(self.source, self.full_name)
 
     @property
     def full_name(self) -> str:
@@ -167,6 +174,8 @@ class TableSpec:
         }
         if self.source:
             out["source"] = dict(self.source)
+        if self.datagen:
+            out["datagen"] = dict(self.datagen)
         if self.comment:
             out["comment"] = self.comment
         return out
@@ -338,6 +347,10 @@ def _build(data: dict[str, Any]) -> TableSpec:
     source = data.get("source") or {}
     if not isinstance(source, dict):
         raise SpecError("'source' must be a mapping")
+    parse_source(source, f"{namespace}.{table}")
+    datagen = data.get("datagen") or {}
+    if not isinstance(datagen, dict):
+        raise SpecError("'datagen' must be a mapping")
     return TableSpec(
         namespace=namespace,
         table=table,
@@ -348,6 +361,7 @@ def _build(data: dict[str, Any]) -> TableSpec:
         bucket_num=bucket_num,
         options=options,
         source=dict(source),
+        datagen=dict(datagen),
         comment=str(data.get("comment") or ""),
     )
 

@@ -136,7 +136,7 @@ class Storage:
         existing = self._load(spec.namespace, spec.table)
         if existing is not None:
             stored = existing.properties.get(P + "spec")
-            if stored and json.loads(stored) != json.loads(spec_json):
+            if stored and _table_defining(json.loads(stored)) != _table_defining(json.loads(spec_json)):
                 raise ChangelakeError(
                     f"Table {spec.full_name} already exists with a different spec; changing a table's schema, keys "
                     f"or options is not supported (drop it first). Stored: {stored}"
@@ -301,3 +301,8 @@ class Storage:
     def read_json(self, table: Table, path: str) -> dict:
         with table.io.new_input(path).open() as stream:
             return json.loads(stream.read())
+
+
+def _table_defining(spec_dict: dict) -> dict:
+    """The parts of a spec that fix the stored table; source settings, datagen and comment may change."""
+    return {k: v for k, v in spec_dict.items() if k not in ("source", "datagen", "comment")}

@@ -1,0 +1,465 @@
+"""Deterministic landing-batch generator for the demo tables (``changelake datagen``).
+
+Like Flink's datagen connector, but changelog-aware: it simulates the source (a database table or an
+event stream), so updates and deletes hit live keys and carry true before images, and renders each batch
+in any input format. Batch ``k`` of a table depends only on the profile, the seed and ``k`` (earlier batches
+are re-simulated in memory), so re-running writes identical files and new runs continue where landing ends.
+
+A profile lives in the table spec under ``datagen:`` (every field optional)::
+
+    datagen:
+      mode: cdc              # cdc: a database table (insert/update/delete of live keys)
+                             # events: every record a new event for a key drawn from `keys`
+      records: 200           # records per batch
+      keys: 100              # key cardinality
+      mix: {insert: 0.6, update: 0.3, delete: 0.1}   # cdc mode
+      out_of_order: 0.2      # share of updates that arrive with an older version (versioned tables)
+      redelivery: 0.05       # share of records repeated later with their original Kafka offsets
+      partitions: 3          # Kafka partitions (upsert-kafka)
+      partial: [[id, name], [id, tier]]   # target-column groups, one per batch in turn (manifest written)
+      envelope: true         # debezium-json with the schema/payload envelope
+      columns: {shop_id: {min: 1, max: 5}, status: {values: [NEW, PAID]}, name: {template: "user-{}"}}
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import decimal
+import json
+import random
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from changelake.errors import ChangelakeError
+from changelake.sources import FORMATS
+from changelake.spec import TableSpec
+
+BASE_TIME = dt.datetime(2026, 1, 1)
+_PROFILE_KEYS = {
+    "mode", "records", "keys", "mix", "out_of_order", "redelivery", "partitions", "partial", "envelope",
+    "columns", "format",
+}  # fmt: skip
+
+
+@dataclass
+class Profile:
+    mode: str = "cdc"
+    records: int = 100
+    keys: int = 100
+    mix: dict[str, float] = field(default_factory=lambda: {"insert": 0.6, "update": 0.3, "delete": 0.1})
+    out_of_order: float = 0.0
+    redelivery: float = 0.0
+    partitions: int = 3
+    partial: list[list[str]] = field(default_factory=list)
+    envelope: bool = False
+    columns: dict[str, dict] = field(default_factory=dict)
+    format: str | None = None
+
+    @classmethod
+    def of(cls, spec: TableSpec, **overrides: Any) -> Profile:
+        data = {**spec.datagen, **{k: v for k, v in overrides.items() if v is not None}}
+        unknown = sorted(set(data) - _PROFILE_KEYS)
+        if unknown:
+            raise ChangelakeError(f"{spec.full_name}: unknown datagen setting '{unknown[0]}'")
+        profile = cls(**data)
+        if profile.mode not in ("cdc", "events"):
+            raise ChangelakeError(
+                f"{spec.full_name}: datagen mode must be cdc or events, got {profile.mode!r}"
+            )
+        for name in ("out_of_order", "redelivery"):
+            if not 0 <= getattr(profile, name) <= 1:
+                raise ChangelakeError(f"{spec.full_name}: datagen {name} must be within [0, 1]")
+        if profile.records < 0 or profile.keys < 1 or profile.partitions < 1:
+            raise ChangelakeError(f"{spec.full_name}: datagen records/keys/partitions must be positive")
+        for group in profile.partial:
+            for column in group:
+                spec.column(column)
+        for column in profile.columns:
+            spec.column(column)
+        return profile
+
+
+@dataclass
+class Change:
+    """One logical change of the source: an insert, an update (with its before image) or a delete."""
+
+    kind: str  # insert | update | delete
+    before: dict | None
+    after: dict | None
+    lsn: int = 0
+    ts_ms: int = 0
+    kafka: tuple[str, int, int] | None = None  # filled for upsert-kafka rendering
+
+
+class _Source:
+    """The simulated source of one table: live rows, a clock, Kafka offsets."""
+
+    def __init__(self, spec: TableSpec, profile: Profile, seed: int, stream: str | None = None):
+        self.spec, self.profile, self.seed = spec, profile, seed
+        self.stream = stream or spec.full_name  # names the random stream: same stream, same data
+        self.rows: dict[tuple, dict] = {}
+        self.next_key = 1
+        self.lsn = 0
+        self.offsets = [0] * profile.partitions
+        self.previous: list[Change] = []
+        self.last_originals: list[Change] = []
+        self.ai = spec.auto_increment_column
+        self.version = spec.version_column
+
+    def batch(self, batch_id: int) -> list[Change]:
+        rng = random.Random(f"{self.seed}:{self.stream}:{batch_id}")
+        p = self.profile
+        target = p.partial[(batch_id - 1) % len(p.partial)] if p.partial else None
+        changes = []
+        for i in range(p.records):
+            self.lsn += 1
+            clock = BASE_TIME + dt.timedelta(hours=batch_id, seconds=i)
+            change = self._next(rng, clock, target)
+            change.lsn, change.ts_ms = self.lsn, int((clock - dt.datetime(1970, 1, 1)).total_seconds() * 1000)
+            changes.append(change)
+        for change in changes:
+            row = change.after or change.before
+            partition = zlib.crc32(repr(self._key(row)).encode()) % p.partitions
+            change.kafka = (f"{self.spec.full_name}", partition, self.offsets[partition])
+            self.offsets[partition] += 1
+        delivered = list(changes)
+        if p.redelivery:
+            # At-least-once: a producer retry / consumer restart re-sends an earlier record, original offset kept.
+            pool = self.previous + changes
+            for _ in range(round(p.redelivery * len(changes))):
+                copy = pool[rng.randrange(len(pool))]
+                # A copy arrives after its original (it is a re-send), anywhere later in the batch.
+                earliest = next((i + 1 for i, c in enumerate(delivered) if c is copy), 0)
+                delivered.insert(rng.randint(earliest, len(delivered)), copy)
+        self.previous = changes
+        self.last_originals = changes
+        return delivered
+
+    def _key(self, row: dict) -> tuple:
+        return tuple(row[k] for k in self.spec.primary_key)
+
+    def _next(self, rng: random.Random, clock: dt.datetime, target: list[str] | None) -> Change:
+        p = self.profile
+        if p.mode == "events" or target is not None:
+            key_row = self._key_values(rng, rng.randrange(1, p.keys + 1))
+            row = {**key_row, **self._values(rng, clock, skip=set(key_row))}
+            if target is not None:
+                row = {c: row[c] for c in target}
+            old = self.rows.get(self._key(row))
+            self.rows[self._key(row)] = {**(old or {}), **row}
+            # An event stream knows no before image: a repeat key is an upsert (+U), not -U/+U.
+            return Change("insert" if old is None else "update", None, row)
+        kind = rng.choices(list(p.mix), weights=list(p.mix.values()))[0]
+        if kind == "insert" and len(self.rows) >= p.keys:
+            kind = "update"
+        if kind != "insert" and not self.rows:
+            kind = "insert"
+        if kind == "insert":
+            row = {
+                **self._key_values(rng, self.next_key),
+                **self._values(rng, clock, skip=set(self.spec.primary_key)),
+            }
+            self.next_key += 1
+            self.rows[self._key(row)] = row
+            return Change("insert", None, row)
+        key = rng.choice(sorted(self.rows))
+        old = self.rows[key]
+        if kind == "delete":
+            del self.rows[key]
+            return Change("delete", old, None)
+        new = {**old, **self._values(rng, clock, skip=set(self.spec.primary_key))}
+        if self.version and rng.random() < p.out_of_order:
+            # A stale version arriving late: the versioned engine must ignore it, so the source keeps `old`.
+            stale = old[self.version] - dt.timedelta(seconds=rng.randint(1, 3600))
+            return Change("update", old, {**new, self.version: stale})
+        self.rows[key] = new
+        return Change("update", old, new)
+
+    def _key_values(self, rng: random.Random, n: int) -> dict:
+        out = {}
+        for k in self.spec.primary_key:
+            hint = self.profile.columns.get(k, {})
+            if len(self.spec.primary_key) > 1 and ("min" in hint or "values" in hint):
+                out[k] = self._value(rng, self.spec.column(k), hint, BASE_TIME)
+            else:
+                out[k] = _render_key(self.spec.column(k).type.name, hint, n)
+        return out
+
+    def _values(self, rng: random.Random, clock: dt.datetime, skip: set[str]) -> dict:
+        return {
+            c.name: self._value(rng, c, self.profile.columns.get(c.name, {}), clock)
+            for c in self.spec.columns
+            if c.name not in skip and c.name != self.ai
+        }
+
+    def _value(self, rng: random.Random, column, hint: dict, clock: dt.datetime) -> Any:
+        t = column.type
+        if "values" in hint:
+            return rng.choice(hint["values"])
+        if "template" in hint:
+            return hint["template"].format(rng.randint(hint.get("min", 1), hint.get("max", 1000)))
+        if t.name in ("TIMESTAMP", "TIMESTAMP_LTZ"):
+            return clock
+        if t.name == "DATE":
+            return clock.date()
+        if t.name == "TIME":
+            return clock.time().isoformat()
+        if t.name == "BOOLEAN":
+            return rng.random() < 0.5
+        if t.name == "DECIMAL":
+            lo, hi = hint.get("min", 1), hint.get("max", 100)
+            return decimal.Decimal(rng.uniform(lo, hi)).quantize(decimal.Decimal(1).scaleb(-t.scale))
+        if t.name in ("FLOAT", "DOUBLE"):
+            return round(rng.uniform(hint.get("min", 0), hint.get("max", 1)), 6)
+        if t.is_integer:
+            return rng.randint(hint.get("min", 1), hint.get("max", 100))
+        if t.name in ("BINARY", "BYTES"):
+            return rng.randbytes(4)
+        return f"{column.name}-{rng.randint(1, hint.get('max', 1000))}"
+
+
+def _render_key(type_name: str, hint: dict, n: int) -> Any:
+    if "template" in hint:
+        return hint["template"].format(n)
+    if type_name in ("STRING", "CHAR"):
+        return f"k{n}"
+    return n
+
+
+# --- rendering --------------------------------------------------------------------------------------------
+def _json_value(value: Any) -> Any:
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    if isinstance(value, dt.datetime):
+        return value.isoformat(sep="T")
+    if isinstance(value, dt.date):
+        return value.isoformat()
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode()
+    return value
+
+
+def _plain(row: dict | None) -> dict | None:
+    return None if row is None else {k: _json_value(v) for k, v in row.items()}
+
+
+def _text(row: dict | None) -> dict | None:
+    """Canal writes every value as a string; datetimes with a space."""
+    if row is None:
+        return None
+    out = {}
+    for k, v in row.items():
+        if v is None:
+            out[k] = None
+        elif isinstance(v, dt.datetime):
+            out[k] = v.isoformat(sep=" ")
+        elif isinstance(v, bool):
+            out[k] = "1" if v else "0"
+        else:
+            out[k] = str(_json_value(v))
+    return out
+
+
+def _debezium_row(spec: TableSpec, row: dict | None, envelope: bool) -> dict | None:
+    """Debezium's default encodings: epoch millis for timestamps, epoch days for dates, base64 decimals."""
+    if row is None:
+        return None
+    out = {}
+    for k, v in row.items():
+        t = spec.column(k).type
+        if isinstance(v, dt.datetime):
+            out[k] = int((v - dt.datetime(1970, 1, 1)).total_seconds() * 1000)
+        elif isinstance(v, dt.date):
+            out[k] = (v - dt.date(1970, 1, 1)).days
+        elif isinstance(v, decimal.Decimal) and envelope:
+            unscaled = int(v.scaleb(t.scale))
+            out[k] = base64.b64encode(
+                unscaled.to_bytes((unscaled.bit_length() + 8) // 8, "big", signed=True)
+            ).decode()
+        else:
+            out[k] = _json_value(v)
+    return out
+
+
+def _debezium_schema(spec: TableSpec) -> dict:
+    fields = []
+    for c in spec.columns:
+        t = c.type
+        f: dict[str, Any] = {"field": c.name, "optional": c.nullable}
+        if t.name in ("TIMESTAMP", "TIMESTAMP_LTZ"):
+            f.update(type="int64", name="io.debezium.time.Timestamp")
+        elif t.name == "DATE":
+            f.update(type="int32", name="io.debezium.time.Date")
+        elif t.name == "DECIMAL":
+            f.update(
+                type="bytes",
+                name="org.apache.kafka.connect.data.Decimal",
+                parameters={"scale": str(t.scale), "connect.decimal.precision": str(t.precision)},
+            )
+        else:
+            f["type"] = {"BIGINT": "int64", "INT": "int32", "BOOLEAN": "boolean", "DOUBLE": "double"}.get(
+                t.name, "string"
+            )
+        fields.append(f)
+    value = {"type": "struct", "optional": True, "fields": fields}
+    return {
+        "type": "struct",
+        "fields": [
+            {**value, "field": "before"},
+            {**value, "field": "after"},
+            {"type": "string", "field": "op"},
+        ],
+    }
+
+
+def render(spec: TableSpec, changes: list[Change], fmt: str, envelope: bool = False) -> list[str]:
+    """One JSON line per source message, in the given format (Parquet: see :func:`write_batch`)."""
+    ns, table = spec.namespace, spec.table
+    lines = []
+    schema = _debezium_schema(spec) if envelope else None
+    for c in changes:
+        if fmt == "changelog-json":
+            recs = {
+                "insert": [("+I", c.after)],
+                "update": [("-U", c.before), ("+U", c.after)] if c.before else [("+U", c.after)],
+                "delete": [("-D", c.before)],
+            }[c.kind]
+            lines += [json.dumps({"op": op, "data": _plain(row)}) for op, row in recs]
+        elif fmt == "upsert-kafka":
+            row = c.after or c.before
+            key = {k: _json_value(row[k]) for k in spec.primary_key}
+            value = None if c.kind == "delete" else _plain(c.after)
+            topic, partition, offset = c.kafka
+            lines.append(
+                json.dumps(
+                    {
+                        "key": key,
+                        "value": value,
+                        "topic": topic,
+                        "partition": partition,
+                        "offset": offset,
+                        "timestamp": c.ts_ms,
+                    }  # fmt: skip
+                )
+            )
+        elif fmt == "debezium-json":
+            payload = {
+                "before": _debezium_row(spec, c.before, envelope) if c.kind != "insert" else None,
+                "after": _debezium_row(spec, c.after, envelope) if c.kind != "delete" else None,
+                "op": {"insert": "c", "update": "u", "delete": "d"}[c.kind],
+                "source": {"db": ns, "table": table, "lsn": c.lsn, "ts_ms": c.ts_ms},
+                "ts_ms": c.ts_ms,
+            }
+            lines.append(json.dumps({"schema": schema, "payload": payload} if envelope else payload))
+        elif fmt == "canal-json":
+            kind = {"insert": "INSERT", "update": "UPDATE", "delete": "DELETE"}[c.kind]
+            data = _text(c.after if c.kind != "delete" else c.before)
+            event = {"data": [data], "database": ns, "table": table, "type": kind, "isDdl": False,
+                     "pkNames": list(spec.primary_key), "es": c.ts_ms, "ts": c.ts_ms, "id": c.lsn}  # fmt: skip
+            if c.kind == "update":
+                before = _text(c.before) or {}
+                event["old"] = [{k: v for k, v in before.items() if k in data and data[k] != v}]
+            lines.append(json.dumps(event))
+        elif fmt == "maxwell-json":
+            data = _text(c.after if c.kind != "delete" else c.before)
+            event = {
+                "database": ns,
+                "table": table,
+                "type": c.kind,
+                "ts": c.ts_ms // 1000,
+                "xid": c.lsn,
+                "data": data,
+            }
+            if c.kind == "update":
+                before = _text(c.before) or {}
+                event["old"] = {k: v for k, v in before.items() if k in data and data[k] != v}
+            lines.append(json.dumps(event))
+        else:
+            raise ChangelakeError(f"datagen cannot render format {fmt!r}; formats: {list(FORMATS)}")
+    return lines
+
+
+def _parquet_table(spec: TableSpec, changes: list[Change]) -> pa.Table:
+    rows = []
+    for c in changes:
+        recs = {
+            "insert": [("+I", c.after)],
+            "update": [("-U", c.before), ("+U", c.after)] if c.before else [("+U", c.after)],
+            "delete": [("-D", c.before)],
+        }[c.kind]
+        rows += [(op, row) for op, row in recs]
+    present = [col for col in spec.columns if any(col.name in r for _, r in rows)] or list(spec.columns)
+    arrays = [pa.array([op for op, _ in rows], pa.string())]
+    arrays += [pa.array([r.get(col.name) for _, r in rows], col.type.arrow_type()) for col in present]
+    return pa.Table.from_arrays(arrays, names=["op"] + [c.name for c in present])
+
+
+@dataclass
+class Generated:
+    table: str
+    batch_id: int
+    path: Path
+    messages: int
+    changes: dict[str, int]
+
+
+def generate(
+    spec: TableSpec,
+    landing_dir: Path,
+    batches: int,
+    seed: int = 42,
+    fmt: str | None = None,
+    start: int | None = None,
+    stream: str | None = None,
+    **overrides: Any,
+) -> list[Generated]:
+    """Write ``batches`` landing batches for ``spec`` after the last landed one (or from ``start``).
+
+    ``stream`` names the random stream (default: the table name); two tables with the same stream, seed
+    and profile get the same logical changes.
+    """
+    from changelake.apply import landed_batches
+
+    profile = Profile.of(spec, **overrides)
+    fmt = fmt or profile.format or spec.source.get("format") or "changelog-json"
+    if fmt not in FORMATS:
+        raise ChangelakeError(f"unknown format {fmt!r}; formats: {list(FORMATS)}")
+    landed = landed_batches(landing_dir, spec)
+    first = start if start is not None else (max(landed) + 1 if landed else 1)
+    directory = landing_dir / spec.full_name
+    directory.mkdir(parents=True, exist_ok=True)
+    source = _Source(spec, profile, seed, stream)
+    out = []
+    for batch_id in range(1, first + batches):
+        changes = source.batch(batch_id)
+        if batch_id < first:
+            continue
+        ext = "parquet" if fmt == "changelog-parquet" else "jsonl"
+        path = directory / f"{batch_id}.{ext}"
+        tmp = path.with_name(f".{path.name}.tmp")
+        if fmt == "changelog-parquet":
+            pq.write_table(_parquet_table(spec, changes), tmp)
+            messages = len(changes)
+        else:
+            lines = render(spec, changes, fmt, envelope=profile.envelope)
+            tmp.write_text("\n".join(lines) + ("\n" if lines else ""))
+            messages = len(lines)
+        if profile.partial:
+            target = profile.partial[(batch_id - 1) % len(profile.partial)]
+            manifest = path.with_name(f"{batch_id}.manifest.json")
+            manifest.write_text(json.dumps({"target_columns": target}) + "\n")
+        tmp.replace(
+            path
+        )  # the batch file appears whole (after its manifest): appliers never see half a batch
+        kinds = {"insert": 0, "update": 0, "delete": 0}
+        for c in source.last_originals:
+            kinds[c.kind] += 1
+        kinds["redelivered"] = len(changes) - len(source.last_originals)
+        out.append(Generated(spec.full_name, batch_id, path, messages, kinds))
+    return out

@@ -1,0 +1,147 @@
+"""Per-table source settings: how a table's landed batches are read.
+
+They live in the table spec under ``source:`` (validated when the spec loads)::
+
+    source:
+      format: upsert-kafka          # changelog-json (default for .jsonl), changelog-parquet, upsert-kafka,
+                                    # debezium-json, canal-json, maxwell-json
+      ordering: kafka-offset        # arrival (file then line, default) | kafka-offset | <dotted field path>
+      dedup: kafka-offsets          # none (default) | kafka-offsets: drop redelivered Kafka records
+      on-bad-record: quarantine     # fail (default) | quarantine: dead-letter bad records, commit the rest
+      key.fields-prefix: "k_"       # upsert-kafka: prefix of the key's field names
+      value.fields-include: EXCEPT_KEY  # upsert-kafka: ALL (default) | EXCEPT_KEY
+      database.include: "shop"      # canal/maxwell/debezium: regex on the record's database (full match)
+      table.include: "orders"       # ... and on its table
+      timestamp-epoch-unit: ms      # debezium without a schema envelope: ms (default) | us | ns
+      ignore-unknown-fields: false  # refuse (default) or drop fields that are not table columns
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from changelake.errors import SpecError
+
+FORMATS = (
+    "changelog-json",
+    "changelog-parquet",
+    "upsert-kafka",
+    "debezium-json",
+    "canal-json",
+    "maxwell-json",
+)
+_KEYS = {
+    "format",
+    "ordering",
+    "dedup",
+    "on-bad-record",
+    "key.fields-prefix",
+    "value.fields-include",
+    "database.include",
+    "table.include",
+    "timestamp-epoch-unit",
+    "ignore-unknown-fields",
+}
+_PATH = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+_CDC_FORMATS = ("debezium-json", "canal-json", "maxwell-json")
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    """Validated ``source:`` settings of a table spec."""
+
+    format: str | None = None
+    ordering: str = "arrival"
+    dedup: str = "none"
+    on_bad_record: str = "fail"
+    key_fields_prefix: str = ""
+    value_fields_include: str = "ALL"
+    database_include: re.Pattern | None = None
+    table_include: re.Pattern | None = None
+    timestamp_epoch_unit: str = "ms"
+    ignore_unknown_fields: bool = False
+
+    @property
+    def quarantine(self) -> bool:
+        return self.on_bad_record == "quarantine"
+
+    @property
+    def dedup_offsets(self) -> bool:
+        return self.dedup == "kafka-offsets"
+
+    @property
+    def order_path(self) -> tuple[str, ...] | None:
+        """The dotted field the records are ordered by, or None for arrival / Kafka-offset order."""
+        if self.ordering in ("arrival", "kafka-offset"):
+            return None
+        return tuple(self.ordering.split("."))
+
+
+def _choice(source: dict, key: str, allowed: tuple[str, ...], default: str, fold=str.lower) -> str:
+    value = source.get(key, default)
+    if not isinstance(value, str) or fold(value) not in allowed:
+        raise SpecError(f"source option '{key}' must be one of {list(allowed)}, got {value!r}")
+    return fold(value)
+
+
+def _regex(source: dict, key: str) -> re.Pattern | None:
+    value = source.get(key)
+    if value is None:
+        return None
+    try:
+        return re.compile(str(value))
+    except re.error as e:
+        raise SpecError(f"source option '{key}': invalid regular expression {value!r}: {e}") from None
+
+
+def parse_source(source: dict[str, Any] | None, table: str = "?") -> SourceOptions:
+    """Validate a spec's ``source:`` mapping; errors name the option and the table."""
+    source = source or {}
+    unknown = sorted(set(source) - _KEYS)
+    if unknown:
+        raise SpecError(f"{table}: unknown source option '{unknown[0]}'; supported: {sorted(_KEYS)}")
+    fmt = source.get("format")
+    if fmt is not None and fmt not in FORMATS:
+        raise SpecError(f"{table}: source option 'format' must be one of {list(FORMATS)}, got {fmt!r}")
+    ordering = source.get("ordering", "arrival")
+    if not isinstance(ordering, str) or not (
+        ordering in ("arrival", "kafka-offset") or _PATH.match(ordering)
+    ):
+        raise SpecError(
+            f"{table}: source option 'ordering' must be 'arrival', 'kafka-offset' or a dotted field path "
+            f"such as 'source.lsn', got {ordering!r}"
+        )
+    dedup = _choice(source, "dedup", ("none", "kafka-offsets"), "none")
+    if (dedup == "kafka-offsets" or ordering == "kafka-offset") and fmt != "upsert-kafka":
+        raise SpecError(
+            f"{table}: dedup/ordering by Kafka offsets needs the records' Kafka metadata "
+            f"(format 'upsert-kafka'), but the format is {fmt!r}"
+        )
+    for key in ("database.include", "table.include"):
+        if key in source and fmt not in _CDC_FORMATS:
+            raise SpecError(f"{table}: source option '{key}' applies to {list(_CDC_FORMATS)} only")
+    for key in ("key.fields-prefix", "value.fields-include"):
+        if key in source and fmt != "upsert-kafka":
+            raise SpecError(f"{table}: source option '{key}' applies to upsert-kafka only")
+    prefix = source.get("key.fields-prefix", "")
+    if not isinstance(prefix, str):
+        raise SpecError(f"{table}: source option 'key.fields-prefix' must be a string")
+    ignore_unknown = source.get("ignore-unknown-fields", False)
+    if not isinstance(ignore_unknown, bool):
+        raise SpecError(f"{table}: source option 'ignore-unknown-fields' must be true or false")
+    return SourceOptions(
+        format=fmt,
+        ordering=ordering,
+        dedup=dedup,
+        on_bad_record=_choice(source, "on-bad-record", ("fail", "quarantine"), "fail"),
+        key_fields_prefix=prefix,
+        value_fields_include=_choice(
+            source, "value.fields-include", ("ALL", "EXCEPT_KEY"), "ALL", fold=str.upper
+        ),
+        database_include=_regex(source, "database.include"),
+        table_include=_regex(source, "table.include"),
+        timestamp_epoch_unit=_choice(source, "timestamp-epoch-unit", ("ms", "us", "ns"), "ms"),
+        ignore_unknown_fields=ignore_unknown,
+    )
