@@ -11,7 +11,11 @@ UV = $(shell command -v uv 2>/dev/null || echo "python3 -m uv")
 PY := .venv/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: help setup uv check-java test lint format demo bench clean
+AIRFLOW_PY := .venv-airflow/bin/python
+SPARK_MASTER ?=
+
+.PHONY: help setup uv check-java test test-data test-airflow lint format demo bench clean airflow airflow-stop \
+	spark-cluster spark-cluster-stop apply
 
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -22,12 +26,37 @@ uv: ## Install uv with pip if it is missing
 check-java: ## Fail early unless Java >= 17 is on PATH (Spark needs it)
 	@infra/check_java.sh
 
-setup: uv check-java ## Create the data environment (.venv) from uv.lock
+setup: uv check-java ## Create both environments from their lock files: data (.venv) and Airflow (.venv-airflow)
 	@$(UV) sync --frozen --quiet
 	@echo "data env ready: $$($(PY) -c 'import pyspark, pyiceberg; print("pyspark", pyspark.__version__, "pyiceberg", pyiceberg.__version__)')"
+	@UV_PROJECT_ENVIRONMENT=$(CURDIR)/.venv-airflow $(UV) sync --frozen --quiet --project infra/airflow
+	@echo "airflow env ready: apache-airflow $$($(AIRFLOW_PY) -c 'import importlib.metadata as m; print(m.version("apache-airflow"))')"
 
-test: setup ## Run the whole test suite (unit + Spark integration + crash/race tests)
+test: setup ## Run the whole test suite: data env (unit, Spark, crash/race, cluster) then Airflow env (DAGs, e2e)
 	$(PY) -m pytest $(PYTEST_ARGS)
+	$(AIRFLOW_PY) -m pytest -c infra/airflow/pytest.ini --rootdir=. tests/orchestration $(PYTEST_ARGS)
+
+test-data: setup ## Only the data env's tests
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-airflow: setup ## Only the Airflow env's tests (DAG integrity, end-to-end DAG runs)
+	$(AIRFLOW_PY) -m pytest -c infra/airflow/pytest.ini --rootdir=. tests/orchestration $(PYTEST_ARGS)
+
+airflow: setup ## Start Airflow standalone (UI on $$AIRFLOW_PORT, default 8080) in the background; print URL and login
+	@infra/airflow/standalone.sh start
+
+airflow-stop: ## Stop the Airflow started by `make airflow`
+	@infra/airflow/standalone.sh stop
+
+spark-cluster: setup ## Start a Spark standalone master + worker on 127.0.0.1:7077
+	@infra/spark_cluster.sh start
+
+spark-cluster-stop: ## Stop the standalone cluster
+	@infra/spark_cluster.sh stop
+
+apply: setup ## spark-submit the apply app for all pending batches (SPARK_MASTER=spark://127.0.0.1:7077 for the cluster)
+	PYSPARK_PYTHON=$(CURDIR)/.venv/bin/python .venv/bin/spark-submit $(if $(SPARK_MASTER),--master $(SPARK_MASTER)) \
+		--conf spark.pyspark.python=$(CURDIR)/.venv/bin/python spark_apps/apply_app.py
 
 lint: setup ## ruff lint and format check
 	$(PY) -m ruff check spark_apps tests benchmarks dags infra
@@ -37,8 +66,8 @@ format: setup ## Apply ruff formatting and safe fixes
 	$(PY) -m ruff check --fix spark_apps tests benchmarks dags infra
 	$(PY) -m ruff format spark_apps tests benchmarks dags infra
 
-demo: setup ## Generate sample batches, apply them, print what happened
-	$(PY) infra/demo.py
+demo: setup ## Land sample batches and run the Airflow pipeline end to end (apply), then print a summary
+	@infra/demo.sh
 
 bench: setup ## Run the apply benchmarks (5M-row table) and write benchmarks/results/latest.json
 	$(PY) benchmarks/bench_apply.py

@@ -28,13 +28,16 @@ def get_spark(settings: Settings, app_name: str = "changelake", hive: bool = Fal
     ``hive=True`` enables the Hive catalog (a Derby metastore under ``$CHANGELAKE_HOME/metastore``) for
     dbt's own tables; changelake's PK tables never need it.
     """
-    from pyspark import SparkConf
+    from pyspark import SparkConf, SparkContext
     from pyspark.sql import SparkSession
 
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
-    given = SparkConf()  # holds what spark-submit passed, e.g. --master
+    if os.environ.get("PYSPARK_GATEWAY_PORT"):
+        # Under spark-submit: attach to its JVM first, so SparkConf() sees what it passed (e.g. --master).
+        SparkContext._ensure_initialized()
+    given = SparkConf()
     builder = SparkSession.builder.appName(app_name)
     if not given.contains("spark.master"):
         builder = builder.master(settings.spark_master)

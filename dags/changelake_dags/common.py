@@ -1,0 +1,83 @@
+"""Paths, assets and defaults shared by the DAGs. Nothing here touches a database or a connection."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pendulum
+
+REPO = Path(__file__).resolve().parents[2]
+SPARK_APPS = REPO / "spark_apps"
+SPARK_POOL = "changelake_spark"  # one slot locally: two Spark drivers would fight for 2 cores and Derby
+START_DATE = pendulum.datetime(2026, 11, 1, tz="UTC")
+DEFAULT_ARGS = {
+    "owner": "changelake",
+    "retries": 2,
+    "retry_delay": dt.timedelta(seconds=30),
+    "retry_exponential_backoff": True,
+    "max_retry_delay": dt.timedelta(minutes=10),
+}
+
+
+def home() -> Path:
+    return Path(os.environ.get("CHANGELAKE_HOME", REPO / ".changelake"))
+
+
+def tables_dir() -> Path:
+    return Path(os.environ.get("CHANGELAKE_TABLES", REPO / "tables"))
+
+
+def table_names() -> list[str]:
+    """Tables with a spec: read from file names only, so parsing a DAG stays cheap."""
+    return sorted(p.stem for p in tables_dir().glob("*.yaml"))
+
+
+def task_name(table: str) -> str:
+    return table.replace(".", "__")
+
+
+def table_asset(table: str):
+    """The Asset updated when a batch of ``table`` commits."""
+    from airflow.sdk import Asset
+
+    return Asset(name=f"changelake.{table}", uri=f"changelake://tables/{table}", group="changelake")
+
+
+def data_python() -> str:
+    """The data environment's interpreter, which Spark's Python workers must use."""
+    found = shutil.which("changelake")
+    if found:
+        return str(Path(found).with_name("python"))
+    return str(REPO / ".venv" / "bin" / "python")
+
+
+def spark_conf() -> dict[str, str]:
+    python = data_python()
+    return {"spark.pyspark.python": python, "spark.pyspark.driver.python": python}
+
+
+def changelake_cli(*args: str, timeout: int = 600) -> str:
+    """Run the data env's ``changelake`` CLI, stream its stderr (progress) into the task log, return stdout."""
+    command = [shutil.which("changelake") or str(REPO / ".venv" / "bin" / "changelake"), *args]
+    print("$ " + " ".join(command), flush=True)
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
+    if proc.stderr:
+        print(proc.stderr, flush=True)
+    if proc.stdout:
+        print(proc.stdout, flush=True)
+    if proc.returncode != 0:
+        raise RuntimeError(
+            f"{' '.join(command[1:])} exited with {proc.returncode}: {proc.stderr.strip()[-500:]}"
+        )
+    return proc.stdout
+
+
+def status() -> dict[str, dict]:
+    """``changelake status`` per table (rows, last batch, pending batches, quarantined, redelivered)."""
+    rows = [json.loads(line) for line in changelake_cli("status", "--format", "jsonl").splitlines() if line]
+    return {r["table"]: r for r in rows}

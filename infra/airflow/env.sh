@@ -1,0 +1,19 @@
+# Environment of changelake's Airflow: source it (`. infra/airflow/env.sh`) from the repository root.
+# Airflow's home and SQLite metadata DB live under $CHANGELAKE_HOME/airflow; the DAG folder is dags/; the
+# data env's bin (spark-submit, changelake) comes first on PATH so tasks run Spark in the data env.
+REPO_ROOT="${REPO_ROOT:-$(pwd)}"
+export CHANGELAKE_HOME="${CHANGELAKE_HOME:-$REPO_ROOT/.changelake}"
+export CHANGELAKE_TABLES="${CHANGELAKE_TABLES:-$REPO_ROOT/tables}"
+export AIRFLOW_HOME="${AIRFLOW_HOME:-$CHANGELAKE_HOME/airflow}"
+export AIRFLOW_PORT="${AIRFLOW_PORT:-8080}"
+export AIRFLOW__CORE__DAGS_FOLDER="$REPO_ROOT/dags"
+export AIRFLOW__CORE__LOAD_EXAMPLES=False
+export AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS="${AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS:-admin:admin}"
+export AIRFLOW__API__PORT="$AIRFLOW_PORT"
+export AIRFLOW__API__BASE_URL="http://localhost:$AIRFLOW_PORT"
+export AIRFLOW__CORE__EXECUTION_API_SERVER_URL="http://localhost:$AIRFLOW_PORT/execution/"
+export AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL="${AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL:-30}"
+export AIRFLOW__LOGGING__COLORED_CONSOLE_LOG=False
+# spark_default: local Spark unless the caller points it at a cluster (make airflow SPARK_MASTER=spark://...).
+export AIRFLOW_CONN_SPARK_DEFAULT="${AIRFLOW_CONN_SPARK_DEFAULT:-{\"conn_type\": \"spark\", \"host\": \"${SPARK_MASTER:-local[2]}\"}}"
+export PATH="$REPO_ROOT/.venv/bin:$PATH"

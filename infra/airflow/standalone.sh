@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# start | stop | init — `airflow standalone` in the background, its pid and log under $AIRFLOW_HOME.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+. infra/airflow/env.sh
+AIRFLOW=.venv-airflow/bin/airflow
+PIDFILE="$AIRFLOW_HOME/standalone.pid"
+LOG="$AIRFLOW_HOME/standalone.log"
+
+init() {  # idempotent: metadata DB, the Spark pool, DAGs parsed into the DB
+  mkdir -p "$AIRFLOW_HOME"
+  "$AIRFLOW" db migrate >"$AIRFLOW_HOME/migrate.log" 2>&1 || { tail -20 "$AIRFLOW_HOME/migrate.log"; exit 1; }
+  "$AIRFLOW" pools set changelake_spark 1 "Serialises local Spark drivers (2 cores, one Derby metastore)" >/dev/null
+}
+
+case "${1:-start}" in
+  init) init ;;
+  start)
+    if [[ -f "$PIDFILE" ]] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null; then
+      echo "Airflow is already running (pid $(cat "$PIDFILE"))"
+    else
+      init
+      setsid nohup "$AIRFLOW" standalone >"$LOG" 2>&1 &
+      echo $! >"$PIDFILE"
+      echo -n "starting Airflow (log: $LOG) "
+      for _ in $(seq 1 120); do
+        if curl -fsS "http://localhost:$AIRFLOW_PORT/api/v2/monitor/health" >/dev/null 2>&1; then break; fi
+        kill -0 "$(cat "$PIDFILE")" 2>/dev/null || { echo; echo "Airflow exited:"; tail -30 "$LOG"; exit 1; }
+        echo -n "."; sleep 2
+      done
+      echo
+    fi
+    PASSWORDS="$AIRFLOW_HOME/simple_auth_manager_passwords.json.generated"
+    echo "Airflow UI: http://localhost:$AIRFLOW_PORT"
+    if [[ -f "$PASSWORDS" ]]; then
+      echo "login: $(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(", ".join(f"{u} / {p}" for u, p in d.items()))' "$PASSWORDS")"
+    fi
+    echo "(simple auth manager, authentication on; passwords in $PASSWORDS)"
+    echo "stop with: make airflow-stop"
+    ;;
+  stop)
+    if [[ -f "$PIDFILE" ]] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null; then
+      kill -TERM -- "-$(cat "$PIDFILE")" 2>/dev/null || kill -TERM "$(cat "$PIDFILE")"
+      for _ in $(seq 1 30); do kill -0 "$(cat "$PIDFILE")" 2>/dev/null || break; sleep 1; done
+      kill -KILL -- "-$(cat "$PIDFILE")" 2>/dev/null || true
+      echo "Airflow stopped"
+    else
+      echo "Airflow is not running"
+    fi
+    rm -f "$PIDFILE"
+    ;;
+  *) echo "usage: $0 start|stop|init" >&2; exit 2 ;;
+esac
