@@ -32,6 +32,18 @@ def main() -> int:
             f"{row['deduplicated']:>13}"
         )
     home = lake.settings.home
+    from changelake.dbt_runner import BUILD_RESULTS, dbt_dirs, summarize
+
+    target = dbt_dirs(lake.settings)["target"]
+    build = summarize(target / BUILD_RESULTS)
+    if build is not None:
+        kinds: dict[str, dict[str, int]] = {}
+        for node in build["nodes"]:
+            kind = node["unique_id"].split(".")[0]
+            kinds.setdefault(kind, {}).setdefault(node["status"], 0)
+            kinds[kind][node["status"]] += 1
+        print("\ndbt build: " + "; ".join(f"{k}: {v}" for k, v in sorted(kinds.items())))
+    print(f"dbt docs site:         {target / 'static_index.html'}")
     print(f"\nwarehouse (Iceberg):   {lake.settings.warehouse}")
     print(f"catalog:               {lake.settings.catalog_uri}")
     print(f"landing batches:       {lake.settings.landing_dir}")

@@ -81,3 +81,17 @@ def status() -> dict[str, dict]:
     """``changelake status`` per table (rows, last batch, pending batches, quarantined, redelivered)."""
     rows = [json.loads(line) for line in changelake_cli("status", "--format", "jsonl").splitlines() if line]
     return {r["table"]: r for r in rows}
+
+
+def dbt_results() -> dict[str, str]:
+    """Per-node status of the last dbt build (``$CHANGELAKE_HOME/dbt/target/build_run_results.json``)."""
+    path = home() / "dbt" / "target" / "build_run_results.json"
+    results = json.loads(path.read_text())["results"]
+    statuses = {r["unique_id"]: r["status"] for r in results}
+    for unique_id, state in sorted(statuses.items()):
+        print(f"{state:<8} {unique_id}", flush=True)
+    counts: dict[str, int] = {}
+    for state in statuses.values():
+        counts[state] = counts.get(state, 0) + 1
+    print(f"dbt nodes: {counts}; artifacts in {path.parent}", flush=True)
+    return statuses

@@ -8,6 +8,8 @@ export AIRFLOW_HOME="${AIRFLOW_HOME:-$CHANGELAKE_HOME/airflow}"
 export AIRFLOW_PORT="${AIRFLOW_PORT:-8080}"
 export AIRFLOW__CORE__DAGS_FOLDER="$REPO_ROOT/dags"
 export AIRFLOW__CORE__LOAD_EXAMPLES=False
+# The DAGs run on their schedules as soon as Airflow sees them: the demo is a living pipeline.
+export AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION=False
 export AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS="${AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS:-admin:admin}"
 export AIRFLOW__API__PORT="$AIRFLOW_PORT"
 export AIRFLOW__API__BASE_URL="http://localhost:$AIRFLOW_PORT"
@@ -16,4 +18,6 @@ export AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL="${AIRFLOW__DAG_PROCESSOR__REFRE
 export AIRFLOW__LOGGING__COLORED_CONSOLE_LOG=False
 # spark_default: local Spark unless the caller points it at a cluster (make airflow SPARK_MASTER=spark://...).
 export AIRFLOW_CONN_SPARK_DEFAULT="${AIRFLOW_CONN_SPARK_DEFAULT:-{\"conn_type\": \"spark\", \"host\": \"${SPARK_MASTER:-local[2]}\"}}"
-export PATH="$REPO_ROOT/.venv/bin:$PATH"
+# airflow standalone starts its components as `airflow ...` subprocesses, so the Airflow env's bin is on
+# PATH too, after the data env's (whose spark-submit and python the Spark tasks need).
+export PATH="$REPO_ROOT/.venv/bin:$REPO_ROOT/.venv-airflow/bin:$PATH"

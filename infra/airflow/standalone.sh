@@ -23,12 +23,19 @@ case "${1:-start}" in
       setsid nohup "$AIRFLOW" standalone >"$LOG" 2>&1 &
       echo $! >"$PIDFILE"
       echo -n "starting Airflow (log: $LOG) "
-      for _ in $(seq 1 120); do
-        if curl -fsS "http://localhost:$AIRFLOW_PORT/api/v2/monitor/health" >/dev/null 2>&1; then break; fi
+      healthy=0
+      for _ in $(seq 1 90); do
+        if curl -fsS "http://localhost:$AIRFLOW_PORT/api/v2/monitor/health" >/dev/null 2>&1; then healthy=1; break; fi
         kill -0 "$(cat "$PIDFILE")" 2>/dev/null || { echo; echo "Airflow exited:"; tail -30 "$LOG"; exit 1; }
         echo -n "."; sleep 2
       done
       echo
+      if [[ $healthy != 1 ]]; then
+        echo "Airflow's API server did not answer on port $AIRFLOW_PORT within 180 s; last log lines:" >&2
+        tail -30 "$LOG" >&2
+        "$0" stop >&2
+        exit 1
+      fi
     fi
     PASSWORDS="$AIRFLOW_HOME/simple_auth_manager_passwords.json.generated"
     echo "Airflow UI: http://localhost:$AIRFLOW_PORT"

@@ -105,6 +105,9 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--out-of-order", type=float, help="share of stale versions (overrides the profile)")
     g.add_argument("--start", type=int, help="first batch id (default: after the last landed batch)")
 
+    d = sub.add_parser("dbt", help="run dbt (default: build) on the tables' current snapshots and changelogs")
+    d.add_argument("dbt_args", nargs=argparse.REMAINDER, help="dbt arguments, e.g. build --select marts")
+
     st = sub.add_parser("status", help="per table: last batch, rows, snapshots, pending batches")
     st.add_argument("--format", choices=["table", "jsonl"], default="table")
     return p
@@ -181,6 +184,10 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "dead-letters":
         _print_rows(lake.dead_letters(args.table, args.batch_id), args.format)
         return 0
+    if args.command == "dbt":
+        from changelake.dbt_runner import run_dbt
+
+        return run_dbt(args.dbt_args, lake.settings, progress=lambda m: print(m, file=sys.stderr, flush=True))
     if args.command == "datagen":
         return _datagen(lake, args)
     if args.command == "status":

@@ -1,0 +1,68 @@
+"""Build the dbt project on changelake's tables whenever a table's batch commits (thin DAG file).
+
+`dbt_build` runs `spark_apps/dbt_app.py build` through spark-submit: the app registers every PK table,
+changelog and landed input as views and runs dbt in the same SparkSession (dbt-spark `method: session`).
+`model_results` puts every model's and test's status into the log and XCom; `dbt_docs` regenerates the
+docs site under $CHANGELAKE_HOME/dbt/target. The marts' Asset schedules `changelake_quality`.
+"""
+
+from __future__ import annotations
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import Asset, AssetAny, Param, dag, task
+from changelake_dags import common
+
+MARTS = Asset(name="changelake.dbt_marts", uri="changelake://dbt/marts", group="changelake")
+
+
+@dag(
+    dag_id="changelake_dbt",
+    schedule=AssetAny(*[common.table_asset(t) for t in common.table_names()]),
+    start_date=common.START_DATE,
+    catchup=False,
+    max_active_runs=1,
+    default_args=common.DEFAULT_ARGS,
+    tags=["changelake", "dbt"],
+    params={
+        "select": Param("", type="string", description="dbt --select (empty: the whole project)"),
+        "full_refresh": Param(False, type="boolean", description="Rebuild incremental models from scratch"),
+    },
+    doc_md=__doc__,
+)
+def changelake_dbt():
+    dbt_build = SparkSubmitOperator(
+        task_id="dbt_build",
+        application=str(common.SPARK_APPS / "dbt_app.py"),
+        application_args=[
+            "build",
+            "--select",
+            "{{ params.select }}",
+            "{{ '--full-refresh' if params.full_refresh else '' }}",
+        ],  # fmt: skip
+        conn_id="spark_default",
+        conf=common.spark_conf(),
+        name="changelake-dbt-build",
+        pool=common.SPARK_POOL,
+        outlets=[MARTS],
+        verbose=False,
+    )
+
+    @task
+    def model_results() -> dict[str, str]:
+        """Status of every dbt node of the build (model, test, unit test), from run_results.json."""
+        return common.dbt_results()
+
+    dbt_docs = SparkSubmitOperator(
+        task_id="dbt_docs",
+        application=str(common.SPARK_APPS / "dbt_app.py"),
+        application_args=["docs", "generate"],
+        conn_id="spark_default",
+        conf=common.spark_conf(),
+        name="changelake-dbt-docs",
+        pool=common.SPARK_POOL,
+        verbose=False,
+    )
+    dbt_build >> [model_results(), dbt_docs]
+
+
+changelake_dbt()

@@ -1,0 +1,13 @@
+with source as (
+    select * from {{ source('changelake', 'shop__orders') }}
+)
+
+select
+    order_id,
+    shop_id,
+    user_id,
+    item_id,
+    amount,
+    status,
+    updated_at
+from source

@@ -1,0 +1,11 @@
+with source as (
+    select * from {{ source('changelake', 'web__pageviews') }}
+)
+
+select
+    event_id,
+    user_id,
+    page_id,
+    viewtime,
+    user_region as region
+from source

@@ -1,0 +1,12 @@
+with source as (
+    select * from {{ source('changelake', 'web__pageviews__changelog') }}
+)
+
+select
+    _log_offset as log_offset,
+    _batch_id as batch_id,
+    _change_type as change_type,
+    event_id,
+    user_id,
+    viewtime
+from source

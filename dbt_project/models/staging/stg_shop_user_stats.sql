@@ -1,0 +1,11 @@
+with source as (
+    select * from {{ source('changelake', 'shop__shop_user_stats') }}
+)
+
+select
+    shop_id,
+    user_id,
+    num_orders,
+    total_amount,
+    last_order_at
+from source
