@@ -14,7 +14,7 @@ run_dag() {  # dag_id [conf]: run one DAG through Airflow, show its progress lin
   echo "==> airflow dags test $dag (log: $log)"
   local started=$SECONDS
   "$AIRFLOW" dags test "$dag" -c "$conf" >"$log" 2>&1 || true
-  grep -E "\] batch [0-9]+: [0-9]+ messages|batch [0-9]+ committed|batch [0-9]+ already applied|up to date|\[dbt\] build:|\[DAG TEST\] end task" "$log" \
+  grep -E "\] batch [0-9]+: [0-9]+ messages|batch [0-9]+ committed|batch [0-9]+ already applied|up to date|\[dbt\] build:|\[quality\] [0-9]+/[0-9]+ expectations|\[DAG TEST\] end task" "$log" \
     | sed -E 's/^.*\[info *\] //; s/ \[airflow[^]]*\].*$//; s/ loc=.*$//' | sed 's/^/    /' || true
   if ! grep -q "DagRun Finished: dag_id=$dag.*state=success" "$log"; then
     echo "!! $dag did not succeed; last lines of $log:" >&2
@@ -27,4 +27,5 @@ run_dag() {  # dag_id [conf]: run one DAG through Airflow, show its progress lin
 run_dag changelake_demo_source '{"batches": 2}'
 run_dag changelake_apply
 run_dag changelake_dbt
+run_dag changelake_quality
 .venv/bin/python infra/demo_summary.py --run-dir "$RUN_DIR"

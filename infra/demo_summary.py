@@ -44,6 +44,18 @@ def main() -> int:
             kinds[kind][node["status"]] += 1
         print("\ndbt build: " + "; ".join(f"{k}: {v}" for k, v in sorted(kinds.items())))
     print(f"dbt docs site:         {target / 'static_index.html'}")
+    quality = home / "quality" / "quality_summary.json"
+    if quality.exists():
+        q = json.loads(quality.read_text())
+        passed = sum(1 for v in q["validations"] for e in v["expectations"] if e["success"])
+        total = sum(len(v["expectations"]) for v in q["validations"])
+        suites = ", ".join(
+            f"{name}: {s['validations'] - s['failed']}/{s['validations']} passed"
+            for name, s in q["suites"].items()
+        )
+        print(f"\nquality: {passed}/{total} expectations passed ({suites}); drift totals {q['drift_total']}")
+        print(f"Data Docs (GX):        {q['data_docs']}")
+        print(f"quality summary, plot: {quality}, {quality.with_name('drift_redelivery.png')}")
     print(f"\nwarehouse (Iceberg):   {lake.settings.warehouse}")
     print(f"catalog:               {lake.settings.catalog_uri}")
     print(f"landing batches:       {lake.settings.landing_dir}")

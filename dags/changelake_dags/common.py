@@ -95,3 +95,30 @@ def dbt_results() -> dict[str, str]:
         counts[state] = counts.get(state, 0) + 1
     print(f"dbt nodes: {counts}; artifacts in {path.parent}", flush=True)
     return statuses
+
+
+def quality_results() -> dict:
+    """Read the quality app's summary; raise AirflowFailException (no retry) on a critical failure."""
+    from airflow.exceptions import AirflowFailException
+
+    path = home() / "quality" / "quality_summary.json"
+    summary = json.loads(path.read_text())
+    print(
+        f"Data Docs: {summary['data_docs']}\nsummary: {path}\nplot: {path.with_name('drift_redelivery.png')}"
+    )
+    failures = []
+    for validation in summary["validations"]:
+        for e in validation["expectations"]:
+            if not e["success"]:
+                line = (
+                    f"{e['severity']}: {validation['suite']} / {validation['asset']}: {e['type']} "
+                    f"({e['unexpected_count']} unexpected) offending keys {e['offending_keys']}"
+                )
+                print(line)
+                if e["severity"] == "critical":
+                    failures.append(line)
+    print(f"suites: {summary['suites']}; drift totals: {summary['drift_total']}")
+    result = {"data_docs": summary["data_docs"], "summary": str(path), "suites": summary["suites"]}
+    if failures:
+        raise AirflowFailException(f"{len(failures)} critical expectation(s) failed; first: {failures[0]}")
+    return result

@@ -108,6 +108,14 @@ def _parser() -> argparse.ArgumentParser:
     d = sub.add_parser("dbt", help="run dbt (default: build) on the tables' current snapshots and changelogs")
     d.add_argument("dbt_args", nargs=argparse.REMAINDER, help="dbt arguments, e.g. build --select marts")
 
+    q = sub.add_parser(
+        "quality", help="run the Great Expectations suites, rebuild Data Docs (exit 1 on failure)"
+    )
+    q.add_argument("--drift-threshold", type=float, default=0.0, help="allowed drift per key and in total")
+    q.add_argument(
+        "--max-redelivery-share", type=float, default=0.5, help="warn above this redelivered share"
+    )
+
     st = sub.add_parser("status", help="per table: last batch, rows, snapshots, pending batches")
     st.add_argument("--format", choices=["table", "jsonl"], default="table")
     return p
@@ -188,6 +196,15 @@ def _run(args: argparse.Namespace) -> int:
         from changelake.dbt_runner import run_dbt
 
         return run_dbt(args.dbt_args, lake.settings, progress=lambda m: print(m, file=sys.stderr, flush=True))
+    if args.command == "quality":
+        from changelake.quality import run_quality
+
+        return run_quality(
+            lake.settings,
+            args.drift_threshold,
+            args.max_redelivery_share,
+            progress=lambda m: print(m, file=sys.stderr, flush=True),
+        )
     if args.command == "datagen":
         return _datagen(lake, args)
     if args.command == "status":

@@ -8,7 +8,7 @@ import pytest
 
 from tests.orchestration.conftest import REPO, airflow_env
 
-EXPECTED = {"changelake_apply", "changelake_demo_source", "changelake_dbt"}
+EXPECTED = {"changelake_apply", "changelake_demo_source", "changelake_dbt", "changelake_quality"}
 
 
 @pytest.fixture(scope="module")

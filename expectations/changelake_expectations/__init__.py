@@ -1,0 +1,1 @@
+"""changelake's Great Expectations suites (see :mod:`changelake_expectations.suites`)."""

@@ -1,0 +1,264 @@
+"""The data-quality app (``changelake quality``): Great Expectations suites on the current snapshots.
+
+Builds the checks of :mod:`changelake_expectations.suites` for every PK table and for the dbt marts that
+exist, validates each through a GX checkpoint (file context under ``$CHANGELAKE_HOME/quality``), then rebuilds the Data Docs once and writes a compact JSON summary and a PNG of redelivery share per batch and drift
+per aggregation table. Returns 1 when an expectation of severity ``critical`` failed, else 0.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from changelake.config import Settings
+
+#: Grain of each dbt mart (the uniqueness suite checks it when the mart exists).
+MART_GRAINS = {
+    "orders_per_shop": ["shop_id"],
+    "pageviews_per_region": ["region"],
+    "user_clicks_hourly": ["user_id", "window_start"],
+    "shop_user_stats_drift": ["shop_id", "user_id"],
+}
+#: Drift marts per aggregation-engine table: (mart, key columns).
+DRIFT_MARTS = {"shop.shop_user_stats": ("shop_user_stats_drift", ["shop_id", "user_id"])}
+MAX_REPORTED_KEYS = 20
+
+
+def quality_dir(settings: Settings) -> Path:
+    return settings.home / "quality"
+
+
+def run_quality(
+    settings: Settings,
+    drift_threshold: float = 0.0,
+    max_redelivery_share: float = 0.5,
+    dbt_schema: str = "analytics",
+    spark=None,
+    progress=print,
+) -> int:
+    """Validate every suite, rebuild Data Docs, write the summary and plot; 1 if a critical check failed."""
+    from changelake_expectations import suites
+
+    from changelake.api import ChangeLake
+    from changelake.session import get_spark
+
+    started = time.monotonic()
+    spark = spark or get_spark(settings, app_name="changelake-quality", hive=True)
+    lake = ChangeLake(settings=settings, spark=spark, progress=lambda m: None)
+    checks: list = []
+    redeliveries: list[dict[str, Any]] = []
+    for name, spec in sorted(lake.specs().items()):
+        if not lake.storage.exists(spec):
+            continue
+        rows, changelog = lake.rows(name), lake.changelog(name)
+        checks.append(suites.pk_uniqueness(name, rows, list(spec.primary_key)))
+        checks += suites.tombstone_handling(spec, rows, changelog)
+        for snap in lake.storage.batch_snapshots(lake.storage.pk_table(spec)):
+            s = snap.summary.additional_properties
+            messages = int(s.get("changelake.source.messages", 0))
+            redelivered = int(s.get("changelake.source.redelivered", 0))
+            redeliveries.append(
+                {
+                    "table": name,
+                    "batch_id": int(s["changelake.batch-id"]),
+                    "messages": messages,
+                    "redelivered": redelivered,
+                    "deduplicated": int(s.get("changelake.source.deduplicated", 0)),
+                    "redelivered_share": redelivered / messages if messages else 0.0,
+                }
+            )
+    if redeliveries:
+        checks.append(suites.redelivery(spark.createDataFrame(redeliveries), max_redelivery_share))
+    marts = _existing_marts(spark, dbt_schema)
+    for mart, grain in MART_GRAINS.items():
+        if mart in marts:
+            checks.append(
+                suites.pk_uniqueness(f"{dbt_schema}.{mart}", spark.table(f"{dbt_schema}.{mart}"), grain)
+            )
+    drift_totals: dict[str, float] = {}
+    for table, (mart, keys) in DRIFT_MARTS.items():
+        if mart in marts:
+            frame = spark.table(f"{dbt_schema}.{mart}")
+            checks.append(suites.drift(f"{table} drift ({dbt_schema}.{mart})", frame, keys, drift_threshold))
+            drift_totals[table] = float(frame.agg({"drift": "sum"}).first()[0] or 0)
+        else:
+            progress(
+                f"[quality] {dbt_schema}.{mart} not built yet (run `changelake dbt build`): drift not checked"
+            )
+
+    context = _context(settings)
+    results = []
+    for i, check in enumerate(checks, start=1):
+        progress(f"[quality] {i}/{len(checks)} {check.suite}: {check.asset}")
+        results.append(_validate(context, check))
+    context.build_data_docs()
+    docs = context.get_docs_sites_urls()[0]["site_url"]
+    failed_critical = [
+        r for r in results for e in r["expectations"] if not e["success"] and e["severity"] == "critical"
+    ]
+    summary = {
+        "generated_at": dt.datetime.now(dt.UTC).isoformat(),
+        "success": not failed_critical,
+        "drift_threshold": drift_threshold,
+        "max_redelivery_share": max_redelivery_share,
+        "suites": {
+            suite: {
+                "validations": sum(1 for r in results if r["suite"] == suite),
+                "failed": sum(1 for r in results if r["suite"] == suite and not r["success"]),
+            }
+            for suite in suites.SUITES
+        },
+        "drift_total": drift_totals,
+        "redelivery": redeliveries,
+        "validations": results,
+        "data_docs": docs,
+    }
+    out = quality_dir(settings)
+    (out / "quality_summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    plot = _plot(redeliveries, drift_totals, out / "drift_redelivery.png")
+    for r in results:
+        for e in r["expectations"]:
+            if not e["success"]:
+                keys = f"; offending keys: {e['offending_keys']}" if e["offending_keys"] else ""
+                progress(
+                    f"[quality] FAILED ({e['severity']}) {r['suite']} / {r['asset']}: {e['type']} {e['kwargs']}: "
+                    f"{e['unexpected_count']} unexpected{keys}"
+                )
+    passed = sum(1 for r in results for e in r["expectations"] if e["success"])
+    total = sum(len(r["expectations"]) for r in results)
+    progress(
+        f"[quality] {passed}/{total} expectations passed in {len(results)} validations "
+        f"({time.monotonic() - started:.1f}s); critical failures: {len(failed_critical)}"
+    )
+    progress(f"[quality] Data Docs: {docs}")
+    progress(f"[quality] summary: {out / 'quality_summary.json'}; plot: {plot}")
+    return 1 if failed_critical else 0
+
+
+def _existing_marts(spark, schema: str) -> set[str]:
+    if not spark.catalog.databaseExists(schema):
+        return set()
+    return {t.name for t in spark.catalog.listTables(schema)}
+
+
+def _context(settings: Settings):
+    import great_expectations as gx
+    from great_expectations.data_context.types.base import ProgressBarsConfig
+
+    root = quality_dir(settings)
+    root.mkdir(parents=True, exist_ok=True)
+    context = gx.get_context(mode="file", project_root_dir=str(root))
+    context.variables.progress_bars = ProgressBarsConfig(globally=False)
+    context.variables.save()
+    return context
+
+
+def _validate(context, check) -> dict[str, Any]:
+    import great_expectations as gx
+
+    source = context.data_sources.add_or_update_spark(name="changelake")
+    try:
+        asset = source.get_asset(check.asset)
+    except LookupError:
+        asset = source.add_dataframe_asset(name=check.asset)
+    try:
+        batch = asset.get_batch_definition("current")
+    except KeyError:
+        batch = asset.add_batch_definition_whole_dataframe("current")
+    suite = gx.ExpectationSuite(name=check.name, expectations=check.expectations, meta={"suite": check.suite})
+    suite = context.suites.add_or_update(suite)
+    definition = context.validation_definitions.add_or_update(
+        gx.ValidationDefinition(name=check.name, data=batch, suite=suite)
+    )
+    checkpoint = context.checkpoints.add_or_update(
+        gx.Checkpoint(
+            name=check.name,
+            validation_definitions=[definition],
+            actions=[],  # Data Docs are rebuilt once, after every validation ran
+            result_format={"result_format": "COMPLETE", "unexpected_index_column_names": check.keys}
+            if check.keys
+            else {"result_format": "SUMMARY"},
+        )
+    )
+    result = checkpoint.run(batch_parameters={"dataframe": check.frame})
+    expectations = []
+    for run in result.run_results.values():
+        for r in run.results:
+            config = r.expectation_config
+            index = r.result.get("unexpected_index_list") or []
+            keys = [{k: v for k, v in row.items() if k in check.keys} for row in index[:MAX_REPORTED_KEYS]]
+            expectations.append(
+                {
+                    "type": config.type,
+                    "kwargs": {k: v for k, v in config.kwargs.items() if k not in ("batch_id",)},
+                    "severity": str(getattr(config.severity, "value", config.severity)),
+                    "success": bool(r.success),
+                    "unexpected_count": r.result.get("unexpected_count"),
+                    "observed_value": r.result.get("observed_value"),
+                    "offending_keys": keys,
+                }
+            )
+    return {
+        "suite": check.suite,
+        "asset": check.asset,
+        "success": bool(result.success),
+        "expectations": expectations,
+    }
+
+
+def _plot(redeliveries: list[dict], drift_totals: dict[str, float], path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import matplotlib.ticker
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    tables = sorted({r["table"] for r in redeliveries if r["redelivered"]}) or sorted(
+        {r["table"] for r in redeliveries}
+    )
+    for table in tables:
+        points = sorted(
+            (r["batch_id"], r["redelivered_share"] * 100) for r in redeliveries if r["table"] == table
+        )
+        left.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=table)
+    left.set(title="Redelivered records per batch", xlabel="batch id", ylabel="% of the batch's messages")
+    left.set_ylim(bottom=0)
+    left.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+    if tables:
+        left.legend(fontsize=8)
+    names = sorted(drift_totals)
+    right.bar(
+        names,
+        [drift_totals[n] for n in names],
+        color=["#2a9d8f" if drift_totals[n] == 0 else "#e76f51" for n in names],
+    )
+    right.set(title="Drift vs exact recomputation (sum over keys)", ylabel="drift")
+    right.set_ylim(bottom=0, top=max([1.0, *drift_totals.values()]) * 1.15)
+    for i, n in enumerate(names):
+        right.annotate(f"{drift_totals[n]:g}", (i, drift_totals[n]), ha="center", va="bottom")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    from changelake.config import load_settings
+
+    parser = argparse.ArgumentParser(prog="quality_app", description=__doc__.split("\n")[0])
+    parser.add_argument("--drift-threshold", type=float, default=0.0)
+    parser.add_argument("--max-redelivery-share", type=float, default=0.5)
+    args = parser.parse_args(argv)
+    return run_quality(
+        load_settings(),
+        args.drift_threshold,
+        args.max_redelivery_share,
+        progress=lambda m: print(m, file=sys.stderr, flush=True),
+    )
