@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import Asset, Param, dag, task
 from airflow.timetables.assets import AssetOrTimeSchedule
 from airflow.timetables.trigger import CronTriggerTimetable
@@ -76,22 +75,17 @@ def changelake_apply():
             print(f"{table}: {waiting} batch(es) to apply")
             return waiting > 0
 
-        apply = SparkSubmitOperator(
-            task_id=f"apply__{name}",
-            application=str(common.SPARK_APPS / "apply_app.py"),
-            application_args=[
+        apply = common.spark_submit(
+            f"apply__{name}",
+            "apply_app.py",
+            [
                 table,
                 "--from-batch",
                 "{{ params.from_batch if params.from_batch is not none else '' }}",
                 "--up-to",
                 "{{ params.to_batch if params.to_batch is not none else '' }}",
             ],  # fmt: skip
-            conn_id="spark_default",
-            conf=common.spark_conf(),
-            name=f"changelake-apply-{table}",
-            pool=common.SPARK_POOL,
             outlets=[common.table_asset(table)],
-            verbose=False,
         )
         has_batches(pending) >> apply >> summary
 

@@ -8,7 +8,6 @@ docs site under $CHANGELAKE_HOME/dbt/target. The marts' Asset schedules `changel
 
 from __future__ import annotations
 
-from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import Asset, AssetAny, Param, dag, task
 from changelake_dags import common
 
@@ -30,21 +29,11 @@ MARTS = Asset(name="changelake.dbt_marts", uri="changelake://dbt/marts", group="
     doc_md=__doc__,
 )
 def changelake_dbt():
-    dbt_build = SparkSubmitOperator(
-        task_id="dbt_build",
-        application=str(common.SPARK_APPS / "dbt_app.py"),
-        application_args=[
-            "build",
-            "--select",
-            "{{ params.select }}",
-            "{{ '--full-refresh' if params.full_refresh else '' }}",
-        ],  # fmt: skip
-        conn_id="spark_default",
-        conf=common.spark_conf(),
-        name="changelake-dbt-build",
-        pool=common.SPARK_POOL,
+    dbt_build = common.spark_submit(
+        "dbt_build",
+        "dbt_app.py",
+        ["build", "--select", "{{ params.select }}", "{{ '--full-refresh' if params.full_refresh else '' }}"],
         outlets=[MARTS],
-        verbose=False,
     )
 
     @task
@@ -52,16 +41,7 @@ def changelake_dbt():
         """Status of every dbt node of the build (model, test, unit test), from run_results.json."""
         return common.dbt_results()
 
-    dbt_docs = SparkSubmitOperator(
-        task_id="dbt_docs",
-        application=str(common.SPARK_APPS / "dbt_app.py"),
-        application_args=["docs", "generate"],
-        conn_id="spark_default",
-        conf=common.spark_conf(),
-        name="changelake-dbt-docs",
-        pool=common.SPARK_POOL,
-        verbose=False,
-    )
+    dbt_docs = common.spark_submit("dbt_docs", "dbt_app.py", ["docs", "generate"])
     dbt_build >> [model_results(), dbt_docs]
 
 

@@ -8,7 +8,6 @@ when an expectation of severity critical failed, naming the offending keys.
 
 from __future__ import annotations
 
-from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import Asset, Param, dag, task
 from changelake_dags import common
 
@@ -38,21 +37,16 @@ MARTS = Asset(name="changelake.dbt_marts", uri="changelake://dbt/marts", group="
     doc_md=__doc__,
 )
 def changelake_quality():
-    run_suites = SparkSubmitOperator(
-        task_id="run_suites",
-        application=str(common.SPARK_APPS / "quality_app.py"),
-        application_args=[
+    run_suites = common.spark_submit(
+        "run_suites",
+        "quality_app.py",
+        [
             "--drift-threshold",
             "{{ params.drift_threshold }}",
             "--max-redelivery-share",
             "{{ params.max_redelivery_share }}",
             "--report-only",
         ],  # fmt: skip
-        conn_id="spark_default",
-        conf=common.spark_conf(),
-        name="changelake-quality",
-        pool=common.SPARK_POOL,
-        verbose=False,
     )
 
     @task

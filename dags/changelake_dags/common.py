@@ -57,8 +57,15 @@ def data_python() -> str:
 
 
 def spark_conf() -> dict[str, str]:
+    """spark-submit settings: the data env's Python, and changelake's log4j2 config and Derby home for the
+    driver JVM (spark-submit starts that JVM, so the app cannot set them itself)."""
     python = data_python()
-    return {"spark.pyspark.python": python, "spark.pyspark.driver.python": python}
+    log4j = SPARK_APPS / "changelake" / "log4j2.properties"
+    return {
+        "spark.pyspark.python": python,
+        "spark.pyspark.driver.python": python,
+        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={log4j} -Dderby.system.home={home() / 'metastore'}",
+    }
 
 
 def changelake_cli(*args: str, timeout: int = 600) -> str:
@@ -122,3 +129,20 @@ def quality_results() -> dict:
     if failures:
         raise AirflowFailException(f"{len(failures)} critical expectation(s) failed; first: {failures[0]}")
     return result
+
+
+def spark_submit(task_id: str, app: str, args: list[str], **kwargs):
+    """A SparkSubmitOperator for one of changelake's apps, with the shared connection, conf and pool."""
+    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+
+    return SparkSubmitOperator(
+        task_id=task_id,
+        application=str(SPARK_APPS / app),
+        application_args=args,
+        conn_id="spark_default",
+        conf=spark_conf(),
+        name=f"changelake-{task_id}",
+        pool=SPARK_POOL,
+        verbose=False,
+        **kwargs,
+    )
