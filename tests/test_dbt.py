@@ -117,3 +117,40 @@ def test_a_duplicated_key_fails_dbt_test(demo, spark):
     failed = {n["unique_id"].split(".")[2] for n in summary["nodes"] if n["status"] == "fail"}
     assert status == 1
     assert "source_unique_changelake_web__pageviews_event_id" in failed
+
+
+def test_without_dedup_the_drift_check_fails_and_says_by_how_much(lake, spark):
+    """The same redelivering source into an aggregation table without `dedup: kafka-offsets`: dbt's exact
+    recomputation exposes the drift and the quality app fails on it, naming the drifted keys."""
+    from changelake.quality import run_quality
+
+    for path in sorted((REPO / "tables").glob("*.yaml")):
+        text = path.read_text()
+        if path.stem == "shop.shop_user_stats":
+            text = text.replace("dedup: kafka-offsets", "dedup: none")
+        (lake.settings.tables_dir / path.name).write_text(text)
+    for spec in lake.specs().values():
+        generate(spec, lake.settings.landing_dir, batches=2, records=30)
+    results = lake.apply_pending("shop.shop_user_stats")
+    redelivered = sum(r.source["redelivered"] for r in results)
+    assert redelivered > 0 and all(r.source["deduplicated"] == 0 for r in results)
+    lake.apply_pending()
+    try:
+        build(lake)
+        drift = spark.table("analytics.shop_user_stats_drift").filter("drift > 0")
+        drifted = {(r["shop_id"], r["user_id"]) for r in drift.collect()}
+        total = float(drift.agg(F.sum("drift")).first()[0])
+        assert drifted and total > 0
+        messages: list[str] = []
+        status = run_quality(
+            lake.settings, spark=spark, progress=messages.append, tables=["shop.shop_user_stats"]
+        )
+        assert status == 1
+        failed = [m for m in messages if "FAILED (critical) duplicate_drift" in m]
+        per_key = next(m for m in failed if "expect_column_values_to_be_between" in m)
+        named = sum(1 for s, u in drifted if f"'shop_id': {s}, 'user_id': {u}" in per_key)
+        assert named == min(len(drifted), 20)  # the report names the drifted keys (up to 20)
+        summary = (lake.settings.home / "quality" / "quality_summary.json").read_text()
+        assert f'"shop.shop_user_stats": {total}' in summary
+    finally:
+        spark.sql("drop database if exists analytics cascade")

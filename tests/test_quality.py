@@ -94,7 +94,7 @@ def test_drift_suite_passes_at_zero_and_names_drifting_keys(lake, spark):
     assert validate(lake, suites.drift("stats drift", drifted, ["shop_id", "user_id"], 4))["success"]
 
 
-def test_quality_app_fails_on_a_hand_corrupted_table_and_reports_the_keys(lake, spark):
+def test_quality_app_fails_on_a_hand_corrupted_table_and_reports_the_keys(lake, spark, monkeypatch):
     lake.create_table(SPEC.to_dict())
     lake.apply("q.kv", [{"op": "+I", "data": {"k": i, "v": f"v{i}"}} for i in range(1, 6)], batch_id=1)
     lake.apply(
@@ -122,3 +122,11 @@ def test_quality_app_fails_on_a_hand_corrupted_table_and_reports_the_keys(lake, 
     assert duplicated and all(f"'k': {k}" in failed for k in duplicated)
     summary = json.loads((lake.settings.home / "quality" / "quality_summary.json").read_text())
     assert not summary["success"] and summary["suites"]["pk_uniqueness"]["failed"] == 1
+
+    # The spark-submit entrypoint's arguments (as the quality DAG passes them): --report-only exits 0.
+    from changelake.quality import main
+
+    monkeypatch.setenv("CHANGELAKE_HOME", str(lake.settings.home))
+    monkeypatch.setenv("CHANGELAKE_TABLES", str(lake.settings.tables_dir))
+    assert main(["--table", "q.kv", "--drift-threshold", "0", "--max-redelivery-share", "0.5"]) == 1
+    assert main(["--table", "q.kv", "--report-only"]) == 0

@@ -220,7 +220,11 @@ class Applier:
                 f"[{spec.full_name}] batch {batch_id} committed (snapshot {result.snapshot_id}) in "
                 f"{result.seconds:.1f}s: inserted {c['inserted']:,}, updated {c['updated']:,}, deleted "
                 f"{c['deleted']:,}, ignored {c['ignored']:,}, dropped -U {c['dropped_update_before']:,}; "
-                f"changelog offsets {result.log_start_offset}..{result.log_end_offset - 1}"
+                + (
+                    f"changelog offsets {result.log_start_offset}..{result.log_end_offset - 1}"
+                    if result.log_end_offset > result.log_start_offset
+                    else "no changelog records"
+                )
             )
             return result
         raise ChangelakeError(
