@@ -103,6 +103,9 @@ def run_quality(
         results.append(_validate(context, check))
     context.build_data_docs()
     docs = context.get_docs_sites_urls()[0]["site_url"]
+    localized = localize_data_docs(Path(docs.removeprefix("file://")).parent)
+    if localized:
+        progress(f"[quality] Data Docs use local copies of their scripts ({localized} page(s) rewritten)")
     failed_critical = [
         r for r in results for e in r["expectations"] if not e["success"] and e["severity"] == "critical"
     ]
@@ -143,6 +146,68 @@ def run_quality(
     progress(f"[quality] Data Docs: {docs}")
     progress(f"[quality] summary: {out / 'quality_summary.json'}; plot: {plot}")
     return 1 if failed_critical else 0
+
+
+#: CDN address of each asset Data Docs load -> its file in the npm packages of infra/datadocs_assets.sh.
+CDN_ASSETS = {
+    "https://code.jquery.com/jquery-3.7.1.min.js": "jquery/dist/jquery.min.js",
+    "https://stackpath.bootstrapcdn.com/bootstrap/4.3.1/js/bootstrap.min.js": "bootstrap/dist/js/bootstrap.min.js",
+    "https://maxcdn.bootstrapcdn.com/bootstrap/4.3.1/css/bootstrap.min.css": "bootstrap/dist/css/bootstrap.min.css",
+    "https://cdnjs.cloudflare.com/ajax/libs/popper.js/1.12.9/umd/popper.min.js": "popper.js/dist/umd/popper.min.js",
+    "https://unpkg.com/bootstrap-table@1.19.1/dist/bootstrap-table.min.js": "bootstrap-table/dist/bootstrap-table.min.js",
+    "https://unpkg.com/bootstrap-table@1.19.1/dist/bootstrap-table.min.css": "bootstrap-table/dist/bootstrap-table.min.css",
+    "https://unpkg.com/bootstrap-table@1.19.1/dist/extensions/filter-control/bootstrap-table-filter-control.min.js":
+        "bootstrap-table/dist/extensions/filter-control/bootstrap-table-filter-control.min.js",
+    "https://unpkg.com/bootstrap-table@1.19.0/dist/extensions/filter-control/bootstrap-table-filter-control.min.css":
+        "bootstrap-table/dist/extensions/filter-control/bootstrap-table-filter-control.min.css",
+    "https://cdnjs.cloudflare.com/ajax/libs/bootstrap-datepicker/1.9.0/js/bootstrap-datepicker.min.js":
+        "bootstrap-datepicker/dist/js/bootstrap-datepicker.min.js",
+    "https://cdnjs.cloudflare.com/ajax/libs/bootstrap-datepicker/1.9.0/css/bootstrap-datepicker.min.css":
+        "bootstrap-datepicker/dist/css/bootstrap-datepicker.min.css",
+    "https://cdn.jsdelivr.net/npm/vega@5": "vega/build/vega.min.js",
+    "https://cdn.jsdelivr.net/npm/vega-lite@5": "vega-lite/build/vega-lite.min.js",
+    "https://cdn.jsdelivr.net/npm/vega-embed@6": "vega-embed/build/vega-embed.min.js",
+    "https://cdn.jsdelivr.net/npm/@forevolve/bootstrap-dark@1.1.0/dist/css/bootstrap-prefers-dark.css":
+        "@forevolve/bootstrap-dark/dist/css/bootstrap-prefers-dark.css",
+    "https://cdnjs.cloudflare.com/ajax/libs/font-awesome/6.6.0/css/all.min.css": "@fortawesome/fontawesome-free/css/all.min.css",
+}  # fmt: skip
+
+
+def localize_data_docs(site: Path, assets: Path | None = None) -> int:
+    """Point the Data Docs pages at local copies of their CDN scripts and styles, so they render offline.
+
+    ``assets`` is the ``node_modules`` that ``infra/datadocs_assets.sh`` fills (default: the data env's);
+    without it the pages keep their CDN links. Returns how many pages were rewritten.
+    """
+    import os
+    import shutil
+
+    default = Path(__file__).resolve().parents[2] / ".venv" / "datadocs-assets" / "node_modules"
+    assets = Path(os.environ.get("CHANGELAKE_DATADOCS_ASSETS", assets or default))
+    if not (assets / "jquery").is_dir():
+        return 0
+    vendor = site / "static" / "vendor"
+    for relative in CDN_ASSETS.values():
+        target = vendor / relative
+        if not target.exists():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(assets / relative, target)
+    fonts = assets / "@fortawesome" / "fontawesome-free" / "webfonts"
+    if fonts.is_dir() and not (vendor / "@fortawesome" / "fontawesome-free" / "webfonts").exists():
+        shutil.copytree(fonts, vendor / "@fortawesome" / "fontawesome-free" / "webfonts")
+    rewritten = 0
+    for page in site.rglob("*.html"):
+        text = page.read_text(encoding="utf-8")
+        if "https://" not in text:
+            continue
+        prefix = os.path.relpath(vendor, page.parent)
+        new = text
+        for url, relative in CDN_ASSETS.items():
+            new = new.replace(f'"{url}"', f'"{prefix}/{relative}"')
+        if new != text:
+            page.write_text(new, encoding="utf-8")
+            rewritten += 1
+    return rewritten
 
 
 def _existing_marts(spark, schema: str) -> set[str]:
