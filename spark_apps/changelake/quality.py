@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -36,7 +37,7 @@ def run_quality(
     settings: Settings,
     drift_threshold: float = 0.0,
     max_redelivery_share: float = 0.5,
-    dbt_schema: str = "analytics",
+    dbt_schema: str | None = None,
     spark=None,
     progress=print,
     tables: list[str] | None = None,
@@ -48,9 +49,12 @@ def run_quality(
     from changelake_expectations import suites
 
     from changelake.api import ChangeLake
+    from changelake.identifiers import check_name
     from changelake.session import get_spark
 
     started = time.monotonic()
+    # The schema dbt builds into (profiles.yml reads the same variable); it reaches SQL, so it is validated.
+    dbt_schema = check_name(dbt_schema or os.environ.get("CHANGELAKE_DBT_SCHEMA", "analytics"), "dbt schema")
     spark = spark or get_spark(settings, app_name="changelake-quality", hive=True)
     lake = ChangeLake(settings=settings, spark=spark, progress=lambda m: None)
     checks: list = []
@@ -179,7 +183,6 @@ def localize_data_docs(site: Path, assets: Path | None = None) -> int:
     ``assets`` is the ``node_modules`` that ``infra/datadocs_assets.sh`` fills (default: the data env's);
     without it the pages keep their CDN links. Returns how many pages were rewritten.
     """
-    import os
     import shutil
 
     default = Path(__file__).resolve().parents[2] / ".venv" / "datadocs-assets" / "node_modules"
