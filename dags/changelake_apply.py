@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from airflow.sdk import Asset, Param, dag, task
+from airflow.sdk import Param, dag, task
 from airflow.timetables.assets import AssetOrTimeSchedule
 from airflow.timetables.trigger import CronTriggerTimetable
 from changelake_dags import common
 
-LANDING = Asset(name="changelake.landing", uri="changelake://landing", group="changelake")
+LANDING = common.landing_asset()
 TABLES = common.table_names()
 
 

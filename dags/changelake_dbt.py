@@ -8,10 +8,10 @@ docs site under $CHANGELAKE_HOME/dbt/target. The marts' Asset schedules `changel
 
 from __future__ import annotations
 
-from airflow.sdk import Asset, AssetAny, Param, dag, task
+from airflow.sdk import AssetAny, Param, dag, task
 from changelake_dags import common
 
-MARTS = Asset(name="changelake.dbt_marts", uri="changelake://dbt/marts", group="changelake")
+MARTS = common.marts_asset()
 
 
 @dag(

@@ -3,10 +3,10 @@ the UI shows a living pipeline (thin DAG file; helpers in changelake_dags)."""
 
 from __future__ import annotations
 
-from airflow.sdk import Asset, Param, dag, task
+from airflow.sdk import Param, dag, task
 from changelake_dags import common
 
-LANDING = Asset(name="changelake.landing", uri="changelake://landing", group="changelake")
+LANDING = common.landing_asset()
 
 
 @dag(

@@ -8,10 +8,10 @@ when an expectation of severity critical failed, naming the offending keys.
 
 from __future__ import annotations
 
-from airflow.sdk import Asset, Param, dag, task
+from airflow.sdk import Param, dag, task
 from changelake_dags import common
 
-MARTS = Asset(name="changelake.dbt_marts", uri="changelake://dbt/marts", group="changelake")
+MARTS = common.marts_asset()
 
 
 @dag(

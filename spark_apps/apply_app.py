@@ -9,19 +9,7 @@ dropped, so orchestrators can pass optional ranges positionally.
 
 import sys
 
-from changelake.cli import main
-
-
-def _without_empty_options(args: list[str]) -> list[str]:
-    out, i = [], 0
-    while i < len(args):
-        if args[i].startswith("--") and i + 1 < len(args) and args[i + 1] in ("", "None"):
-            i += 2
-            continue
-        out.append(args[i])
-        i += 1
-    return out
-
+from changelake.cli import main, without_empty_args
 
 if __name__ == "__main__":
-    sys.exit(main(["apply", *_without_empty_options(sys.argv[1:])]))
+    sys.exit(main(["apply", *without_empty_args(sys.argv[1:], empty=("", "None"))]))

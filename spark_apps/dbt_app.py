@@ -9,21 +9,8 @@ renders when unset), are dropped.
 
 import sys
 
+from changelake.cli import without_empty_args
 from changelake.dbt_runner import main
 
-
-def _without_empty(args: list[str]) -> list[str]:
-    out, i = [], 0
-    while i < len(args):
-        if args[i] == "":
-            i += 1
-        elif args[i].startswith("--") and i + 1 < len(args) and args[i + 1] == "":
-            i += 2
-        else:
-            out.append(args[i])
-            i += 1
-    return out
-
-
 if __name__ == "__main__":
-    sys.exit(main(_without_empty(sys.argv[1:])))
+    sys.exit(main(without_empty_args(sys.argv[1:])))

@@ -91,3 +91,14 @@ def test_cli_reports_bad_input_with_file_line_and_field(home, cli_env):
     )
     assert result.returncode == 2
     assert f"error: {bad}:2 field 'op': unknown op '+X'" in result.stderr
+
+
+def test_spark_submit_entrypoints_drop_the_empty_arguments_templates_render():
+    from changelake.cli import without_empty_args
+
+    rendered = ["shop.orders", "--from-batch", "", "--up-to", "None", "--format", "x"]
+    assert without_empty_args(rendered, empty=("", "None")) == ["shop.orders", "--format", "x"]
+    assert without_empty_args(["build", "--select", "", ""]) == ["build"]
+    assert without_empty_args(["build", "--select", "marts", "--full-refresh"]) == [
+        "build", "--select", "marts", "--full-refresh",
+    ]  # fmt: skip

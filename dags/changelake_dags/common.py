@@ -41,6 +41,20 @@ def task_name(table: str) -> str:
     return table.replace(".", "__")
 
 
+def landing_asset():
+    """Updated when the demo source lands batches; schedules changelake_apply."""
+    from airflow.sdk import Asset
+
+    return Asset(name="changelake.landing", uri="changelake://landing", group="changelake")
+
+
+def marts_asset():
+    """Updated when dbt builds the marts; schedules changelake_quality."""
+    from airflow.sdk import Asset
+
+    return Asset(name="changelake.dbt_marts", uri="changelake://dbt/marts", group="changelake")
+
+
 def table_asset(table: str):
     """The Asset updated when a batch of ``table`` commits."""
     from airflow.sdk import Asset

@@ -310,37 +310,12 @@ class ChangeLake:
         ``_partition``, ``_offset`` (null for formats without them). Decoded by the same readers as the
         apply; quarantined lines are left out. dbt recomputes aggregation tables exactly from this.
         """
-        import pyarrow as pa
-
-        from changelake.readers import JSON_FORMATS, DecodedBatch, _JsonReader, batch_arrow_schema, format_for
+        from changelake.readers import delivered_records
 
         spec = self._ensure(table)
         last = Storage.state(self.storage.pk_table(spec)).last_batch
-        names = [*spec.column_names, "_op", "_batch_id", "_line", "_topic", "_partition", "_offset"]
-        columns: dict[str, list] = {n: [] for n in names}
-        for batch_id, path in landed_batches(self.settings.landing_dir, spec).items():
-            fmt = format_for(path, spec)
-            if batch_id > last or fmt not in JSON_FORMATS:
-                continue
-            scratch = DecodedBatch(batch_arrow_schema(spec).empty_table())
-            for entry in _JsonReader(spec, fmt, spec.source_options, scratch).read(path):
-                topic, partition, offset = entry.kafka or (None, None, None)
-                for op, values in entry.changes:
-                    for column, value in zip(spec.column_names, values, strict=True):
-                        columns[column].append(value)
-                    for column, value in zip(
-                        names[len(spec.column_names) :],
-                        (op, batch_id, entry.line, topic, partition, offset),
-                        strict=True,
-                    ):
-                        columns[column].append(value)
-        meta = [("_op", pa.string()), ("_batch_id", pa.int64()), ("_line", pa.int64()), ("_topic", pa.string()),
-                ("_partition", pa.int32()), ("_offset", pa.int64())]  # fmt: skip
-        schema = pa.schema(
-            [pa.field(c.name, c.type.arrow_type()) for c in spec.columns] + [pa.field(n, t) for n, t in meta]
-        )
-        arrow = pa.Table.from_pydict(columns, schema=schema)
-        return tables.to_view_types(spec, self.spark.createDataFrame(arrow))
+        applied = {b: p for b, p in landed_batches(self.settings.landing_dir, spec).items() if b <= last}
+        return tables.to_view_types(spec, self.spark.createDataFrame(delivered_records(applied, spec)))
 
 
 _TEXTUAL = ("CHAR", "STRING", "DATE", "TIME", "TIMESTAMP", "TIMESTAMP_LTZ", "BINARY", "BYTES", "DECIMAL")

@@ -121,6 +121,21 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def without_empty_args(args: list[str], empty: tuple[str, ...] = ("",)) -> list[str]:
+    """Drop empty arguments and options whose value is empty, as a templated orchestrator argument renders
+    when its parameter is unset (``--up-to ''``), so the spark-submit entrypoints can take them positionally."""
+    out, i = [], 0
+    while i < len(args):
+        if args[i] == "":
+            i += 1
+        elif args[i].startswith("--") and i + 1 < len(args) and args[i + 1] in empty:
+            i += 2
+        else:
+            out.append(args[i])
+            i += 1
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:

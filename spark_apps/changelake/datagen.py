@@ -107,8 +107,7 @@ class _Source:
         self.next_key = 1
         self.lsn = 0
         self.offsets = [0] * profile.partitions
-        self.previous: list[Change] = []
-        self.last_originals: list[Change] = []
+        self.previous: list[Change] = []  # the last batch's changes, without redelivered copies
         self.ai = spec.auto_increment_column
         self.version = spec.version_column
 
@@ -138,7 +137,6 @@ class _Source:
                 earliest = next((i + 1 for i, c in enumerate(delivered) if c is copy), 0)
                 delivered.insert(rng.randint(earliest, len(delivered)), copy)
         self.previous = changes
-        self.last_originals = changes
         return delivered
 
     def _key(self, row: dict) -> tuple:
@@ -318,6 +316,15 @@ def _debezium_schema(spec: TableSpec) -> dict:
     }
 
 
+def _changelog_records(c: Change) -> list[tuple[str, dict]]:
+    """A change as changelog records: an update is -U before, +U after (just +U when no before image)."""
+    if c.kind == "insert":
+        return [("+I", c.after)]
+    if c.kind == "delete":
+        return [("-D", c.before)]
+    return [("-U", c.before), ("+U", c.after)] if c.before else [("+U", c.after)]
+
+
 def render(spec: TableSpec, changes: list[Change], fmt: str, envelope: bool = False) -> list[str]:
     """One JSON line per source message, in the given format (Parquet: see :func:`write_batch`)."""
     ns, table = spec.namespace, spec.table
@@ -325,12 +332,7 @@ def render(spec: TableSpec, changes: list[Change], fmt: str, envelope: bool = Fa
     schema = _debezium_schema(spec) if envelope else None
     for c in changes:
         if fmt == "changelog-json":
-            recs = {
-                "insert": [("+I", c.after)],
-                "update": [("-U", c.before), ("+U", c.after)] if c.before else [("+U", c.after)],
-                "delete": [("-D", c.before)],
-            }[c.kind]
-            lines += [json.dumps({"op": op, "data": _plain(row)}) for op, row in recs]
+            lines += [json.dumps({"op": op, "data": _plain(row)}) for op, row in _changelog_records(c)]
         elif fmt == "upsert-kafka":
             row = c.after or c.before
             key = {k: _json_value(row[k]) for k in spec.primary_key}
@@ -388,12 +390,7 @@ def render(spec: TableSpec, changes: list[Change], fmt: str, envelope: bool = Fa
 def _parquet_table(spec: TableSpec, changes: list[Change]) -> pa.Table:
     rows = []
     for c in changes:
-        recs = {
-            "insert": [("+I", c.after)],
-            "update": [("-U", c.before), ("+U", c.after)] if c.before else [("+U", c.after)],
-            "delete": [("-D", c.before)],
-        }[c.kind]
-        rows += [(op, row) for op, row in recs]
+        rows += _changelog_records(c)
     present = [col for col in spec.columns if any(col.name in r for _, r in rows)] or list(spec.columns)
     arrays = [pa.array([op for op, _ in rows], pa.string())]
     arrays += [pa.array([r.get(col.name) for _, r in rows], col.type.arrow_type()) for col in present]
@@ -458,8 +455,8 @@ def generate(
             path
         )  # the batch file appears whole (after its manifest): appliers never see half a batch
         kinds = {"insert": 0, "update": 0, "delete": 0}
-        for c in source.last_originals:
+        for c in source.previous:
             kinds[c.kind] += 1
-        kinds["redelivered"] = len(changes) - len(source.last_originals)
+        kinds["redelivered"] = len(changes) - len(source.previous)
         out.append(Generated(spec.full_name, batch_id, path, messages, kinds))
     return out

@@ -124,11 +124,9 @@ def read_batch(
             tables.append(t.set_column(0, "_seq", pa.array(range(seq, seq + t.num_rows), pa.int64())))
             seq += t.num_rows
         out.records = pa.concat_tables([t.cast(schema) for t in tables])
-        out.kafka_offsets = dict(applied_offsets) if applied_offsets else None
+        out.kafka_offsets = dict(applied_offsets or {}) or None
         return out
     entries = _order_and_dedup(entries, opts, out, applied_offsets or {})
-    if not any(e.kafka for e in entries) and not out.redelivered:
-        out.kafka_offsets = dict(applied_offsets) if applied_offsets else None
     out.records = _entries_table(entries, spec, 0)
     return out
 
@@ -256,7 +254,7 @@ def _order_and_dedup(
                 seen.add((tp, offset))
                 offsets[tp] = max(offsets.get(tp, -1), offset)
         kept.append(entry)
-    out.kafka_offsets = offsets
+    out.kafka_offsets = offsets or None
     return kept
 
 
@@ -272,6 +270,39 @@ def _entries_table(entries: list[_Entry], spec: TableSpec, first_seq: int) -> pa
     arrays = [pa.array(range(first_seq, first_seq + n), pa.int64()), pa.array(ops, pa.string())]
     arrays += [pa.array(col, c.type.arrow_type()) for col, c in zip(columns, spec.columns, strict=True)]
     return pa.Table.from_arrays(arrays, schema=batch_arrow_schema(spec))
+
+
+INPUT_META = (
+    ("_op", pa.string()),
+    ("_batch_id", pa.int64()),
+    ("_line", pa.int64()),
+    ("_topic", pa.string()),
+    ("_partition", pa.int32()),
+    ("_offset", pa.int64()),
+)
+
+
+def delivered_records(batches: dict[int, Path], spec: TableSpec) -> pa.Table:
+    """Every record of the given JSON-lines batches as delivered (no ordering, no dedup), with its batch,
+    line and Kafka topic/partition/offset; quarantined lines are left out. Parquet batches are skipped."""
+    opts = spec.source_options
+    names = [*spec.column_names, *(n for n, _ in INPUT_META)]
+    columns: dict[str, list] = {n: [] for n in names}
+    for batch_id, path in batches.items():
+        fmt = format_for(path, spec)
+        if fmt not in JSON_FORMATS:
+            continue
+        scratch = DecodedBatch(batch_arrow_schema(spec).empty_table())
+        for entry in _JsonReader(spec, fmt, opts, scratch).read(path):
+            meta = (batch_id, entry.line, *(entry.kafka or (None, None, None)))
+            for op, values in entry.changes:
+                for name, value in zip(names, (*values, op, *meta), strict=True):
+                    columns[name].append(value)
+    schema = pa.schema(
+        [pa.field(c.name, c.type.arrow_type()) for c in spec.columns]
+        + [pa.field(n, t) for n, t in INPUT_META]
+    )
+    return pa.Table.from_pydict(columns, schema=schema)
 
 
 def read_changelog_json(path: Path, spec: TableSpec, first_seq: int = 0) -> pa.Table:
