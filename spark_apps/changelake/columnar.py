@@ -1,0 +1,549 @@
+"""The columnar merge of one bucket: what :func:`changelake.merge.apply_sequential` computes, without a Python
+loop per record.
+
+How it works ("wavefront"): the bucket's records are grouped by primary key and numbered by their *depth* in
+their key (0 = the key's first record of the batch, in ``_seq`` order). Step ``d`` applies every key's ``d``-th
+record at once, with numpy operations over the keys that have one, so the number of steps is the deepest key
+of the batch (usually 1-3), not the number of records. The state of a key is whether its row exists and, per
+column, the index of the value it holds in that column's *value store*: the stored rows, then the records,
+then one null slot, then the values aggregation steps computed. Rows and changelog images are gathered from
+the stores with Arrow ``take`` at the end; the rules of each engine are the ones :mod:`changelake.merge` states
+for one record, written over arrays.
+
+Exactness: integer sums and products wrap around as Java's do, FLOAT arithmetic is float32, max/min order
+floats as ``Double.compare`` does and strings by code point (= UTF-8 byte order). DECIMAL sum/product,
+listagg/string_agg and rbm32/rbm64 call the scalar function of :mod:`changelake.merge` element by element
+(numpy ``frompyfunc``): exact, but a Python call per merged value for those columns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from changelake import merge
+from changelake.errors import WriteRefusedError
+from changelake.spec import TableSpec
+
+CHANGE_TYPES = ("+I", "-U", "+U", "-D")
+INSERT, UPDATE_BEFORE, UPDATE_AFTER, DELETE = range(4)
+_INT_BITS = {"TINYINT": 8, "SMALLINT": 16, "INT": 32, "BIGINT": 64}
+_INT_MAX = {"INT": 2**31 - 1, "BIGINT": 2**63 - 1}
+# Functions computed with numpy arrays; the others call merge.aggregate_function per value.
+_VECTOR_FUNCTIONS = {
+    "sum",
+    "product",
+    "max",
+    "min",
+    "last_value",
+    "last_value_ignore_nulls",
+    "first_value",
+    "first_value_ignore_nulls",
+    "bool_and",
+    "bool_or",
+}
+
+
+@dataclass
+class MergeResult:
+    """A bucket after its records: all its rows (sorted by key) and the changelog each record emitted."""
+
+    rows: pa.Table  # spec.column_names in storage types, sorted by the primary key
+    changelog: pa.Table  # _seq, _sub, _change_type, spec.column_names; in (_seq, _sub) order
+    counts: merge.BatchCounts
+    ids_remaining: tuple[int, int] | None = None  # unused part of the auto-increment range
+
+
+def value_schema(spec: TableSpec) -> pa.Schema:
+    return pa.schema([pa.field(c.name, c.type.arrow_type()) for c in spec.columns])
+
+
+def changelog_schema(spec: TableSpec) -> pa.Schema:
+    return pa.schema(
+        [pa.field("_seq", pa.int64()), pa.field("_sub", pa.int32()), pa.field("_change_type", pa.string())]
+        + list(value_schema(spec))
+    )
+
+
+def merge_records(
+    spec: TableSpec,
+    stored: pa.Table,
+    records: pa.Table,
+    target_columns: list[str] | None = None,
+    id_ranges: list[tuple[int, int]] | None = None,
+) -> MergeResult:
+    """Apply ``records`` (``_seq``, ``_op``, columns; applied in ``_seq`` order) to a bucket's ``stored`` rows.
+
+    Equal to :func:`changelake.merge.apply_sequential` over the same rows and records: rows, changelog (types,
+    images, order), counts, remaining ids, and the same :class:`WriteRefusedError` where that one raises.
+    """
+    return _BucketMerge(spec, stored, records, target_columns, id_ranges).run()
+
+
+class _BucketMerge:
+    def __init__(self, spec, stored, records, target_columns, id_ranges):
+        self.spec = spec
+        # The merger is only asked for its configuration (engine flags, target indexes): one rule source.
+        self.m = merge.merger_for(spec, target_columns, _NoIds())
+        self.schema = value_schema(spec)
+        self.names = list(spec.column_names)
+        self.key_index = list(self.m.key_index)
+        self.stored = stored.select(self.names).cast(self.schema) if stored.num_rows else None
+        self.records = records.sort_by("_seq")
+        self.id_ranges = id_ranges or []
+        self.counts = merge.BatchCounts(records=records.num_rows)
+        self._values: dict[int, _Values] = {}
+
+    # --- driver ---------------------------------------------------------------------------------------
+    def run(self) -> MergeResult:
+        m, counts = self.m, self.counts
+        op = self.records.column("_op")
+        deletes = pc.equal(op, "-D").to_numpy(zero_copy_only=False)
+        before = pc.equal(op, "-U").to_numpy(zero_copy_only=False)
+        if m.disable_deletes and deletes.any():
+            raise WriteRefusedError(merge.DELETE_DISABLED)
+        counts.dropped_update_before = int(before.sum())
+        effective = ~before
+        if m.drop_deletes:
+            counts.ignored += int(deletes.sum())
+            effective &= ~deletes
+        recs = self.records.filter(pa.array(effective)) if not effective.all() else self.records
+        self.seq = recs.column("_seq").to_numpy()
+        self.is_delete = deletes[effective]
+        self.recs = recs.select(self.names).cast(self.schema)
+        H = self.stored.num_rows if self.stored is not None else 0
+        n = self.recs.num_rows
+        self.H, self.n, self.NULL = H, n, H + n
+        self.ID_BASE = H + n + 1  # ids allocated to first writes: one slot per record
+        self._group(H, n)
+        self._init_state()
+        for records_at_depth in self.levels:
+            self._step(records_at_depth)
+        self._allocate_ids()
+        return MergeResult(self._final_rows(), self._changelog(), counts, self.ids_remaining)
+
+    # --- grouping -------------------------------------------------------------------------------------
+    def _group(self, H: int, n: int) -> None:
+        """Group ids for stored rows and records; the records of each key, level by level."""
+        keys = [self.names[i] for i in self.key_index]
+        parts = ([self.stored.select(keys)] if H else []) + [self.recs.select(keys)]
+        gid = _group_ids(pa.concat_tables(parts) if len(parts) > 1 else parts[0])
+        self.G = int(gid.max()) + 1 if len(gid) else 0
+        self.stored_of_group = np.full(self.G, -1, np.int64)
+        self.stored_of_group[gid[:H]] = np.arange(H)
+        rgid = gid[H:]
+        order = np.argsort(rgid, kind="stable")  # (key, _seq): records are in _seq order already
+        sorted_g = rgid[order]
+        starts = np.r_[0, np.flatnonzero(sorted_g[1:] != sorted_g[:-1]) + 1] if n else np.zeros(0, np.int64)
+        depth = np.empty(n, np.int64)
+        if n:
+            lengths = np.diff(np.r_[starts, n])
+            depth[order] = np.arange(n) - np.repeat(starts, lengths)
+        by_depth = np.argsort(depth, kind="stable")  # within a depth: record order, one record per key
+        bounds = np.searchsorted(depth[by_depth], np.arange(int(depth.max()) + 2 if n else 1))
+        self.rgid = rgid
+        self.levels = [by_depth[bounds[d] : bounds[d + 1]] for d in range(len(bounds) - 1)]
+
+    def _init_state(self) -> None:
+        C = len(self.names)
+        self.exists = self.stored_of_group >= 0
+        self.idx = np.where(self.exists, self.stored_of_group, self.NULL)[:, None].repeat(C, axis=1)
+        self.takes_id = np.zeros(self.n, bool)
+        self.emitted: list[tuple[np.ndarray, int, int, np.ndarray]] = []  # (seqs, sub, type, idx rows)
+        self.target = None if self.m.target is None else sorted(self.m.target)
+        self.ai = self.m.auto_increment_index
+        self.version = None
+        if isinstance(self.m, merge.VersionedMerger):
+            self.version = self.values(self.m.version_index)
+        self.agg = None
+        if isinstance(self.m, merge.AggregationMerger):
+            self.agg = {
+                i: _AggColumn(self.spec, i, self)
+                for i, fn in enumerate(self.m.functions)
+                if fn is not None and (self.target is None or i in self.target)
+            }
+
+    # --- one level: every key's d-th record -----------------------------------------------------------
+    def _step(self, r: np.ndarray) -> None:
+        counts = self.counts
+        g = self.rgid[r]
+        ex = self.exists[g]
+        dele = self.is_delete[r]
+        # Deletes of missing keys change nothing.
+        counts.ignored += int((dele & ~ex).sum())
+        self._deletes(r[dele & ex], g[dele & ex])
+        first = ~dele & ~ex
+        self._first_writes(r[first], g[first])
+        upd = ~dele & ex
+        self._updates(r[upd], g[upd])
+
+    def _emit(self, r: np.ndarray, sub: int, change: int, idx: np.ndarray) -> None:
+        if len(r):
+            self.emitted.append((self.seq[r], sub, change, idx))
+
+    def _emit_update(self, r, old, new) -> None:
+        if self.m.wal:
+            self._emit(r, 0, UPDATE_AFTER, new)
+        else:
+            self._emit(r, 0, UPDATE_BEFORE, old)
+            self._emit(r, 1, UPDATE_AFTER, new)
+
+    def _deletes(self, r: np.ndarray, g: np.ndarray) -> None:
+        if not len(r):
+            return
+        old = self.idx[g]
+        if self.target is None:
+            remove = np.ones(len(r), bool)
+        else:
+            # A partial delete nulls the target columns, unless every other column is null already.
+            rest = [i for i in range(len(self.names)) if i not in self.target]
+            remove = np.ones(len(r), bool)
+            for i in rest:
+                remove &= self._is_null(i, old[:, i])
+        gone, kept = remove, ~remove
+        self.counts.deleted += int(gone.sum())
+        self._emit(r[gone], 0, DELETE, old[gone])
+        self.exists[g[gone]] = False
+        if kept.any():
+            new = old[kept].copy()
+            for i in self.target:
+                if i not in self.key_index:
+                    new[:, i] = self.NULL
+                    if self.agg and i in self.agg:
+                        self.agg[i].set_null(g[kept])
+            self.idx[g[kept]] = new
+            self.counts.updated += int(kept.sum())
+            self._emit_update(r[kept], old[kept], new)
+
+    def _first_writes(self, r: np.ndarray, g: np.ndarray) -> None:
+        if not len(r):
+            return
+        new = np.repeat((self.H + r)[:, None], len(self.names), axis=1)
+        if self.target is not None and self.agg is None:
+            # A partial first write leaves the non-target columns null (aggregation stores the row as given).
+            for i in range(len(self.names)):
+                if i not in self.target:
+                    new[:, i] = self.NULL
+        if self.ai is not None:
+            new[:, self.ai] = self.ID_BASE + r
+            self.takes_id[r] = True
+        self.idx[g] = new
+        self.exists[g] = True
+        if self.agg:
+            for column in self.agg.values():
+                column.load_record(g, r)
+        self.counts.inserted += len(r)
+        self._emit(r, 0, UPDATE_AFTER if self.m.wal_shortcut else INSERT, new)
+
+    def _updates(self, r: np.ndarray, g: np.ndarray) -> None:
+        if not len(r):
+            return
+        m = self.m
+        old = self.idx[g]
+        if isinstance(m, merge.FirstRowMerger) or (
+            self.target is not None and m.target_is_key and self.agg is None
+        ):
+            self.counts.ignored += len(r)  # first_row keeps its row; a key-only write changes nothing
+            return
+        if self.version is not None:
+            old_v, old_null = self.version.at(old[:, m.version_index])
+            new_v, new_null = self.version.at(self.H + r)
+            replace = np.where(new_null, old_null, old_null | (old_v <= new_v))
+            self.counts.ignored += int((~replace).sum())
+            r, g, old = r[replace], g[replace], old[replace]
+            if not len(r):
+                return
+        new = old.copy()
+        if self.agg is not None:
+            for i in self.key_index:
+                new[:, i] = self.H + r
+            for i, column in self.agg.items():
+                new[:, i] = column.fold(g, r)
+        elif self.target is None:
+            new[:] = (self.H + r)[:, None]
+        else:
+            for i in self.target:
+                new[:, i] = self.H + r
+        self.idx[g] = new
+        self.counts.updated += len(r)
+        self._emit_update(r, old, new)
+
+    def _is_null(self, i: int, positions: np.ndarray) -> np.ndarray:
+        if self.agg and i in self.agg:
+            return self.agg[i].null_at(positions)
+        if i == self.ai:
+            return positions == self.NULL  # an id slot always holds an id
+        return self.values(i).at(positions)[1]
+
+    def values(self, i: int) -> _Values:
+        """Column ``i``'s stored and record values as numpy (cached: versioned and aggregation read them)."""
+        if i not in self._values:
+            t = self.schema.field(i).type
+            parts = ([self.stored.column(i)] if self.stored is not None else []) + [self.recs.column(i)]
+            chunks = [c for p in parts for c in p.chunks] + [pa.nulls(1, t)]
+            self._values[i] = _Values(*_to_numpy(pa.concat_arrays([c.cast(t) for c in chunks])))
+        return self._values[i]
+
+    # --- ids, rows, changelog --------------------------------------------------------------------------
+    def _allocate_ids(self) -> None:
+        """Auto-increment ids to the keys' first writes, in record order (as IdAllocator hands them out)."""
+        self.ids_remaining = None
+        self.id_values = np.zeros(0, np.int64)
+        if self.ai is None:
+            return
+        needed = int(self.takes_id.sum())
+        supply = [np.arange(lo, hi + 1, dtype=np.int64) for lo, hi in self.id_ranges if lo <= hi]
+        ids = np.concatenate(supply) if supply else np.zeros(0, np.int64)
+        max_id = _INT_MAX.get(self.spec.columns[self.ai].type.name, 2**63 - 1)
+        over = np.flatnonzero(ids[:needed] > max_id)
+        if len(over):
+            raise WriteRefusedError(f"Reached maximum value of sequence: {max_id}")
+        if needed > len(ids):
+            raise WriteRefusedError(
+                "auto-increment ids ran out for this bucket (the driver allocates too few)"
+            )
+        self.id_values = np.zeros(self.n, np.int64)
+        self.id_values[np.flatnonzero(self.takes_id)] = ids[:needed]
+        self.ids_remaining = _remaining_after(self.id_ranges, needed)
+
+    def _store(self, i: int) -> pa.Array:
+        """Column ``i``'s values: stored rows, records, the null slot, ids or aggregated values."""
+        t = self.schema.field(i).type
+        parts = []
+        if self.stored is not None:
+            parts += self.stored.column(i).chunks
+        parts += self.recs.column(i).chunks
+        parts.append(pa.nulls(1, t))
+        if i == self.ai:
+            parts.append(pa.array(self.id_values, pa.int64()).cast(t))
+        elif self.agg and i in self.agg:
+            parts += self.agg[i].computed_arrays()
+        return pa.concat_arrays([p.cast(t) if p.type != t else p for p in parts]) if parts else pa.nulls(0, t)
+
+    def _gather(self, idx: np.ndarray) -> list[pa.Array]:
+        return [self._store(i).take(pa.array(idx[:, i])) for i in range(len(self.names))]
+
+    def _final_rows(self) -> pa.Table:
+        live = np.flatnonzero(self.exists)
+        idx = self.idx[live]
+        keys = [self.names[i] for i in self.key_index]
+        key_table = pa.Table.from_arrays(
+            [self._store(i).take(pa.array(idx[:, i])) for i in self.key_index], names=keys
+        )
+        order = pc.sort_indices(key_table, sort_keys=[(k, "ascending") for k in keys]).to_numpy()
+        return pa.Table.from_arrays(self._gather(idx[order]), schema=self.schema)
+
+    def _changelog(self) -> pa.Table:
+        out = changelog_schema(self.spec)
+        if not self.emitted:
+            return out.empty_table()
+        seqs = np.concatenate([e[0] for e in self.emitted])
+        subs = np.concatenate([np.full(len(e[0]), e[1], np.int32) for e in self.emitted])
+        types = np.concatenate([np.full(len(e[0]), e[2], np.int8) for e in self.emitted])
+        idx = np.concatenate([e[3] for e in self.emitted])
+        order = np.lexsort((subs, seqs))
+        change = pa.DictionaryArray.from_arrays(types[order], pa.array(CHANGE_TYPES)).cast(pa.string())
+        columns = [pa.array(seqs[order], pa.int64()), pa.array(subs[order], pa.int32()), change]
+        return pa.Table.from_arrays(columns + self._gather(idx[order]), schema=out)
+
+
+def _remaining_after(ranges: list[tuple[int, int]], used: int) -> tuple[int, int] | None:
+    """IdAllocator.remaining() after ``used`` ids: the first range with ids left, from where they start."""
+    for lo, hi in ranges:
+        size = max(0, hi - lo + 1)
+        if used < size:
+            return lo + used, hi
+        used -= size
+    return None
+
+
+class _NoIds:
+    """The merger built for configuration never allocates."""
+
+    def next(self):  # pragma: no cover - never called
+        raise AssertionError
+
+
+def _group_ids(keys: pa.Table) -> np.ndarray:
+    """A dense id per row, equal for equal keys (floats: -0.0 and 0.0 are one key, as in Python)."""
+    columns = []
+    for column in keys.columns:
+        if pa.types.is_floating(column.type):
+            column = pc.add(column, pa.scalar(0.0, column.type))  # -0.0 + 0.0 == 0.0
+        columns.append(column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column)
+    if len(columns) == 1:
+        values = columns[0]
+        return (
+            pc.index_in(values, value_set=pc.unique(values)).to_numpy(zero_copy_only=False).astype(np.int64)
+        )
+    table = pa.Table.from_arrays(
+        [*columns, pa.array(np.arange(keys.num_rows))], names=[*keys.column_names, "_i"]
+    )
+    lists = table.group_by(keys.column_names, use_threads=False).aggregate([("_i", "list")]).column("_i_list")
+    gid = np.empty(keys.num_rows, np.int64)
+    gid[pc.list_flatten(lists).to_numpy()] = pc.list_parent_indices(lists).to_numpy()
+    return gid
+
+
+# --- values as numpy arrays (versioned comparisons, aggregation) ---------------------------------------------
+def _kind(arrow_type: pa.DataType) -> str:
+    if pa.types.is_integer(arrow_type):
+        return "int"
+    if pa.types.is_floating(arrow_type):
+        return "float"
+    if pa.types.is_boolean(arrow_type):
+        return "bool"
+    if pa.types.is_timestamp(arrow_type) or pa.types.is_date(arrow_type):
+        return "temporal"
+    return "object"  # decimal, string, binary
+
+
+def _to_numpy(array: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
+    """Values and null mask; integers and temporals as int64, floats keep their width, the rest objects."""
+    if isinstance(array, pa.ChunkedArray):
+        array = array.combine_chunks() if array.num_chunks else pa.array([], array.type)
+    kind = _kind(array.type)
+    nulls = array.is_null().to_numpy(zero_copy_only=False)
+    if kind == "object":
+        values = np.empty(len(array), object)
+        values[:] = array.to_pylist()
+        return values, nulls
+    if kind == "temporal":
+        array = array.cast(pa.int32() if pa.types.is_date(array.type) else pa.int64())
+    if kind == "bool":
+        return array.fill_null(False).to_numpy(zero_copy_only=False), nulls
+    values = array.fill_null(0).to_numpy(zero_copy_only=False)
+    return (values.astype(np.int64) if kind in ("int", "temporal") else values), nulls
+
+
+def _from_numpy(values: np.ndarray, nulls: np.ndarray, arrow_type: pa.DataType) -> pa.Array:
+    kind = _kind(arrow_type)
+    if kind == "object":
+        return pa.array([None if z else v for v, z in zip(values, nulls, strict=True)], arrow_type)
+    if kind == "temporal":
+        base = pa.int32() if pa.types.is_date(arrow_type) else pa.int64()
+        return pa.array(values.astype(base.to_pandas_dtype()), base, mask=nulls).cast(arrow_type)
+    if kind == "int":
+        return pa.array(values.astype(arrow_type.to_pandas_dtype()), arrow_type, mask=nulls)
+    return pa.array(values, arrow_type, mask=nulls)
+
+
+class _Values:
+    """One column's stored + record values as numpy (index space of the value store, null slot included)."""
+
+    def __init__(self, values: np.ndarray, nulls: np.ndarray):
+        self.values, self.nulls = values, nulls
+
+    def at(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return self.values[positions], self.nulls[positions]
+
+
+class _AggColumn:
+    """An aggregated column: the current value of every key, and the values each step computed."""
+
+    def __init__(self, spec: TableSpec, i: int, bm: _BucketMerge):
+        self.bm = bm
+        column = spec.columns[i]
+        self.type = bm.schema.field(i).type
+        self.name = spec.agg_function(column.name)
+        self.type_name = column.type.name
+        self.base = bm.values(i)
+        self.scalar = None
+        if self.name not in _VECTOR_FUNCTIONS or self.type_name == "DECIMAL":
+            fn = merge.aggregate_function(spec, column.name)
+            self.scalar = np.frompyfunc(fn, 2, 1)
+        # Current value per key (starts from the stored row; first writes load the record's value).
+        start = np.where(bm.stored_of_group >= 0, bm.stored_of_group, bm.NULL)
+        self.cur, self.cur_null = self.base.at(start)
+        self.cur = self.cur.copy()
+        self.cur_null = self.cur_null.copy()
+        self.offset = bm.ID_BASE + bm.n  # computed values come after the id slots in the store
+        self.computed: list[tuple[np.ndarray, np.ndarray]] = []
+
+    def load_record(self, g: np.ndarray, r: np.ndarray) -> None:
+        self.cur[g], self.cur_null[g] = self.base.at(self.bm.H + r)
+
+    def set_null(self, g: np.ndarray) -> None:
+        self.cur_null[g] = True
+
+    def null_at(self, positions: np.ndarray) -> np.ndarray:
+        out = np.zeros(len(positions), bool)
+        low = positions < self.offset
+        out[low] = self.base.nulls[np.minimum(positions[low], len(self.base.nulls) - 1)]
+        if (~low).any():
+            all_nulls = np.concatenate([z for _, z in self.computed])
+            out[~low] = all_nulls[positions[~low] - self.offset]
+        return out
+
+    def fold(self, g: np.ndarray, r: np.ndarray) -> np.ndarray:
+        """Aggregate record ``r``'s value into key ``g``'s; returns the new values' store positions."""
+        old, old_null = self.cur[g], self.cur_null[g]
+        new, new_null = self.base.at(self.bm.H + r)
+        value, null = self._apply(old, old_null, new, new_null)
+        self.cur[g], self.cur_null[g] = value, null
+        start = self.offset + sum(len(v) for v, _ in self.computed)
+        self.computed.append((value, null))
+        return np.arange(start, start + len(g))
+
+    def computed_arrays(self) -> list[pa.Array]:
+        # The id slots sit between the null slot and the computed values (an id column never aggregates).
+        return [pa.nulls(self.bm.n, self.type)] + [_from_numpy(v, z, self.type) for v, z in self.computed]
+
+    def _apply(self, a, a_null, b, b_null) -> tuple[np.ndarray, np.ndarray]:
+        name = self.name
+        if self.scalar is not None:
+            left = np.where(a_null, None, a).astype(object)
+            right = np.where(b_null, None, b).astype(object)
+            out = self.scalar(left, right) if len(left) else np.zeros(0, object)
+            out = np.asarray(out, dtype=object)
+            return out, np.array([v is None for v in out], bool)
+        if name == "last_value":
+            return b, b_null
+        if name == "last_value_ignore_nulls":
+            return np.where(b_null, a, b), a_null & b_null
+        if name in ("first_value", "first_value_ignore_nulls"):
+            return np.where(a_null, b, a), a_null & b_null
+        both = ~a_null & ~b_null
+        if name in ("max", "min"):
+            better = np.zeros(len(a), bool)
+            ka, kb = _order_key(a[both]), _order_key(b[both])
+            better[both] = (kb > ka) if name == "max" else (kb < ka)
+            combined = np.where(better, b, a)
+        elif name == "bool_and":
+            combined = a & b
+        elif name == "bool_or":
+            combined = a | b
+        else:
+            combined = self._arith(a, b, both, name)
+        value = np.where(a_null, b, np.where(b_null, a, combined))
+        return value, a_null & b_null
+
+    def _arith(self, a, b, both, name):
+        with np.errstate(over="ignore", invalid="ignore"):
+            if self.type_name in _INT_BITS:
+                x = a + b if name == "sum" else a * b
+                bits = _INT_BITS[self.type_name]
+                return x if bits == 64 else _wrap(x, bits)
+            if self.type_name == "FLOAT":
+                a32, b32 = a.astype(np.float32), b.astype(np.float32)
+                return (a32 + b32) if name == "sum" else (a32 * b32)
+            return (a + b) if name == "sum" else (a * b)
+
+
+def _wrap(x: np.ndarray, bits: int) -> np.ndarray:
+    half = np.int64(1) << np.int64(bits - 1)
+    return ((x + half) & ((half << np.int64(1)) - 1)) - half
+
+
+def _order_key(v: np.ndarray) -> np.ndarray:
+    """Values in the order merge.aggregate_function's max/min use (floats as Java's Double.compare)."""
+    if v.dtype.kind != "f":
+        return v
+    width = np.int64 if v.dtype == np.float64 else np.int32
+    canonical = np.where(np.isnan(v), np.array(np.nan, v.dtype), v)
+    bits = canonical.view(width)
+    mask = (bits >> (bits.dtype.itemsize * 8 - 1)) & np.iinfo(width).max
+    return bits ^ mask
