@@ -15,13 +15,23 @@ import base64
 import binascii
 import datetime as dt
 import decimal
+import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from changelake.errors import short_repr
 from changelake.sources import SourceOptions
 from changelake.spec import TableSpec
-from changelake.types import DataType
+from changelake.types import (
+    DECIMAL_CONTEXT,
+    MICROS_PER_DAY,
+    SPECIAL_FLOATS,
+    DataType,
+    parse_number_text,
+    time_from_micros,
+)
 
 
 class FieldError(Exception):
@@ -48,16 +58,96 @@ _EPOCH = dt.datetime(1970, 1, 1)
 _UNIT = {"ms": 1_000, "us": 1, "ns": 0.001}
 
 
-def _object(value: Any, name: str) -> dict:
+# --- one JSON line ----------------------------------------------------------------------------------------
+#: Deepest nesting of arrays and objects in a line: the envelopes need about 6 levels (Debezium's connect
+#: schema); a limit keeps every later step (comparisons, error messages) far from Python's recursion limit.
+MAX_DEPTH = 64
+_DEPTH_TOKENS = re.compile(r'\\.|["\[\]{}]', re.DOTALL)
+# The key of a number too long for int() (Python refuses more than 4300 digits), to name it in the error.
+_LONG_NUMBER_KEY = re.compile(r'"((?:[^"\\]|\\.){0,200})"\s*:\s*-?[0-9]{4000}')
+
+
+def parse_line(text: str) -> Any:
+    """Parse one JSON line as the input formats read it, raising FieldError for anything else.
+
+    Stricter than ``json.loads`` where a lenient parse would change the data: a key twice in one object is
+    refused (not last-wins), ``NaN``/``Infinity`` literals are not JSON (write them as strings), nesting is
+    limited to MAX_DEPTH. Fractions and exponents become exact Decimals.
+    """
+    if text.count("[") + text.count("{") > MAX_DEPTH and _too_deep(text):
+        raise FieldError(None, f"JSON nested deeper than {MAX_DEPTH} levels")
+    try:
+        return _DECODER.decode(text)
+    except json.JSONDecodeError as e:
+        raise FieldError(None, f"malformed JSON: {e.msg} at column {e.colno}") from None
+    except RecursionError:
+        raise FieldError(None, f"JSON nested deeper than {MAX_DEPTH} levels") from None
+    except ValueError:
+        # int() refuses over 4300 digits: no integer type holds even 40.
+        m = _LONG_NUMBER_KEY.search(text)
+        raise FieldError(m.group(1) if m else None, "a number with more than 4000 digits") from None
+
+
+def _too_deep(text: str) -> bool:
+    """Whether brackets outside strings nest deeper than MAX_DEPTH (one linear pass over the tokens)."""
+    depth, in_string = 0, False
+    for m in _DEPTH_TOKENS.finditer(text):
+        token = m.group()
+        if token == '"':
+            in_string = not in_string
+        elif in_string or len(token) == 2:
+            continue
+        elif token in "[{":
+            depth += 1
+            if depth > MAX_DEPTH:
+                return True
+        else:
+            depth -= 1
+    return False
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise FieldError(key, "the key appears twice in one JSON object")
+            seen.add(key)
+    return obj
+
+
+def _no_constant(name: str) -> Any:
+    raise FieldError(None, f'{name} is not valid JSON; write "{name}" (a string) for a FLOAT or DOUBLE value')
+
+
+_DECODER = json.JSONDecoder(
+    parse_float=decimal.Decimal, parse_constant=_no_constant, object_pairs_hook=_unique_keys
+)
+
+
+def _object(value: Any, name: str | None) -> dict:
     if not isinstance(value, dict):
         raise FieldError(name, f"expected a JSON object, got {_kind(value)}")
     return value
 
 
 def _kind(value: Any) -> str:
-    return (
-        "null" if value is None else type(value).__name__.replace("dict", "object").replace("list", "array")
-    )
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float | decimal.Decimal):
+        return "number"
+    return {dict: "object", list: "array", str: "string"}.get(type(value), type(value).__name__)
+
+
+def _text(obj: dict, name: str) -> str | None:
+    """An optional string field of an envelope."""
+    value = obj.get(name)
+    if value is not None and not isinstance(value, str):
+        raise FieldError(name, f"expected a string, got {_kind(value)}")
+    return value
 
 
 def _only(obj: dict, allowed: set[str]) -> None:
@@ -98,7 +188,7 @@ def decode_changelog(obj: Any, spec: TableSpec, opts: SourceOptions) -> Message:
         if not isinstance(data, dict):
             raise FieldError("data", "expected a JSON object with the row's columns")
     if op not in OPS:
-        raise FieldError(op_field, f"unknown op {op!r}; expected one of {list(OPS)}")
+        raise FieldError(op_field, f"unknown op {short_repr(op)}; expected one of {list(OPS)}")
     return Message([(op, data)], order_root=obj)
 
 
@@ -141,24 +231,42 @@ def decode_upsert_kafka(obj: Any, spec: TableSpec, opts: SourceOptions) -> Messa
                     f"value.{name}", "key field in the value, but value.fields-include is EXCEPT_KEY"
                 )
             if v != row[name]:
-                raise FieldError(f"value.{name}", f"differs from the record key ({v!r} != {row[name]!r})")
+                raise FieldError(
+                    f"value.{name}",
+                    f"differs from the record key ({short_repr(v)} != {short_repr(row[name])})",
+                )
             continue
         row[name] = v
     return Message([("+U", row)], kafka=kafka, order_root=obj)
 
 
+#: Kafka's ranges: a partition is a non-negative int32, an offset a non-negative int64; a topic name is 1-249
+#: of ``[A-Za-z0-9._-]`` (so ``topic:partition`` keys are unambiguous).
+KAFKA_LIMITS = {"partition": 2**31 - 1, "offset": 2**63 - 1}
+_TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
+
+
 def _kafka_metadata(obj: dict, opts: SourceOptions) -> tuple[str, int, int] | None:
+    timestamp = obj.get("timestamp")
+    if timestamp is not None and (
+        isinstance(timestamp, bool) or not isinstance(timestamp, int) or not -(2**63) <= timestamp < 2**63
+    ):
+        raise FieldError("timestamp", f"expected an epoch-millisecond int64, got {short_repr(timestamp)}")
     needed = opts.dedup_offsets or opts.ordering == "kafka-offset"
     if "partition" not in obj and "offset" not in obj and not needed:
         return None
     topic = obj.get("topic", "")
     if not isinstance(topic, str):
         raise FieldError("topic", f"expected a string, got {_kind(topic)}")
+    if topic and not _TOPIC.fullmatch(topic):
+        raise FieldError("topic", f"{short_repr(topic)} is not a Kafka topic name (1-249 of [A-Za-z0-9._-])")
     values = []
-    for name in ("partition", "offset"):
+    for name, top in KAFKA_LIMITS.items():
         v = obj.get(name)
-        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-            raise FieldError(name, f"expected a non-negative integer (Kafka metadata), got {v!r}")
+        if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= top:
+            raise FieldError(
+                name, f"expected a non-negative integer up to {top} (Kafka {name}), got {short_repr(v)}"
+            )
         values.append(v)
     return topic, values[0], values[1]
 
@@ -186,8 +294,10 @@ def decode_debezium(obj: Any, spec: TableSpec, opts: SourceOptions) -> Message |
         obj = _object(obj, "payload")
     _only(obj, {"before", "after", "op", "source", "ts_ms", "ts_us", "ts_ns", "transaction"})
     op = obj.get("op")
-    if op not in _DEBEZIUM_OPS:
-        raise FieldError("op", f"unknown Debezium op {op!r}; expected one of {sorted(_DEBEZIUM_OPS)}")
+    if not isinstance(op, str) or op not in _DEBEZIUM_OPS:
+        raise FieldError(
+            "op", f"unknown Debezium op {short_repr(op)}; expected one of {sorted(_DEBEZIUM_OPS)}"
+        )
     source = obj.get("source")
     if source is not None and not isinstance(source, dict):
         raise FieldError("source", f"expected a JSON object, got {_kind(source)}")
@@ -208,11 +318,33 @@ def decode_debezium(obj: Any, spec: TableSpec, opts: SourceOptions) -> Message |
 
 def _connect_schemas(schema: Any) -> dict[str, dict]:
     """Column -> Kafka Connect field schema (``name``, ``parameters``) of the ``after``/``before`` struct."""
-    if not isinstance(schema, dict):
+    if schema is None:
         return {}
-    for part in schema.get("fields") or []:
-        if isinstance(part, dict) and part.get("field") in ("after", "before"):
-            return {f["field"]: f for f in part.get("fields") or [] if isinstance(f, dict) and "field" in f}
+    schema = _object(schema, "schema")
+    parts = schema.get("fields")
+    if parts is None:
+        return {}
+    if not isinstance(parts, list) or not all(isinstance(p, dict) for p in parts):
+        raise FieldError("schema.fields", f"expected a JSON array of field schemas, got {_kind(parts)}")
+    for part in parts:
+        if part.get("field") not in ("after", "before"):
+            continue
+        where = f"schema.fields.{part['field']}.fields"
+        fields = part.get("fields")
+        if fields is None:
+            return {}
+        if not isinstance(fields, list):
+            raise FieldError(where, f"expected a JSON array of field schemas, got {_kind(fields)}")
+        out = {}
+        for f in fields:
+            if not isinstance(f, dict) or not isinstance(f.get("field"), str):
+                raise FieldError(where, "expected objects with a string 'field'")
+            if not isinstance(f.get("name", ""), str | None):
+                raise FieldError(f"{where}.{f['field']}.name", f"expected a string, got {_kind(f['name'])}")
+            if not isinstance(f.get("parameters", {}), dict | None):
+                raise FieldError(f"{where}.{f['field']}.parameters", "expected a JSON object")
+            out[f["field"]] = f
+        return out
     return {}
 
 
@@ -222,38 +354,65 @@ def coerce_debezium(unit: str) -> Coerce:
     def coerce(t: DataType, value: Any, schema: dict | None) -> Any:
         name = (schema or {}).get("name") or ""
         if isinstance(value, int) and not isinstance(value, bool):
-            if t.name in ("TIMESTAMP", "TIMESTAMP_LTZ"):
-                u = {"io.debezium.time.Timestamp": "ms", "io.debezium.time.MicroTimestamp": "us"}.get(
-                    name, "ns" if name == "io.debezium.time.NanoTimestamp" else unit
-                )
-                micros = value * _UNIT[u] if u != "ns" else value // 1000
-                stamp = _EPOCH + dt.timedelta(microseconds=micros)
-                return stamp.isoformat() + ("Z" if t.name == "TIMESTAMP_LTZ" else "")
-            if t.name == "DATE":
-                return (_EPOCH.date() + dt.timedelta(days=value)).isoformat()
-            if t.name == "TIME":
-                u = {"io.debezium.time.Time": "ms", "io.debezium.time.NanoTime": "ns"}.get(name, "us")
-                micros = value * _UNIT[u] if u != "ns" else value // 1000
-                return (dt.datetime.min + dt.timedelta(microseconds=micros)).time().isoformat()
+            try:
+                return _epoch(t, value, name, unit)
+            except OverflowError:
+                raise ValueError(f"{short_repr(value)} is out of range for {t}") from None
         if t.name == "DECIMAL" and isinstance(value, str):
             if name == "org.apache.kafka.connect.data.Decimal":
-                scale = int((schema.get("parameters") or {}).get("scale", t.scale))
-                return _unscaled(value, scale)
-            try:
-                decimal.Decimal(value)
-            except decimal.InvalidOperation:
+                return _unscaled(value, _scale((schema.get("parameters") or {}).get("scale", t.scale)))
+            if parse_number_text(value) is None:
                 return _unscaled(value, t.scale)  # decimal.handling.mode=precise without a schema
         return value
 
     return coerce
 
 
+def _epoch(t: DataType, value: int, name: str, unit: str) -> Any:
+    """Debezium's epoch integers as ISO-8601 text for the temporal types (others pass through)."""
+    if t.name in ("TIMESTAMP", "TIMESTAMP_LTZ"):
+        u = {"io.debezium.time.Timestamp": "ms", "io.debezium.time.MicroTimestamp": "us"}.get(
+            name, "ns" if name == "io.debezium.time.NanoTimestamp" else unit
+        )
+        micros = value * _UNIT[u] if u != "ns" else value // 1000
+        stamp = _EPOCH + dt.timedelta(microseconds=micros)
+        return stamp.isoformat() + ("Z" if t.name == "TIMESTAMP_LTZ" else "")
+    if t.name == "DATE":
+        return (_EPOCH.date() + dt.timedelta(days=value)).isoformat()
+    if t.name == "TIME":
+        u = {"io.debezium.time.Time": "ms", "io.debezium.time.NanoTime": "ns"}.get(name, "us")
+        micros = value * _UNIT[u] if u != "ns" else value // 1000
+        # A TIME is a time of day; MySQL's TIME (up to 838 h, or negative) has no Flink equivalent.
+        if not 0 <= micros < MICROS_PER_DAY:
+            raise ValueError(f"{short_repr(value)} ({u}) is not a time of day (0 to 24 h) for TIME")
+        return time_from_micros(micros).isoformat()
+    return value
+
+
+#: Largest unscaled decimal accepted (bytes): DECIMAL(38) needs 16; the limit keeps int() and Decimal cheap.
+_MAX_UNSCALED_BYTES = 64
+_SCALE = re.compile(r"-?[0-9]{1,4}")
+
+
+def _scale(value: Any) -> int:
+    if isinstance(value, int) and not isinstance(value, bool) and -9999 <= value <= 9999:
+        return value
+    if isinstance(value, str) and _SCALE.fullmatch(value):
+        return int(value)
+    raise ValueError(f"the connect schema's decimal scale {short_repr(value)} is not an integer")
+
+
 def _unscaled(text: str, scale: int) -> decimal.Decimal:
     try:
         raw = base64.b64decode(text, validate=True)
     except (binascii.Error, ValueError):
-        raise ValueError(f"{text!r} is neither a decimal number nor base64 unscaled bytes") from None
-    return decimal.Decimal(int.from_bytes(raw, "big", signed=True)).scaleb(-scale)
+        raise ValueError(
+            f"{short_repr(text)} is neither a decimal number nor base64 unscaled bytes"
+        ) from None
+    if len(raw) > _MAX_UNSCALED_BYTES:
+        raise ValueError(f"an unscaled decimal of {len(raw)} bytes exceeds {_MAX_UNSCALED_BYTES} bytes")
+    # scaleb in the wide context: the default one would round a DECIMAL(38) to 28 digits.
+    return decimal.Decimal(int.from_bytes(raw, "big", signed=True)).scaleb(-scale, DECIMAL_CONTEXT)
 
 
 # --- canal-json / maxwell-json ----------------------------------------------------------------------------
@@ -269,9 +428,12 @@ def decode_canal(obj: Any, spec: TableSpec, opts: SourceOptions) -> Message | No
     obj = _object(obj, None)
     _only(obj, _CANAL_KEYS)
     kind = obj.get("type")
-    if obj.get("isDdl") or kind not in ("INSERT", "UPDATE", "DELETE"):
-        if not isinstance(kind, str):
-            raise FieldError("type", f"expected a Canal event type string, got {kind!r}")
+    if not isinstance(kind, str):
+        raise FieldError("type", f"expected a Canal event type string, got {short_repr(kind)}")
+    is_ddl = obj.get("isDdl")
+    if is_ddl is not None and not isinstance(is_ddl, bool):
+        raise FieldError("isDdl", f"expected true or false, got {short_repr(is_ddl)}")
+    if is_ddl or kind not in ("INSERT", "UPDATE", "DELETE"):
         return None
     if not _included(opts, obj.get("database"), obj.get("table")):
         return None
@@ -303,10 +465,12 @@ def decode_maxwell(obj: Any, spec: TableSpec, opts: SourceOptions) -> Message | 
     obj = _object(obj, None)
     _only(obj, _MAXWELL_KEYS)
     kind = obj.get("type")
-    if kind in _MAXWELL_SKIP or (isinstance(kind, str) and kind.startswith("database-")):
+    if not isinstance(kind, str):
+        raise FieldError("type", f"expected a Maxwell event type string, got {short_repr(kind)}")
+    if kind in _MAXWELL_SKIP or kind.startswith("database-"):
         return None
     if kind not in ("insert", "update", "delete", "bootstrap-insert"):
-        raise FieldError("type", f"unknown Maxwell type {kind!r}")
+        raise FieldError("type", f"unknown Maxwell type {short_repr(kind)}")
     if not _included(opts, obj.get("database"), obj.get("table")):
         return None
     data = _object(obj.get("data"), "data")
@@ -323,10 +487,12 @@ def coerce_text(t: DataType, value: Any, schema: dict | None) -> Any:
     """Canal (and often Maxwell) write numbers and booleans as strings, bits as 0/1."""
     if isinstance(value, str):
         if t.is_integer or t.name in ("FLOAT", "DOUBLE"):
-            try:
-                return decimal.Decimal(value) if t.is_integer else float(value)
-            except (decimal.InvalidOperation, ValueError):
-                raise ValueError(f"{value!r} is not a number for {t}") from None
+            if t.name in ("FLOAT", "DOUBLE") and value in SPECIAL_FLOATS:
+                return value  # decoded by the type, as "NaN" in any JSON input
+            number = parse_number_text(value)  # ASCII digits only, bounded length (no 1e20000000 ints)
+            if number is None:
+                raise ValueError(f"{short_repr(value)} is not a number for {t}")
+            return number
         if t.name == "BOOLEAN":
             lowered = value.lower()
             if lowered in ("1", "true"):

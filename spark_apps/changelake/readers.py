@@ -15,21 +15,28 @@ from __future__ import annotations
 
 import decimal
 import json
+import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from changelake import formats
-from changelake.errors import BadRecordError, ChangelakeError
+from changelake.errors import BadRecordError, ChangelakeError, short_repr
 from changelake.sources import SourceOptions
 from changelake.spec import TableSpec
+from changelake.types import ColumnTypeError, ColumnValueError
 
 OPS = formats.OPS
-_INT_BOUNDS = {"TINYINT": (-128, 127), "SMALLINT": (-32768, 32767), "INT": (-(2**31), 2**31 - 1)}
 JSON_FORMATS = tuple(formats.DECODERS)
+PARQUET_MAGIC = b"PAR1"
+#: The reason a record gets when decoding it raised something no rule anticipated: the record is still a
+#: bad record (quarantined or refusing its batch), never a crash; the fuzz tests look for this text.
+UNEXPECTED = "could not decode the record"
 
 
 @dataclass
@@ -131,6 +138,74 @@ def read_batch(
     return out
 
 
+class ColumnRules:
+    """The rules a table adds to its column types, for both input paths: a FLOAT/DOUBLE primary-key value
+    must be a number (NaN never equals itself, so it cannot identify a row; infinities are refused with it),
+    and an rbm32/rbm64 aggregation column holds serialized roaring bitmaps (checked here rather than at the
+    key's next merge, inside an executor)."""
+
+    def __init__(self, spec: TableSpec):
+        self.spec = spec
+        self.checks: dict[str, Callable[[Any], None]] = {}
+        for col in spec.columns:
+            if col.name in spec.primary_key and col.type.name in ("FLOAT", "DOUBLE"):
+                self.checks[col.name] = _finite_key
+            elif spec.merge_engine == "aggregation" and spec.agg_function(col.name) in ("rbm32", "rbm64"):
+                self.checks[col.name] = _bitmap_check(32 if spec.agg_function(col.name) == "rbm32" else 64)
+
+    def check(self, values: list) -> tuple[str, str] | None:
+        """(column, reason) of the first typed value of a row that breaks a rule, else None."""
+        for i, col in enumerate(self.spec.columns):
+            check = self.checks.get(col.name)
+            if check is not None and values[i] is not None:
+                try:
+                    check(values[i])
+                except ValueError as e:
+                    return col.name, str(e)
+        return None
+
+    def validate_arrow(self, name: str, array: pa.Array) -> tuple[int, str] | None:
+        """The first row (0-based) of a storage-typed column that breaks a rule, and the reason."""
+        check = self.checks.get(name)
+        if check is None:
+            return None
+        if check is _finite_key:
+            candidates = pc.fill_null(pc.invert(pc.is_finite(array)), False)
+            rows = [pc.index(candidates, True).as_py()] if pc.any(candidates).as_py() else []
+        else:
+            rows = range(len(array))  # bitmaps: each value is deserialized
+        for row in rows:
+            value = array[row].as_py()
+            if value is None:
+                continue
+            try:
+                check(value)
+            except ValueError as e:
+                return row, str(e)
+        return None
+
+
+def _finite_key(value: float) -> None:
+    if not math.isfinite(value):
+        raise ValueError(f"{value} is not allowed in a primary-key column (NaN and infinities are refused)")
+
+
+def _bitmap_check(bits: int) -> Callable[[bytes], None]:
+    from pyroaring import BitMap, BitMap64
+
+    cls = BitMap if bits == 32 else BitMap64
+
+    def check(value: bytes) -> None:
+        try:
+            cls.deserialize(bytes(value))
+        except Exception:
+            raise ValueError(
+                f"{len(value)} bytes are not a serialized {bits}-bit roaring bitmap (rbm{bits})"
+            ) from None
+
+    return check
+
+
 def _missing_required(op: str, values: list, spec: TableSpec) -> tuple[str, str] | None:
     """Primary-key values must be present; NOT NULL columns too, except on deletes (only the key matters)."""
     for col, value in zip(spec.columns, values, strict=True):
@@ -158,33 +233,61 @@ class _JsonReader:
         self.spec, self.opts, self.out = spec, opts, out
         self.decode = formats.DECODERS[fmt]
         self.coerce = formats.coercer(fmt, opts)
+        self.fmt = fmt
         self.index = {n: i for i, n in enumerate(spec.column_names)}
         self.types = [c.type for c in spec.columns]
         self.decoders = [c.type.decode_json for c in spec.columns]
+        self.rules = ColumnRules(spec)
 
     def read(self, path: Path) -> list[_Entry]:
+        """Every line of a landed file, as bytes: each line is decoded (UTF-8 included) on its own."""
         entries = []
-        with open(path, encoding="utf-8") as fh:
-            for line_no, line in enumerate(fh, start=1):
-                if not line.strip():
-                    continue
-                self.out.messages += 1
-                try:
-                    entry = self._entry(str(path), line_no, line)
-                except formats.FieldError as e:
-                    self.out.reject(BadRecordError(str(path), line_no, e.field, e.reason), line, self.opts)
-                    continue
-                if entry is None:
-                    self.out.skipped += 1
-                else:
-                    entries.append(entry)
+        try:
+            with open(path, "rb") as fh:
+                for line_no, line in enumerate(fh, start=1):
+                    if not line.strip():
+                        continue
+                    self.out.messages += 1
+                    try:
+                        entry = self._entry(str(path), line_no, line)
+                    except formats.FieldError as e:
+                        error = BadRecordError(str(path), line_no, e.field, e.reason)
+                        self.out.reject(error, raw_text(line), self.opts)
+                        continue
+                    if entry is None:
+                        self.out.skipped += 1
+                    else:
+                        entries.append(entry)
+        except OSError as e:
+            raise ChangelakeError(f"{path}: cannot read the landed file: {e.strerror or e}") from None
         return entries
 
-    def _entry(self, file: str, line_no: int, line: str) -> _Entry | None:
+    def _entry(self, file: str, line_no: int, line: str | bytes) -> _Entry | None:
+        """Decode one line (bytes or text). A problem with the record raises FieldError (the caller adds
+        file and line, and quarantines or refuses); a file that is not JSON lines at all raises
+        BadRecordError, which refuses the batch even under quarantine."""
+        if isinstance(line, bytes):
+            if line_no == 1 and line.startswith(PARQUET_MAGIC):
+                raise BadRecordError(
+                    file, 1, None, f"this is a Parquet file, but the table reads {self.fmt} (JSON lines)"
+                )
+            try:
+                line = line.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise formats.FieldError(None, f"invalid UTF-8 at byte {e.start + 1} of the line") from None
+        if line_no == 1:
+            line = line.removeprefix("\ufeff")  # a UTF-8 byte order mark
         try:
-            obj = json.loads(line, parse_float=decimal.Decimal)
-        except json.JSONDecodeError as e:
-            raise formats.FieldError(None, f"malformed JSON: {e.msg} at column {e.colno}") from None
+            return self._decode_line(file, line_no, line)
+        except formats.FieldError:
+            raise
+        except Exception as e:  # a rule nobody wrote yet: still a bad record, never a crash
+            raise formats.FieldError(
+                None, f"{UNEXPECTED}: {type(e).__name__}: {short_repr(str(e), 200)}"
+            ) from None
+
+    def _decode_line(self, file: str, line_no: int, line: str) -> _Entry | None:
+        obj = formats.parse_line(line)
         message = self.decode(obj, self.spec, self.opts)
         if message is None:
             return None
@@ -205,7 +308,7 @@ class _JsonReader:
                 values[i] = self.decoders[i](value)
             except ValueError as e:
                 raise formats.FieldError(name, str(e)) from None
-        missing = _missing_required(op, values, self.spec)
+        missing = _missing_required(op, values, self.spec) or self.rules.check(values)
         if missing:
             raise formats.FieldError(*missing)
         return values
@@ -221,9 +324,9 @@ class _JsonReader:
         value = message.order_root
         for part in path:
             value = value.get(part) if isinstance(value, dict) else None
-        if value is None or isinstance(value, bool | dict | list):
+        if value is None or isinstance(value, bool) or not isinstance(value, int | decimal.Decimal | str):
             raise formats.FieldError(
-                self.opts.ordering, f"ordering field missing or not a number/string: {value!r}"
+                self.opts.ordering, f"ordering field missing or not a number/string: {short_repr(value)}"
             )
         return (0, value, "") if isinstance(value, int | decimal.Decimal) else (1, 0, str(value))
 
@@ -319,14 +422,26 @@ def read_changelog_parquet(path: Path, spec: TableSpec, first_seq: int = 0) -> p
     return table.set_column(0, "_seq", pa.array(range(first_seq, first_seq + table.num_rows), pa.int64()))
 
 
+def raw_text(line: str | bytes) -> str:
+    """A landed line as dead-letter text (bytes that are not UTF-8 are kept as ``\\xNN`` escapes)."""
+    return line.decode("utf-8", "backslashreplace") if isinstance(line, bytes) else line
+
+
 def _read_parquet(path: Path, spec: TableSpec, opts: SourceOptions, out: DecodedBatch) -> pa.Table:
-    """Validate column-wise; under quarantine, set each bad row aside and validate the rest again."""
+    """Validate column-wise; under quarantine, set each bad row aside and validate the rest again.
+
+    A file that is not Parquet, or whose columns do not fit the table (unknown, repeated, no ``op``), is
+    refused whole: those are problems of the file, not of a record."""
     try:
         table = pq.read_table(path)
-    except (pa.ArrowInvalid, OSError) as e:
+    except (pa.ArrowException, OSError, ValueError) as e:
         raise BadRecordError(str(path), 0, None, f"not a readable Parquet file: {e}") from None
     names = set(spec.column_names)
+    seen: set[str] = set()
     for name in table.column_names:
+        if name in seen:
+            raise BadRecordError(str(path), 1, name, "the column appears twice in the file")
+        seen.add(name)
         if name != "op" and name not in names and not opts.ignore_unknown_fields:
             raise BadRecordError(
                 str(path), 1, name, f"unknown column; table columns are {list(spec.column_names)}"
@@ -336,21 +451,52 @@ def _read_parquet(path: Path, spec: TableSpec, opts: SourceOptions, out: Decoded
     table = table.select([c for c in table.column_names if c == "op" or c in names])
     out.messages += table.num_rows
     rows = pa.array(range(1, table.num_rows + 1), pa.int64())  # original row numbers (1-based)
-    while True:
+    if not opts.quarantine:
+        return _decode_parquet(table, path, spec, rows)
+    pieces = _decode_quarantined(table, path, spec, rows, out, opts)
+    return pa.concat_tables(pieces) if pieces else batch_arrow_schema(spec).empty_table()
+
+
+def _decode_quarantined(
+    table: pa.Table, path: Path, spec: TableSpec, rows: pa.Array, out: DecodedBatch, opts: SourceOptions
+) -> list[pa.Table]:
+    """Decode, setting bad rows aside: a part that fails is halved until the bad row stands alone, so a
+    file with many bad rows costs O(n log n), not a full decode per bad row. Problems of the whole file
+    (line 0) are not quarantined."""
+    try:
+        return [_decode_parquet(table, path, spec, rows)]
+    except BadRecordError as e:
+        if e.line < 1:
+            raise
+        if table.num_rows == 1:
+            out.reject(e, _raw_row(table, 0), opts)
+            return []
+    half = table.num_rows // 2
+    return _decode_quarantined(table.slice(0, half), path, spec, rows.slice(0, half), out, opts) + (
+        _decode_quarantined(table.slice(half), path, spec, rows.slice(half), out, opts)
+    )
+
+
+def _raw_row(table: pa.Table, position: int) -> str:
+    """A Parquet row as dead-letter text, whatever its values (invalid ones are shown as Arrow prints them)."""
+    row = {}
+    for name in table.column_names:
+        scalar = table.column(name)[position]
         try:
-            return _decode_parquet(table, path, spec, rows)
-        except BadRecordError as e:
-            position = pc.index(rows, e.line).as_py()
-            raw = json.dumps(table.slice(position, 1).to_pylist()[0], default=str)
-            out.reject(e, raw, opts)
-            keep = pc.not_equal(pa.array(range(table.num_rows)), position)
-            table, rows = table.filter(keep), rows.filter(keep)
+            row[name] = scalar.as_py()
+            json.dumps(row[name], default=str)
+        except Exception:
+            row[name] = f"<{scalar.type}: not representable>"
+    return json.dumps(row, default=str)
 
 
 def _decode_parquet(table: pa.Table, path: Path, spec: TableSpec, rows: pa.Array) -> pa.Table:
-    """Decode a validated-schema Parquet table; errors name the original row number."""
+    """Decode a validated-schema Parquet table; errors name the original row number.
+
+    Each column goes through its type's :meth:`~changelake.types.DataType.from_arrow` (the rules the JSON
+    path applies through ``decode_json``), then the table's :class:`ColumnRules` and required columns."""
     n = table.num_rows
-    ops = table.column("op").cast(pa.string())
+    ops = _ops(table.column("op"), path, rows)
     bad = pc.invert(pc.fill_null(pc.is_in(ops, pa.array(OPS)), False))
     if pc.any(bad).as_py():
         row = pc.index(bad, True).as_py()
@@ -358,32 +504,25 @@ def _decode_parquet(table: pa.Table, path: Path, spec: TableSpec, rows: pa.Array
             str(path),
             rows[row].as_py(),
             "op",
-            f"unknown op {ops[row].as_py()!r}; expected one of {list(OPS)}",
+            f"unknown op {short_repr(ops[row].as_py())}; expected one of {list(OPS)}",
         )
+    rules = ColumnRules(spec)
     arrays = [pa.array(range(n), pa.int64()), ops]
     for col in spec.columns:
         target = col.type.arrow_type()
         if col.name not in table.column_names:
             arrays.append(pa.nulls(n, target))
             continue
-        source = table.column(col.name)
+        source = _valid_column(table.column(col.name), path, rows, col.name)
         try:
-            cast = source.cast(target, safe=True)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
-            row = _first_bad_row(source, target)
-            raise BadRecordError(
-                str(path), rows[row].as_py(), col.name, f"does not fit {col.type}: {e}"
-            ) from None
-        if col.type.name in _INT_BOUNDS and n:
-            out_of_range = pc.or_(
-                pc.less(cast, _INT_BOUNDS[col.type.name][0]), pc.greater(cast, _INT_BOUNDS[col.type.name][1])
-            )
-            if pc.any(pc.fill_null(out_of_range, False)).as_py():
-                row = pc.index(pc.fill_null(out_of_range, False), True).as_py()
-                try:
-                    col.type.check_integer(cast[row].as_py())
-                except ValueError as e:
-                    raise BadRecordError(str(path), rows[row].as_py(), col.name, str(e)) from None
+            cast = col.type.from_arrow(source)
+        except ColumnTypeError as e:
+            raise BadRecordError(str(path), 0, col.name, e.reason) from None  # the file's schema
+        except ColumnValueError as e:
+            raise BadRecordError(str(path), rows[e.row].as_py(), col.name, e.reason) from None
+        problem = rules.validate_arrow(col.name, cast)
+        if problem is not None:
+            raise BadRecordError(str(path), rows[problem[0]].as_py(), col.name, problem[1])
         arrays.append(cast)
     result = pa.Table.from_arrays(arrays, schema=batch_arrow_schema(spec))
     not_delete = pc.not_equal(result.column("_op"), "-D")
@@ -401,10 +540,33 @@ def _decode_parquet(table: pa.Table, path: Path, spec: TableSpec, rows: pa.Array
     return result
 
 
-def _first_bad_row(source: pa.ChunkedArray, target: pa.DataType) -> int:
-    for i, value in enumerate(source.combine_chunks()):
-        try:
-            pa.array([value.as_py()], source.type).cast(target, safe=True)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-            return i
-    return 0
+def _ops(column: pa.ChunkedArray, path: Path, rows: pa.Array) -> pa.Array:
+    """The ``op`` column as strings (plain or dictionary-encoded); any other type is refused."""
+    column = _valid_column(column, path, rows, "op")
+    if pa.types.is_dictionary(column.type):
+        column = column.dictionary_decode()
+    if pa.types.is_null(column.type):
+        return pa.nulls(len(column), pa.string())
+    if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
+        raise BadRecordError(str(path), 0, "op", f"expected a string column, got {column.type}")
+    return column.cast(pa.string())
+
+
+def _valid_column(column: pa.ChunkedArray, path: Path, rows: pa.Array, name: str) -> pa.Array:
+    """The column as one array, fully validated (Parquet readers do not check that strings are UTF-8)."""
+    array = column.combine_chunks()
+    try:
+        array.validate(full=True)
+    except pa.ArrowInvalid as e:
+        lo, hi = 0, len(array)  # bisect to the first invalid value, so quarantine can set it aside
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            try:
+                array.slice(lo, mid - lo).validate(full=True)
+                lo = mid
+            except pa.ArrowInvalid:
+                hi = mid
+        raise BadRecordError(
+            str(path), rows[lo].as_py() if len(rows) else 0, name, f"invalid data: {e}"
+        ) from None
+    return array

@@ -21,11 +21,13 @@ import base64
 import binascii
 import datetime as dt
 import decimal
+import math
 import re
+import struct
 from dataclasses import dataclass
 from typing import Any
 
-from changelake.errors import SpecError
+from changelake.errors import SpecError, short_repr
 
 _INT_RANGES = {
     "TINYINT": (-(2**7), 2**7 - 1),
@@ -66,7 +68,11 @@ _STORAGE_KIND = {
     "TIMESTAMP_LTZ": "timestamptz",
 }
 _ALIASES = {"INTEGER": "INT", "VARCHAR": "STRING", "VARBINARY": "BYTES", "REAL": "FLOAT", "BOOL": "BOOLEAN"}
-_TYPE_RE = re.compile(r"^\s*([A-Za-z_]+)\s*(?:\(\s*(\d+)\s*(?:,\s*(\d+)\s*)?\))?\s*$")
+# Matched whole, with ASCII digits only (``\d`` would take any script's digits).
+_TYPE_RE = re.compile(
+    r"[ \t]*([A-Za-z_]+)[ \t]*(?:\([ \t]*([0-9]{1,10})[ \t]*(?:,[ \t]*([0-9]{1,10})[ \t]*)?\))?[ \t]*"
+)
+_MAX_LENGTH = 2**31 - 1  # CHAR(n) / BINARY(n), as Flink's
 
 
 @dataclass(frozen=True)
@@ -161,96 +167,466 @@ class DataType:
 
     # --- decoding ---------------------------------------------------------------------------------------
     def decode_json(self, value: Any) -> Any:
-        """Convert a JSON value to this type's storage value. Raises ValueError with the reason."""
+        """Convert a JSON value to this type's storage value. Raises ValueError with the reason.
+
+        Every rule a stored value must satisfy is checked here (through :meth:`check_value`), so every input
+        path that decodes with this method, and the Parquet path through :meth:`from_arrow`, validate alike.
+        """
         if value is None:
             return None
         n = self.name
         if n == "BOOLEAN":
             if isinstance(value, bool):
                 return value
-            raise ValueError(f"expected a JSON boolean for BOOLEAN, got {value!r}")
+            raise ValueError(f"expected a JSON boolean for BOOLEAN, got {short_repr(value)}")
         if n in _INT_RANGES:
-            if isinstance(value, bool) or not isinstance(value, int | decimal.Decimal):
-                raise ValueError(f"expected an integer for {self}, got {value!r}")
-            if isinstance(value, decimal.Decimal):
-                if value != value.to_integral_value():
-                    raise ValueError(f"expected an integer for {self}, got {value}")
-                value = int(value)
-            return self.check_integer(value)
+            return self.check_integer(self._integer(value))
         if n in ("FLOAT", "DOUBLE"):
-            if isinstance(value, bool) or not isinstance(value, int | float | decimal.Decimal):
-                if isinstance(value, str) and value in ("NaN", "Infinity", "-Infinity"):
-                    return float(value)
-                raise ValueError(f"expected a number for {n}, got {value!r}")
-            return float(value)
+            return self._float(value)
         if n == "DECIMAL":
-            if isinstance(value, bool) or not isinstance(value, int | float | str | decimal.Decimal):
-                raise ValueError(f"expected a number or numeric string for {self}, got {value!r}")
-            try:
-                d = decimal.Decimal(str(value)) if not isinstance(value, decimal.Decimal) else value
-            except decimal.InvalidOperation:
-                raise ValueError(f"{value!r} is not a decimal number") from None
-            return self.check_decimal(d)
+            return self.check_decimal(self._decimal(value))
         if n in ("CHAR", "STRING"):
             if not isinstance(value, str):
-                raise ValueError(f"expected a string for {self}, got {value!r}")
-            if n == "CHAR" and len(value) > self.precision:
-                raise ValueError(f"string of length {len(value)} does not fit {self}")
-            return value
+                raise ValueError(f"expected a string for {self}, got {short_repr(value)}")
+            return self.check_value(value)
         if n in ("BINARY", "BYTES"):
             if not isinstance(value, str):
-                raise ValueError(f"expected a base64 string for {n}, got {value!r}")
+                raise ValueError(f"expected a base64 string for {n}, got {short_repr(value)}")
             try:
                 raw = base64.b64decode(value, validate=True)
             except (binascii.Error, ValueError):
-                raise ValueError(f"{value!r} is not valid base64") from None
-            if n == "BINARY" and self.precision is not None and len(raw) > self.precision:
-                raise ValueError(f"{len(raw)} bytes do not fit {self}")
-            return raw
+                raise ValueError(f"{short_repr(value)} is not valid base64") from None
+            return self.check_value(raw)
+        return self._temporal(value)
+
+    def _integer(self, value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, int | decimal.Decimal):
+            raise ValueError(f"expected an integer for {self}, got {short_repr(value)}")
+        if isinstance(value, decimal.Decimal):
+            if not value.is_finite():
+                raise ValueError(f"expected an integer for {self}, got {value}")
+            # Checked before converting: int() of 1e999999999999 would allocate the whole number.
+            if value and value.adjusted() > 40:
+                lo, hi = _INT_RANGES[self.name]
+                raise ValueError(f"{short_repr(value)} is out of range for {self.name} [{lo}, {hi}]")
+            if value != value.to_integral_value(context=DECIMAL_CONTEXT):
+                raise ValueError(f"expected an integer for {self}, got {short_repr(value)}")
+            value = int(value)
+        return value
+
+    def _float(self, value: Any) -> float:
+        """JSON numbers, or the strings ``"NaN"``, ``"Infinity"``, ``"-Infinity"`` (as Flink's JSON format
+        reads them); a finite number beyond the type's range is refused rather than stored as infinity."""
+        if isinstance(value, str):
+            special = SPECIAL_FLOATS.get(value)
+            if special is None:
+                raise ValueError(f"expected a number for {self.name}, got {short_repr(value)}")
+            return special
+        if isinstance(value, bool) or not isinstance(value, int | float | decimal.Decimal):
+            raise ValueError(f"expected a number for {self.name}, got {short_repr(value)}")
+        if isinstance(value, float):
+            return self.check_value(value)  # a Python float: NaN/inf were written explicitly
+        if isinstance(value, decimal.Decimal) and not value.is_finite():
+            raise ValueError(f"expected a number for {self.name}, got {value}")
+        try:
+            f = float(value)
+        except OverflowError:
+            f = math.inf
+        if math.isinf(f):
+            raise ValueError(f"{short_repr(value)} is out of range for {self.name}")
+        return self.check_value(f)
+
+    def _decimal(self, value: Any) -> decimal.Decimal:
+        if isinstance(value, bool) or not isinstance(value, int | float | str | decimal.Decimal):
+            raise ValueError(f"expected a number or numeric string for {self}, got {short_repr(value)}")
+        if isinstance(value, decimal.Decimal):
+            return value
+        if isinstance(value, int):
+            return decimal.Decimal(value)
+        if isinstance(value, float):
+            return decimal.Decimal(repr(value))  # the float as a JSON writer prints it
+        number = parse_number_text(value)
+        if number is None:
+            raise ValueError(f"{short_repr(value)} is not a decimal number")
+        return decimal.Decimal(number)
+
+    def _temporal(self, value: Any) -> Any:
+        n = self.name
         if not isinstance(value, str):
-            raise ValueError(f"expected an ISO-8601 string for {self}, got {value!r}")
+            raise ValueError(f"expected an ISO-8601 string for {self}, got {short_repr(value)}")
         try:
             if n == "DATE":
                 return dt.date.fromisoformat(value)
             if n == "TIME":
-                return format_time(dt.time.fromisoformat(value))
+                t = dt.time.fromisoformat(value)
+                if t.tzinfo is not None:
+                    raise ValueError(f"{short_repr(value)} has a time zone; TIME is zone-less")
+                return format_time(t)
             parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00") if value.endswith("Z") else value)
-        except ValueError:
-            raise ValueError(f"{value!r} is not an ISO-8601 {n.lower()}") from None
+        except ValueError as e:
+            if "time zone" in str(e):
+                raise
+            raise ValueError(f"{short_repr(value)} is not an ISO-8601 {n.lower()}") from None
         if n == "TIMESTAMP":
             if parsed.tzinfo is not None:
-                raise ValueError(f"{value!r} has a time zone; TIMESTAMP is zone-less (use TIMESTAMP_LTZ)")
+                raise ValueError(
+                    f"{short_repr(value)} has a time zone; TIMESTAMP is zone-less (use TIMESTAMP_LTZ)"
+                )
             return parsed
         # TIMESTAMP_LTZ: an instant; a zone-less value is taken as UTC.
         if parsed.tzinfo is None:
             return parsed.replace(tzinfo=dt.UTC)
-        return parsed.astimezone(dt.UTC)
+        try:
+            return parsed.astimezone(dt.UTC)
+        except OverflowError:
+            raise ValueError(
+                f"{short_repr(value)} is out of range for TIMESTAMP_LTZ (0001-01-01 to 9999-12-31 UTC)"
+            ) from None
 
     def check_integer(self, value: int) -> int:
         lo, hi = _INT_RANGES[self.name]
         if not lo <= value <= hi:
-            raise ValueError(f"{value} is out of range for {self.name} [{lo}, {hi}]")
+            raise ValueError(f"{short_repr(value)} is out of range for {self.name} [{lo}, {hi}]")
         return value
 
     def check_decimal(self, d: decimal.Decimal) -> decimal.Decimal:
-        """Round HALF_UP to the scale (as Flink's JSON format does); refuse values exceeding the precision."""
+        """Round HALF_UP to the scale (as Flink's JSON format does); refuse values exceeding the precision.
+
+        Computed in :data:`DECIMAL_CONTEXT` (Python's default context has only 28 digits), and the magnitude
+        is checked before rounding, so a huge exponent costs nothing."""
         if not d.is_finite():
             raise ValueError(f"{d} is not a finite decimal")
-        q = d.quantize(decimal.Decimal(1).scaleb(-self.scale), rounding=decimal.ROUND_HALF_UP)
-        if len(q.as_tuple().digits) > self.precision and q != 0:
-            raise ValueError(f"{d} does not fit {self}")
+        p, s = self.precision, self.scale
+        if not d or d.adjusted() < -s - 1:
+            return _zero(s)  # rounds to zero at this scale
+        if d.adjusted() >= p - s:
+            raise ValueError(f"{short_repr(d)} does not fit {self}")
+        q = d.quantize(_quantum(s), rounding=decimal.ROUND_HALF_UP, context=DECIMAL_CONTEXT)
+        if len(q.as_tuple().digits) > p and q != 0:
+            raise ValueError(f"{short_repr(d)} does not fit {self}")
         return q
+
+    def check_value(self, value: Any) -> Any:
+        """The rules a non-null storage value of this type satisfies; returns it, or raises ValueError.
+
+        The last step of :meth:`decode_json`, and what :meth:`validate_arrow` reports a bad Arrow value with.
+        """
+        n = self.name
+        if n in _INT_RANGES:
+            return self.check_integer(value)
+        if n == "FLOAT" and math.isfinite(value):
+            try:
+                struct.pack("<f", value)
+            except OverflowError:
+                raise ValueError(f"{short_repr(value)} is out of range for FLOAT") from None
+        elif n in ("CHAR", "STRING"):
+            if not value.isascii():
+                try:
+                    value.encode("utf-8")
+                except UnicodeEncodeError as e:
+                    raise ValueError(
+                        f"invalid Unicode: a lone surrogate {value[e.start]!r} at position {e.start}"
+                    ) from None
+            if n == "CHAR" and len(value) > self.precision:
+                raise ValueError(f"string of length {len(value)} does not fit {self}")
+        elif n == "BINARY" and self.precision is not None and len(value) > self.precision:
+            raise ValueError(f"{len(value)} bytes do not fit {self}")
+        elif n == "DECIMAL":
+            if not value.is_finite() or (len(value.as_tuple().digits) > self.precision and value != 0):
+                raise ValueError(f"{short_repr(value)} does not fit {self}")
+        elif n == "TIME" and not _TIME_TEXT.fullmatch(value):
+            raise ValueError(f"{short_repr(value)} is not a time of day HH:MM:SS.ffffff")
+        return value
+
+    # --- Arrow (Parquet input) ----------------------------------------------------------------------------
+    def from_arrow(self, source):
+        """Convert a Parquet column to this type's storage array with the rules :meth:`decode_json` applies.
+
+        Strings into non-string types and inexact numbers into DECIMAL go value by value through
+        :meth:`decode_json` itself; everything else is an Arrow cast (``safe``) followed by
+        :meth:`validate_arrow`. A zone-aware timestamp is refused for TIMESTAMP; a zone-less one is taken as
+        UTC for TIMESTAMP_LTZ (as a zone-less JSON string is). Raises :class:`ColumnValueError`.
+        """
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        array = source.combine_chunks() if isinstance(source, pa.ChunkedArray) else source
+        if pa.types.is_dictionary(array.type):
+            array = array.dictionary_decode()
+        target = self.arrow_type()
+        t = array.type
+        if pa.types.is_null(t):
+            return pa.nulls(len(array), target)
+        if self.name == "TIME" and _is_time(t):
+            return self._time_from_arrow(array)
+        if (_is_text(t) and self.storage_kind != "string") or self.name == "TIME":
+            if not _is_text(t):
+                raise ColumnTypeError(_first_valid(array), f"a Parquet column of type {t} cannot hold {self}")
+            return self._from_python(array)
+        if not _ACCEPTS[self.storage_kind](t):
+            raise ColumnTypeError(_first_valid(array), f"a Parquet column of type {t} cannot hold {self}")
+        if self.name == "DECIMAL" and not _exact_decimal_cast(t, self):
+            return self._from_python(array)  # rounding HALF_UP to the scale, or a float's shortest text
+        if pa.types.is_timestamp(t):
+            if t.tz is not None and self.name == "TIMESTAMP":
+                row = _first_valid(array)
+                raise ColumnTypeError(
+                    row, f"a timestamp with time zone {t.tz}; TIMESTAMP is zone-less (use TIMESTAMP_LTZ)"
+                )
+            if t.unit == "ns":
+                array = pc.floor_temporal(array, 1, "microsecond")  # precision > 6 is truncated, as in JSON
+        try:
+            cast = array.cast(target, safe=True)
+        except pa.ArrowNotImplementedError as e:
+            row = _first_valid(array)
+            raise ColumnTypeError(row, f"a Parquet column of type {t} cannot hold {self}: {e}") from None
+        except pa.ArrowInvalid as e:
+            raise ColumnValueError(_first_uncastable(array, target), f"does not fit {self}: {e}") from None
+        if self.name == "FLOAT" and pa.types.is_floating(t):
+            overflow = pc.fill_null(pc.and_(pc.is_inf(cast), pc.invert(pc.is_inf(array))), False)
+            if pc.any(overflow).as_py():
+                row = pc.index(overflow, True).as_py()
+                raise ColumnValueError(row, f"{short_repr(array[row].as_py())} is out of range for FLOAT")
+        problem = self.validate_arrow(cast)
+        if problem is not None:
+            raise ColumnValueError(*problem)
+        return cast
+
+    def validate_arrow(self, array) -> tuple[int, str] | None:
+        """The first row (0-based) of a storage-typed Arrow array that breaks this type's rules, and why.
+
+        Candidates are found column-wise; the reason is the one :meth:`check_value` gives for that value, so
+        both input paths refuse the same values with the same words. DATE and TIMESTAMP values outside
+        0001-01-01..9999-12-31 (which Python and Spark cannot hold) are refused here as well.
+        """
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        if isinstance(array, pa.ChunkedArray):
+            array = array.combine_chunks()
+        if len(array) == 0 or array.null_count == len(array):
+            return None
+        n = self.name
+        if n in ("TINYINT", "SMALLINT"):
+            lo, hi = _INT_RANGES[n]
+            bad = pc.or_(pc.less(array, lo), pc.greater(array, hi))
+        elif n == "CHAR":
+            bad = pc.greater(pc.utf8_length(array), self.precision)
+        elif n == "BINARY" and self.precision is not None:
+            bad = pc.greater(pc.binary_length(array), self.precision)
+        elif n == "TIME":
+            bad = pc.invert(pc.match_substring_regex(array, "^" + _TIME_TEXT.pattern + "$"))
+        elif n in ("DATE", "TIMESTAMP", "TIMESTAMP_LTZ"):
+            lo, hi = _TEMPORAL_BOUNDS["date" if n == "DATE" else "timestamp"]
+            raw = array.view(pa.int32() if n == "DATE" else pa.int64())
+            bad = pc.fill_null(pc.or_(pc.less(raw, lo), pc.greater(raw, hi)), False)
+            if pc.any(bad).as_py():
+                row = pc.index(bad, True).as_py()
+                unit = "days" if n == "DATE" else "microseconds"
+                return row, (
+                    f"{raw[row].as_py()} {unit} since 1970-01-01 is out of range for {self} "
+                    "(0001-01-01 to 9999-12-31)"
+                )
+            return None
+        else:
+            return None
+        bad = pc.fill_null(bad, False)
+        if not pc.any(bad).as_py():
+            return None
+        row = pc.index(bad, True).as_py()
+        try:
+            self.check_value(array[row].as_py())
+        except ValueError as e:
+            return row, str(e)
+        raise AssertionError(f"validate_arrow and check_value disagree on {array[row]} for {self}")
+
+    def _from_python(self, array):
+        """Decode an Arrow array value by value with :meth:`decode_json` (exactly the JSON path's rules)."""
+        import pyarrow as pa
+
+        out = []
+        for row, value in enumerate(array.to_pylist()):
+            try:
+                out.append(self.decode_json(value))
+            except ValueError as e:
+                raise ColumnValueError(row, str(e)) from None
+        return pa.array(out, self.arrow_type())
+
+    def _time_from_arrow(self, array):
+        """Arrow time32/time64 values as ``HH:MM:SS.ffffff`` (sub-microsecond digits are truncated)."""
+        import pyarrow as pa
+
+        per_second = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}[array.type.unit]
+        out = []
+        for row, ticks in enumerate(array.cast(pa.int64()).to_pylist()):
+            if ticks is None:
+                out.append(None)
+                continue
+            micros = ticks * 1_000_000 // per_second
+            if not 0 <= micros < MICROS_PER_DAY:
+                raise ColumnValueError(row, f"{ticks} {array.type.unit} is not a time of day (0 to 24 h)")
+            out.append(format_time(time_from_micros(micros)))
+        return pa.array(out, pa.string())
+
+
+class ColumnValueError(ValueError):
+    """A value of an Arrow column breaks its type's rules: ``row`` is its 0-based position."""
+
+    def __init__(self, row: int, reason: str):
+        super().__init__(reason)
+        self.row, self.reason = row, reason
+
+
+class ColumnTypeError(ColumnValueError):
+    """The Arrow column's type cannot hold the column's type at all: a problem of the file, not of a row
+    (``row`` is its first non-null value)."""
+
+
+#: Decimal arithmetic of the input paths: wide enough for DECIMAL(38,s) and any rounding of it (Python's
+#: default context keeps 28 digits and would refuse or round a valid DECIMAL(38) value).
+DECIMAL_CONTEXT = decimal.Context(
+    prec=100,
+    rounding=decimal.ROUND_HALF_UP,
+    Emin=-999_999_999,
+    Emax=999_999_999,
+    traps=[decimal.InvalidOperation, decimal.DivisionByZero, decimal.Overflow],
+)
+#: The JSON strings that decode to IEEE specials for FLOAT/DOUBLE (Java's ``Double.parseDouble`` names).
+SPECIAL_FLOATS = {"NaN": math.nan, "Infinity": math.inf, "+Infinity": math.inf, "-Infinity": -math.inf}
+MICROS_PER_DAY = 86_400_000_000
+#: Longest numeric text decoded (a DECIMAL(38,s) needs 40 characters; the rest is padding or an attack).
+MAX_NUMBER_TEXT = 1000
+# ASCII digits only: Python's int()/Decimal()/float() also accept other scripts' digits ('٣' == 3).
+_NUMBER_TEXT = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+_TIME_TEXT = re.compile(r"(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]\.[0-9]{6}")
+# Days and microseconds since the epoch of 0001-01-01 and 9999-12-31 (23:59:59.999999).
+_TEMPORAL_BOUNDS = {
+    "date": (-719_162, 2_932_896),
+    "timestamp": (-62_135_596_800_000_000, 253_402_300_799_999_999),
+}
+
+
+def parse_number_text(text: str) -> int | decimal.Decimal | None:
+    """A number written as text (Canal's values, DECIMAL strings): ASCII digits, optional sign, fraction
+    and exponent. None if ``text`` is not a number; ValueError if it is longer than MAX_NUMBER_TEXT."""
+    if len(text) > MAX_NUMBER_TEXT:
+        raise ValueError(f"a number of {len(text)} characters exceeds the limit of {MAX_NUMBER_TEXT}")
+    if not _NUMBER_TEXT.fullmatch(text):
+        return None
+    if len(text) <= 40 and text.lstrip("+-").isdigit():
+        return int(text)
+    return decimal.Decimal(text)
+
+
+def time_from_micros(micros: int) -> dt.time:
+    """The time of day ``micros`` microseconds after midnight (0 <= micros < 24 h)."""
+    seconds, micro = divmod(micros, 1_000_000)
+    minutes, second = divmod(seconds, 60)
+    hour, minute = divmod(minutes, 60)
+    return dt.time(hour, minute, second, micro)
 
 
 def format_time(t: dt.time) -> str:
     return t.replace(tzinfo=None).isoformat(timespec="microseconds")
 
 
+def _zero(scale: int) -> decimal.Decimal:
+    return decimal.Decimal((0, (0,), -scale))
+
+
+def _quantum(scale: int) -> decimal.Decimal:
+    return decimal.Decimal((0, (1,), -scale))
+
+
+def _is_text(t) -> bool:
+    import pyarrow as pa
+
+    return pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t)
+
+
+def _is_time(t) -> bool:
+    import pyarrow as pa
+
+    return pa.types.is_time32(t) or pa.types.is_time64(t)
+
+
+def _is_number(t) -> bool:
+    import pyarrow as pa
+
+    return pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t)
+
+
+def _is_binary(t) -> bool:
+    import pyarrow as pa
+
+    return (
+        pa.types.is_binary(t)
+        or pa.types.is_large_binary(t)
+        or pa.types.is_fixed_size_binary(t)
+        or pa.types.is_binary_view(t)
+    )
+
+
+def _is_temporal(t) -> bool:
+    import pyarrow as pa
+
+    return pa.types.is_timestamp(t) or pa.types.is_date(t)
+
+
+#: Arrow column types a Parquet input may use for each storage kind (the JSON path's value kinds).
+_ACCEPTS = {
+    "boolean": lambda t: __import__("pyarrow").types.is_boolean(t),
+    "int": _is_number,
+    "long": _is_number,
+    "float": _is_number,
+    "double": _is_number,
+    "decimal": _is_number,
+    "string": _is_text,
+    "binary": _is_binary,
+    "date": lambda t: __import__("pyarrow").types.is_date(t),
+    "timestamp": _is_temporal,
+    "timestamptz": _is_temporal,
+}
+
+
+def _exact_decimal_cast(t, target: DataType) -> bool:
+    """Whether an Arrow cast to ``target`` is exact (no rounding): decimals of no larger scale, integers."""
+    import pyarrow as pa
+
+    if pa.types.is_decimal(t):
+        return t.scale <= target.scale
+    if pa.types.is_integer(t):
+        digits = len(str(2 ** (t.bit_width - (1 if pa.types.is_signed_integer(t) else 0))))
+        return digits <= target.precision - target.scale
+    return False
+
+
+def _first_valid(array) -> int:
+    """Row of the first non-null value (the row an error about the whole column names)."""
+    import pyarrow.compute as pc
+
+    valid = pc.is_valid(array)
+    return pc.index(valid, True).as_py() if pc.any(valid).as_py() else 0
+
+
+def _first_uncastable(array, target) -> int:
+    """The first row whose cast fails, by bisection (a cast per half, never one per row)."""
+    lo, hi = 0, len(array)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        try:
+            array.slice(lo, mid - lo).cast(target, safe=True)
+            lo = mid
+        except Exception:
+            hi = mid
+    return lo
+
+
 def parse_type(text: object, column: str = "?") -> DataType:
     """Parse a type string such as ``DECIMAL(12,2)``; raise SpecError naming the column otherwise."""
-    m = _TYPE_RE.match(text) if isinstance(text, str) else None
+    m = _TYPE_RE.fullmatch(text) if isinstance(text, str) else None
     if not m:
-        raise SpecError(f"Column '{column}': cannot parse type {text!r}")
+        raise SpecError(f"Column '{column}': cannot parse type {short_repr(text)}")
     name = _ALIASES.get(m.group(1).upper(), m.group(1).upper())
     p = int(m.group(2)) if m.group(2) is not None else None
     s = int(m.group(3)) if m.group(3) is not None else None
@@ -267,18 +643,17 @@ def parse_type(text: object, column: str = "?") -> DataType:
         if not 0 <= p <= 9:
             raise SpecError(f"Column '{column}': {name} precision must be 0..9, got {p}")
         return DataType(name, p)
-    if name == "CHAR":
-        p = 1 if p is None else p
-        if p < 1:
-            raise SpecError(f"Column '{column}': CHAR length must be >= 1")
-        return DataType(name, p)
-    if name == "BINARY":
+    if name in ("CHAR", "BINARY"):
+        if p is None:
+            return DataType(name, 1 if name == "CHAR" else None)
+        if not 1 <= p <= _MAX_LENGTH:
+            raise SpecError(f"Column '{column}': {name} length must be 1..{_MAX_LENGTH}, got {p}")
         return DataType(name, p)
     if name in _SIMPLE and s is None and (p is None or name == "TIME"):
         return DataType(name)
     if name in ("ARRAY", "MAP", "ROW", "MULTISET"):
         raise SpecError(f"Column '{column}': nested type {name} is not supported by changelake tables")
     raise SpecError(
-        f"Column '{column}': unknown type {text!r}; supported: BOOLEAN, TINYINT, SMALLINT, INT, BIGINT, FLOAT, "
+        f"Column '{column}': unknown type {short_repr(text)}; supported: BOOLEAN, TINYINT, SMALLINT, INT, BIGINT, FLOAT, "
         "DOUBLE, DECIMAL(p,s), CHAR(n), STRING, BINARY, BYTES, DATE, TIME, TIMESTAMP(p), TIMESTAMP_LTZ(p)"
     )
