@@ -16,6 +16,8 @@ column a built-in expectation can check, so no custom expectation classes are ne
 
 from __future__ import annotations
 
+import functools
+import operator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -93,8 +95,12 @@ def tombstone_handling(spec, rows, changelog) -> list[Check]:
         .withColumn(
             "followed_by",
             F.when(
-                F.col("next_change_type").eqNullSafe("+U")
-                & F.expr(" and ".join(f"{k} <=> _next_{k}" for k in keys)),
+                # Column objects, not SQL text: a key named `null` or `current_date` stays a column.
+                functools.reduce(
+                    operator.and_,
+                    [F.col("next_change_type").eqNullSafe("+U")]
+                    + [F.col(k).eqNullSafe(F.col(f"_next_{k}")) for k in keys],
+                ),
                 "+U of the same key",
             ).otherwise(
                 F.concat_ws(" ", F.coalesce("next_change_type", F.lit("nothing")), F.lit("(orphan -U)"))
