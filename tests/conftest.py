@@ -58,7 +58,18 @@ def rows_of(df, order_by=None) -> list[tuple]:
 
 
 def changelog_of(lake, table: str) -> list[tuple]:
-    """(_log_offset, _change_type, row...) in offset order."""
+    """(_log_offset, _change_type, row...) in the changelog's order: batch, partition, bucket, offset.
+
+    Checks on the way that every bucket's log is gapless from 0 (each (partition, bucket) is one log).
+    """
     df = lake.changelog(table)
     cols = [c for c in df.columns if not c.startswith("_")]
-    return [(r["_log_offset"], r["_change_type"], *[r[c] for c in cols]) for r in df.collect()]
+    rows = df.collect()
+    logs: dict[tuple, list[int]] = {}
+    for r in rows:
+        logs.setdefault((*[r[c] for c in lake.spec(table).partition_keys], r["_bucket"]), []).append(
+            r["_log_offset"]
+        )
+    for bucket, offsets in logs.items():
+        assert sorted(offsets) == list(range(len(offsets))), f"bucket {bucket}: offsets {sorted(offsets)}"
+    return [(r["_log_offset"], r["_change_type"], *[r[c] for c in cols]) for r in rows]

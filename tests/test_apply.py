@@ -47,7 +47,7 @@ def test_canonical_walkthrough_and_offsets(lake):
 
 
 def test_one_batch_equals_records_applied_one_by_one(lake):
-    lake.create_table(KV)
+    lake.create_table({**KV, "options": {"bucket.num": 1}})  # one bucket: one log holds the whole order
     lake.apply("t.kv", [ins(1, 1.0, "a"), ins(2, 2.0, "b")], batch_id=1)
     batch = [
         ins(1, 10.0, "a2", "+U"),
@@ -300,7 +300,7 @@ def test_create_refuses_a_changed_spec(lake):
         lake.create_table({**KV, "options": {"bucket.num": 5}})
 
 
-def test_changelog_from_many_buckets_is_numbered_in_record_order(lake):
+def test_changelog_is_one_gapless_log_per_bucket_in_record_order(lake):
     lake.create_table({**KV, "options": {"bucket.num": 8}})
     lake.apply("t.kv", [ins(k, 1.0, "a") for k in range(40)], batch_id=1)
     lake.apply(
@@ -308,7 +308,18 @@ def test_changelog_from_many_buckets_is_numbered_in_record_order(lake):
         [ins(k, 2.0, "b", "+U") for k in range(0, 40, 2)] + [dele(k) for k in range(1, 40, 4)],
         batch_id=2,
     )
-    log = changelog_of(lake, "t.kv")
-    assert [entry[0] for entry in log] == list(range(40 + 40 + 10))
-    assert [entry[2] for entry in log[40:80:2]] == list(range(0, 40, 2))  # batch order kept: -U/+U per key
-    assert {entry[1] for entry in log[80:]} == {"-D"}
+    logs: dict[int, list] = {}
+    for r in lake.changelog("t.kv").collect():
+        logs.setdefault(r["_bucket"], []).append(r)
+    assert len(logs) > 1  # the keys really spread over buckets
+    for bucket, log in logs.items():
+        log.sort(key=lambda r: r["_log_offset"])
+        assert [r["_log_offset"] for r in log] == list(range(len(log))), bucket  # gapless across batches
+        assert [r["_batch_id"] for r in log] == sorted(r["_batch_id"] for r in log)
+        second = [(r["_change_type"], r["k"]) for r in log if r["_batch_id"] == 2]
+        updates = [k for t, k in second if t != "-D"]
+        # Record order inside the bucket: every update (-U/+U pairs, keys ascending) before every delete.
+        assert second == [(t, k) for k in sorted(set(updates)) for t in ("-U", "+U")] + [
+            ("-D", k) for k in range(1, 40, 4) if ("-D", k) in second
+        ]
+    assert sum(len(log) for log in logs.values()) == 40 + 40 + 10

@@ -6,19 +6,21 @@ Protocol for batch N of table T (every step is safe to crash in):
    commit it from the manifest that snapshot names (files written before the PK commit).
 2. Idempotency: batch N already committed with the same input checksum -> no-op; different checksum ->
    refused. N != last + 1 -> refused (no skipping ahead, no going back).
-3. Decode the landed files on the driver (clear errors, nothing written yet), stage them as Parquet.
-4. Spark computes the touched buckets' new files and the batch's changelog, writing both into fresh
-   per-attempt directories (never read unless committed).
+3. Decode: Spark tasks decode byte ranges of the landed files (:mod:`changelake.decode`) and stage the
+   records as Parquet; the driver gets counts, dead letters and the first error, never the records.
+4. Merge: one Spark task per touched bucket (:mod:`changelake.buckets`) reads the bucket once, merges its
+   records column-wise and writes the bucket's new data file and its changelog file, numbered per bucket
+   from the log end the previous batch committed. Files go to fresh per-attempt directories (never read
+   unless committed).
 5. Commit point: one overwrite snapshot on T replacing the touched buckets' files, its summary holding the
-   batch id, checksum, counts, changelog offsets and the changelog manifest. A concurrent applier makes
-   this commit fail (Iceberg's optimistic check on the parent snapshot): go back to 1.
+   batch id, checksum, counts and the changelog manifest (files, and every bucket's log end). A concurrent
+   applier makes this commit fail (Iceberg's optimistic check on the parent snapshot): go back to 1.
 6. Commit the changelog snapshot (roll-forward of step 1 for this batch).
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import json
 import os
 import re
@@ -31,22 +33,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
-from changelake import merge, tables
-from changelake.buckets import (
-    COUNTERS,
-    KIND_COUNT,
-    KIND_FILE,
-    BucketContext,
-    changelog_schema,
-    merge_bucket,
-    output_schema,
-    row_schema,
-)
+from changelake import buckets, decode, merge, tables
+from changelake.buckets import COUNTERS, BucketContext, merge_bucket
+from changelake.buckets import SOURCE_COUNTERS as TASK_SOURCE_COUNTERS
 from changelake.errors import BatchRefusedError, ChangelakeError
-from changelake.readers import DecodedBatch, read_batch
 from changelake.spec import TableSpec
 from changelake.storage import CommitFailedException, Storage
 
@@ -81,17 +72,6 @@ def _fault(point: str) -> None:
     """Crash injection for the exactly-once tests: ``CHANGELAKE_FAULT=<point>`` kills the process (-9)."""
     if os.environ.get("CHANGELAKE_FAULT") == point:
         os.kill(os.getpid(), signal.SIGKILL)
-
-
-def checksum_files(paths: list[Path], fmt: str | None = None, target_columns: list[str] | None = None) -> str:
-    """Identity of a batch's input: file contents, format and target columns (not the file names)."""
-    h = hashlib.sha256(json.dumps([fmt, target_columns]).encode())
-    for path in paths:
-        with open(path, "rb") as fh:
-            for chunk in iter(lambda: fh.read(1 << 20), b""):
-                h.update(chunk)
-        h.update(b"\x00")
-    return h.hexdigest()
 
 
 def read_manifest(path: Path) -> list[str] | None:
@@ -187,44 +167,36 @@ class Applier:
             raise BatchRefusedError(f"batch ids are positive integers, got {batch_id}")
         merge.check_target_columns(spec, target_columns)  # refuse before reading anything
         started = time.monotonic()
-        checksum = checksum_files(paths, fmt, target_columns)
-        decoded: DecodedBatch | None = None
+        plan = decode.plan_batch(paths, spec, fmt, target_columns)
+        decoded: decode.DecodeSummary | None = None
         for _attempt in range(MAX_COMMIT_ATTEMPTS):
             self.roll_forward_changelog(spec)
             table = self.storage.pk_table(spec)
             state = Storage.state(table)
-            done = self._already_committed(spec, table, batch_id, checksum, state.last_batch)
+            done = self._already_committed(spec, table, batch_id, plan.checksum, state.last_batch)
             if done is not None:
                 return done
             if decoded is None:
-                # Batch N always follows N-1, so the offsets it dedups against are fixed: decode once.
-                decoded = read_batch(paths, spec, fmt, applied_offsets=_kafka_offsets(table))
-                ops = decoded.op_counts()
-                self.progress(
-                    f"[{spec.full_name}] batch {batch_id}: {decoded.num_records:,} records "
-                    f"(+I {ops['+I']:,}, -U {ops['-U']:,}, +U {ops['+U']:,}, -D {ops['-D']:,}) "
-                    f"from {decoded.messages:,} messages decoded in {time.monotonic() - started:.1f}s"
-                    + _source_note(decoded)
-                )
+                # Batch N always follows N-1, so what it decodes to is fixed: decode once, retry commits.
+                decoded = self._decode(spec, table, batch_id, plan)
             try:
-                result = self._apply_decoded(spec, table, state, batch_id, decoded, checksum, target_columns)
+                result = self._apply_decoded(
+                    spec, table, state, batch_id, decoded, plan.checksum, target_columns
+                )
             except CommitFailedException:
                 self.progress(
                     f"[{spec.full_name}] batch {batch_id}: another writer committed first; re-checking"
                 )
                 continue
             self.roll_forward_changelog(spec)
+            self._drop_staging(table, decoded)
             result.seconds = time.monotonic() - started
             c = result.counts
             self.progress(
                 f"[{spec.full_name}] batch {batch_id} committed (snapshot {result.snapshot_id}) in "
                 f"{result.seconds:.1f}s: inserted {c['inserted']:,}, updated {c['updated']:,}, deleted "
                 f"{c['deleted']:,}, ignored {c['ignored']:,}, dropped -U {c['dropped_update_before']:,}; "
-                + (
-                    f"changelog offsets {result.log_start_offset}..{result.log_end_offset - 1}"
-                    if result.log_end_offset > result.log_start_offset
-                    else "no changelog records"
-                )
+                f"{result.changelog_records:,} changelog records"
             )
             return result
         raise ChangelakeError(
@@ -258,6 +230,7 @@ class Applier:
             status="already-applied",
             counts={k: int(summary.get(f"changelake.{k}", 0)) for k in merge.BatchCounts().as_dict()},
             snapshot_id=snap.snapshot_id,
+            changelog_records=int(summary.get("changelake.changelog-records", 0)),
             log_start_offset=int(summary.get("changelake.log-start-offset", 0)),
             log_end_offset=int(summary.get("changelake.log-end-offset", 0)),
             source={k: int(summary.get(f"changelake.source.{k}", 0)) for k in SOURCE_COUNTERS},
@@ -300,129 +273,69 @@ class Applier:
             f"{spec.full_name}: could not commit the changelog after {MAX_COMMIT_ATTEMPTS} attempts"
         )
 
-    # --- the batch itself -----------------------------------------------------------------------------
-    def _apply_decoded(
-        self, spec, table, state, batch_id: int, decoded: DecodedBatch, checksum: str, target_columns
-    ) -> BatchResult:
-        from pyspark import StorageLevel
-        from pyspark.sql import functions as F
-
-        spark = self.spark
+    # --- the batch itself: decode -> merge -> write -> commit -------------------------------------------
+    def _decode(self, spec: TableSpec, table, batch_id: int, plan: decode.BatchPlan) -> decode.DecodeSummary:
+        """Decode the landed files in Spark tasks (one per byte range); the driver gets only their stats."""
         started = time.monotonic()
-        counts = merge.check_batch_ops(spec, decoded.op_counts())
-        keep = ["+I", "+U"] if merge.deletes_dropped_before_table(spec) else ["+I", "+U", "-D"]
-        to_apply = decoded.records.filter(pc.is_in(decoded.records.column("_op"), value_set=pa.array(keep)))
+        staging = f"{self.storage.new_data_dir(table, batch_id)}-staging"
+        ranges = [vars(r) for r in plan.ranges]
+        self.progress(
+            f"[{spec.full_name}] batch {batch_id}: decoding {plan.bytes:,} bytes in {len(ranges)} task(s)"
+        )
+        sc = self.spark.sparkContext
+        frame = self.spark.createDataFrame(
+            sc.parallelize(ranges, max(1, len(ranges))), _spark_schema(decode.ranges_schema(), spec)
+        )
+        task = decode.decode_task(spec, staging, dict(table.io.properties))
+        stats = [
+            r.asDict() for r in frame.mapInArrow(task, _spark_schema(decode.stats_schema(), spec)).collect()
+        ]
+        decoded = decode.summarize(stats)  # raises the first bad record, as the task found it
+        ops = decoded.op_counts
+        note = _source_note(decoded)
+        self.progress(
+            f"[{spec.full_name}] batch {batch_id}: {decoded.records:,} records "
+            f"(+I {ops['+I']:,}, -U {ops['-U']:,}, +U {ops['+U']:,}, -D {ops['-D']:,}) "
+            f"from {decoded.messages:,} messages decoded in {time.monotonic() - started:.1f}s" + note
+        )
+        return decoded
+
+    def _apply_decoded(
+        self, spec, table, state, batch_id: int, decoded: decode.DecodeSummary, checksum: str, target_columns
+    ) -> BatchResult:
+        merge.check_batch_ops(spec, decoded.op_counts)  # refuses deletes on a 'disable' table up front
         commit_ts = dt.datetime.now(dt.UTC)
-        attempt_dir = self.storage.new_data_dir(table, batch_id)
-        log_table = self.storage.changelog_table(spec)
-        log_dir = self.storage.new_data_dir(log_table, batch_id)
-
-        removed, added_paths, log_paths, log_records, touched = [], [], [], 0, set()
-        extra: dict[str, str] = {}  # further snapshot-summary properties (auto-increment state)
-        if to_apply.num_rows:
-            staging = f"{attempt_dir}-staging/records.parquet"
-            with table.io.new_output(staging).create(overwrite=True) as out:
-                pq.write_table(to_apply, out)
-            records = (
-                spark.read.schema(_records_struct(spec))
-                .parquet(staging)
-                .withColumn("_bucket", tables.bucket_expr(spec))
-            )
-            part_cols = [*spec.partition_keys, "_bucket"]
-            all_files = self.storage.data_files(table)
-            ids = self._allocate_ids(spec, table, records, part_cols)
-            merged = self._merge_buckets(
-                spec, table, records, all_files, part_cols, attempt_dir, target_columns, ids
-            )
-            merged.persist(StorageLevel.MEMORY_AND_DISK)
-            try:
-                markers = [
-                    r.asDict()
-                    for r in merged.filter(F.col("_kind") == KIND_FILE)
-                    .select(
-                        *part_cols,
-                        "_log_count",
-                        "_path",
-                        "_log_path",
-                        "_count",
-                        "_ai_next",
-                        "_ai_end",
-                        *[f"_{c}" for c in COUNTERS],
-                    )
-                    .collect()
-                ]
-                for m in markers:
-                    m["partition"] = tuple(tables.iceberg_partition_value(m[c]) for c in part_cols)
-                if ids is not None:
-                    for m in markers:
-                        key = _partition_key(m["partition"])
-                        if m["_ai_next"] is None:
-                            ids["buckets"].pop(key, None)
-                        else:
-                            ids["buckets"][key] = [m["_ai_next"], m["_ai_end"]]
-                    extra["auto-increment"] = json.dumps(
-                        {"counter": ids["counter"], "buckets": ids["buckets"]}
-                    )
-                touched = {m["partition"] for m in markers}
-                removed = [f for f in all_files if tables.partition_tuple(f) in touched]
-                added_paths = [m["_path"] for m in markers if m["_path"]]
-                for c in COUNTERS:
-                    setattr(counts, c, getattr(counts, c) + sum(m[f"_{c}"] for m in markers))
-                self.progress(
-                    f"[{spec.full_name}] batch {batch_id}: merged {len(touched)} of {spec.bucket_num} bucket(s) "
-                    f"(replacing {len(removed)} file(s), {sum(m['_count'] for m in markers):,} rows now in them) "
-                    f"in {time.monotonic() - started:.1f}s"
-                )
-                log_records = sum(m["_log_count"] for m in markers)
-                log_paths = self._write_changelog(
-                    merged,
-                    [m["_log_path"] for m in markers if m["_log_path"]],
-                    spec,
-                    batch_id,
-                    state.log_end_offset,
-                    commit_ts,
-                    log_dir,
-                )
-                self.progress(
-                    f"[{spec.full_name}] batch {batch_id}: {log_records:,} changelog records written "
-                    f"at {time.monotonic() - started:.1f}s"
-                )
-            finally:
-                merged.unpersist()
+        previous = self._previous_manifest(table, state)
+        markers, id_counter = self._merge(spec, table, batch_id, decoded, target_columns, previous, commit_ts)
         _fault("after-data-files")
-
-        source = {k: getattr(decoded, k) for k in SOURCE_COUNTERS}
-        dead_letter = None
-        if decoded.dead_letters:
-            # Deterministic path and content (same input, same file), written before the commit that names it.
-            dead_letter = f"{table.location()}/dead-letter/batch-{batch_id:012d}.jsonl"
-            with table.io.new_output(dead_letter).create(overwrite=True) as out:
-                for record in decoded.dead_letters:
-                    out.write((json.dumps({"batch_id": batch_id, **record}) + "\n").encode())
-            self.progress(
-                f"[{spec.full_name}] batch {batch_id}: {len(decoded.dead_letters)} bad record(s) quarantined "
-                f"to {dead_letter}"
-            )
-        if decoded.kafka_offsets:
-            extra["kafka-offsets"] = json.dumps(decoded.kafka_offsets, sort_keys=True)
-
+        counts = merge.BatchCounts(**buckets.bucket_counts(markers, COUNTERS))
+        source = self._source_counts(decoded, markers)
+        dead_letter = self._write_dead_letters(spec, table, batch_id, decoded)
+        extra = self._kafka_state(table, decoded, markers)
+        extra.update(self._id_state(spec, table, markers, id_counter))
+        log_ends = dict(previous.get("log_ends", {}))
+        log_ends.update({m["partition_key"]: m["_log_end"] for m in markers if m["_log_end"]})
+        log_records = sum(m["_log_end"] - m["_log_start"] for m in markers)
+        log_start, log_end = state.log_end_offset, state.log_end_offset + log_records
         manifest_path = (
             f"{table.location()}/metadata/changelake/changelog-{batch_id:012d}-{uuid.uuid4().hex[:12]}.json"
         )
-        log_start, log_end = state.log_end_offset, state.log_end_offset + log_records
         self.storage.write_json(
             table,
             manifest_path,
             {
                 "batch_id": batch_id,
-                "files": log_paths,
+                "files": sorted(m["_log_path"] for m in markers if m["_log_path"]),
                 "records": log_records,
                 "log_start_offset": log_start,
                 "log_end_offset": log_end,
+                "log_ends": log_ends,
                 "commit_timestamp": commit_ts.isoformat(),
             },
         )
-        added = self.storage.to_data_files(table, added_paths)
+        touched = {m["partition"] for m in markers}
+        removed = [f for f in self.storage.data_files(table) if tables.partition_tuple(f) in touched]
+        added = self.storage.to_data_files(table, sorted(m["_path"] for m in markers if m["_path"]))
         self.storage.commit_batch(
             table,
             removed,
@@ -457,47 +370,45 @@ class Applier:
             dead_letter=dead_letter,
         )
 
-    def _allocate_ids(self, spec, table, records, part_cols) -> dict | None:
-        """Auto-increment id ranges per touched bucket (spec §8), enough for every record to be a new key.
+    def _previous_manifest(self, table, state) -> dict:
+        """The changelog manifest of the table's last batch: it holds every bucket's log end."""
+        return self.storage.read_json(table, state.changelog_manifest) if state.changelog_manifest else {}
 
-        Each bucket continues its cached range; when that is short it takes whole segments of
-        ``table.auto-increment.cache-size`` ids from the table-wide counter. The state is committed with
-        the batch (snapshot summary), so ids stay unique across batches, crashes and restarts.
-        """
-        if spec.auto_increment_column is None:
-            return None
-        snap = table.current_snapshot()
-        state = json.loads(
-            Storage.snapshot_summary(snap).get("changelake.auto-increment", "{}") if snap else "{}"
+    def _merge(
+        self, spec, table, batch_id, decoded, target_columns, previous, commit_ts
+    ) -> tuple[list[dict], int | None]:
+        """Run :func:`changelake.buckets.merge_bucket` once per touched bucket: their markers, and the
+        auto-increment counter after allocating the batch's ids (None without an auto-increment column)."""
+        if not decoded.staged:
+            return [], None
+        started = time.monotonic()
+        part_cols = [*spec.partition_keys, "_bucket"]
+        records = (
+            self.spark.read.schema(_spark_schema(decode.staged_schema(spec), spec))
+            .parquet(*decoded.staged)
+            .withColumn("_bucket", tables.bucket_expr(spec))
         )
-        counter, cached = state.get("counter", 0), state.get("buckets", {})
-        size = spec.auto_increment_cache_size
-        ranges: dict[tuple, list[tuple[int, int]]] = {}
-        for row in records.groupBy(*part_cols).count().collect():
-            partition = tuple(tables.iceberg_partition_value(row[c]) for c in part_cols)
-            current = cached.get(_partition_key(partition))
-            supply = [tuple(current)] if current else []
-            available = current[1] - current[0] + 1 if current else 0
-            while available < row["count"]:
-                supply.append((counter + 1, counter + size))
-                counter += size
-                available += size
-            ranges[partition] = supply
-        return {"ranges": ranges, "counter": counter, "buckets": cached}
-
-    def _merge_buckets(self, spec, table, records, all_files, part_cols, out_dir, target_columns, ids=None):
-        """Run :func:`changelake.buckets.merge_bucket` once per touched (partition, bucket)."""
+        all_files = self.storage.data_files(table)
         files_by_partition: dict[tuple, list[str]] = {}
         for f in all_files:
             files_by_partition.setdefault(tables.partition_tuple(f), []).append(f.file_path)
+        opts = spec.source_options
+        id_ranges, id_counter = self._allocate_ids(spec, table, records, part_cols)
         ctx = BucketContext(
             spec=spec,
             partition_columns=tuple(part_cols),
             files_by_partition=files_by_partition,
             io_properties=dict(table.io.properties),
-            out_dir=out_dir,
+            out_dir=self.storage.new_data_dir(table, batch_id),
+            log_dir=self.storage.new_data_dir(self.storage.changelog_table(spec), batch_id),
+            batch_id=batch_id,
+            commit_micros=int((commit_ts - _EPOCH) / dt.timedelta(microseconds=1)),
+            log_ends=previous.get("log_ends", {}),
             target_columns=None if target_columns is None else tuple(target_columns),
-            id_ranges=ids and ids["ranges"],
+            id_ranges=id_ranges,
+            ordering=opts.ordering,
+            dedup_offsets=opts.dedup_offsets,
+            applied_offsets=_kafka_offsets(table),
         )
 
         def merge_one(key, bucket_records):
@@ -506,37 +417,105 @@ class Applier:
         # An explicit partition count: adaptive execution would otherwise coalesce the (small) record shuffle
         # into one task and merge every bucket on one core.
         n = max(1, min(spec.bucket_num * 4, self.spark.sparkContext.defaultParallelism * 4))
-        schema = _spark_schema(output_schema(ctx.row_schema, ctx.partition_columns), spec)
-        return records.repartition(n, *part_cols).groupBy(*part_cols).applyInArrow(merge_one, schema)
-
-    def _write_changelog(
-        self, merged, unnumbered: list[str], spec, batch_id, base_offset, commit_ts, directory
-    ):
-        """Number the batch's changelog gaplessly in (record, sub) order and write it; the rows are not sorted.
-
-        A record's first offset is ``base + (rows emitted by all earlier records)``: a running sum over the
-        per-record counts the bucket tasks returned (two longs per record), joined back to the tasks'
-        unnumbered changelog files by record position.
-        """
-        from pyspark.sql import Window
-        from pyspark.sql import functions as F
-
-        if not unnumbered:
-            return []
-        earlier = Window.orderBy("_seq").rowsBetween(Window.unboundedPreceding, -1)
-        starts = merged.filter(F.col("_kind") == KIND_COUNT).select(
-            "_seq", (F.lit(base_offset) + F.coalesce(F.sum("_count").over(earlier), F.lit(0))).alias("_first")
+        schema = _spark_schema(buckets.marker_schema(spec, ctx.partition_columns), spec)
+        rows = (
+            records.repartition(n, *part_cols).groupBy(*part_cols).applyInArrow(merge_one, schema).collect()
         )
-        unnumbered_schema = _spark_schema(changelog_schema(row_schema(spec)), spec)
-        log = self.spark.read.schema(unnumbered_schema).parquet(*unnumbered)
-        log.join(F.broadcast(starts), "_seq").select(
-            *spec.column_names,
-            "_change_type",
-            F.lit(batch_id).cast("long").alias("_batch_id"),
-            (F.col("_first") + F.col("_sub")).alias("_log_offset"),
-            F.lit(commit_ts).cast("timestamp").alias("_commit_timestamp"),
-        ).write.mode("errorifexists").parquet(directory)
-        return _written_files(self.spark, directory)
+        markers = [r.asDict() for r in rows]
+        for m in markers:
+            m["partition"] = tuple(tables.iceberg_partition_value(m[c]) for c in part_cols)
+            m["partition_key"] = buckets.partition_key(m["partition"])
+        self.progress(
+            f"[{spec.full_name}] batch {batch_id}: merged {len(markers)} of {spec.bucket_num} bucket(s) per "
+            f"partition ({sum(m['_count'] for m in markers):,} rows now in them, "
+            f"{sum(m['_log_end'] - m['_log_start'] for m in markers):,} changelog records) "
+            f"in {time.monotonic() - started:.1f}s"
+        )
+        return markers, id_counter
+
+    def _allocate_ids(self, spec, table, records, part_cols) -> tuple[dict | None, int | None]:
+        """Auto-increment id ranges per touched bucket (spec §8), enough for every record to be a new key.
+
+        Each bucket continues its cached range; when that is short it takes whole segments of
+        ``table.auto-increment.cache-size`` ids from the table-wide counter. The state is committed with
+        the batch (snapshot summary), so ids stay unique across batches, crashes and restarts.
+        """
+        if spec.auto_increment_column is None:
+            return None, None
+        state = _id_state(table)
+        counter, cached = state.get("counter", 0), state.get("buckets", {})
+        size = spec.auto_increment_cache_size
+        ranges: dict[tuple, list[tuple[int, int]]] = {}
+        for row in records.groupBy(*part_cols).count().collect():
+            partition = tuple(tables.iceberg_partition_value(row[c]) for c in part_cols)
+            current = cached.get(buckets.partition_key(partition))
+            supply = [tuple(current)] if current else []
+            available = current[1] - current[0] + 1 if current else 0
+            while available < row["count"]:
+                supply.append((counter + 1, counter + size))
+                counter += size
+                available += size
+            ranges[partition] = supply
+        return ranges, counter
+
+    @staticmethod
+    def _id_state(spec, table, markers, counter: int | None) -> dict[str, str]:
+        """The auto-increment state after this batch: the counter and each bucket's unused range."""
+        if spec.auto_increment_column is None:
+            return {}
+        state = _id_state(table)
+        cached = dict(state.get("buckets", {}))
+        for m in markers:
+            if m["_ai_next"] is None:
+                cached.pop(m["partition_key"], None)
+            else:
+                cached[m["partition_key"]] = [m["_ai_next"], m["_ai_end"]]
+        counter = state.get("counter", 0) if counter is None else counter
+        return {"auto-increment": json.dumps({"counter": counter, "buckets": cached})}
+
+    @staticmethod
+    def _source_counts(decoded: decode.DecodeSummary, markers: list[dict]) -> dict[str, int]:
+        task = buckets.bucket_counts(markers, TASK_SOURCE_COUNTERS)
+        return {
+            "messages": decoded.messages,
+            "skipped": decoded.skipped,
+            "quarantined": len(decoded.dead_letters),
+            **task,
+        }
+
+    @staticmethod
+    def _kafka_state(table, decoded: decode.DecodeSummary, markers: list[dict]) -> dict[str, str]:
+        """The last applied offset per topic-partition after this batch (committed with it)."""
+        offsets = dict(_kafka_offsets(table))
+        for m in markers:
+            for tp, offset in json.loads(m["_kafka_offsets"] or "{}").items():
+                offsets[tp] = max(offsets.get(tp, -1), offset)
+        return {"kafka-offsets": json.dumps(offsets, sort_keys=True)} if offsets else {}
+
+    def _write_dead_letters(self, spec, table, batch_id, decoded: decode.DecodeSummary) -> str | None:
+        """Quarantined records, at a deterministic path with deterministic content, before the commit."""
+        if not decoded.dead_letters:
+            return None
+        path = f"{table.location()}/dead-letter/batch-{batch_id:012d}.jsonl"
+        with table.io.new_output(path).create(overwrite=True) as out:
+            for record in decoded.dead_letters:
+                out.write((json.dumps({"batch_id": batch_id, **record}) + "\n").encode())
+        self.progress(
+            f"[{spec.full_name}] batch {batch_id}: {len(decoded.dead_letters)} bad record(s) quarantined to {path}"
+        )
+        return path
+
+    @staticmethod
+    def _drop_staging(table, decoded: decode.DecodeSummary) -> None:
+        """Staged records are never read after the commit; remove them (best effort)."""
+        for path in decoded.staged:
+            try:
+                table.io.delete(path)
+            except OSError:
+                pass
+
+
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
 def _kafka_offsets(table) -> dict[str, int]:
@@ -545,59 +524,34 @@ def _kafka_offsets(table) -> dict[str, int]:
     return json.loads(Storage.snapshot_summary(snap).get("changelake.kafka-offsets", "{}") if snap else "{}")
 
 
-def _source_note(decoded: DecodedBatch) -> str:
+def _id_state(table) -> dict:
+    snap = table.current_snapshot()
+    return json.loads(Storage.snapshot_summary(snap).get("changelake.auto-increment", "{}") if snap else "{}")
+
+
+def _source_note(decoded: decode.DecodeSummary) -> str:
     parts = [
         f"{name} {value:,}"
-        for name, value in (
-            ("quarantined", decoded.quarantined),
-            ("redelivered", decoded.redelivered),
-            ("deduplicated", decoded.deduplicated),
-            ("skipped", decoded.skipped),
-        )
+        for name, value in (("quarantined", len(decoded.dead_letters)), ("skipped", decoded.skipped))
         if value
     ]
     return f"; {', '.join(parts)}" if parts else ""
 
 
-def _partition_key(partition: tuple) -> str:
-    return json.dumps(list(partition), default=str)
-
-
 def _spark_schema(arrow_schema: pa.Schema, spec: TableSpec):
-    """Spark type of each task output column: table columns keep their storage types."""
+    """Spark type of each Arrow column: table columns keep their storage types, the rest map simply."""
     from pyspark.sql import types as T
 
     by_name = {f.name: f for f in tables.storage_struct(spec).fields}
-    simple = {pa.string(): T.StringType(), pa.int64(): T.LongType(), pa.int32(): T.IntegerType()}
+    simple = {
+        pa.string(): T.StringType(),
+        pa.int64(): T.LongType(),
+        pa.int32(): T.IntegerType(),
+        pa.decimal128(38, 9): T.DecimalType(38, 9),
+    }
     return T.StructType(
         [by_name.get(f.name) or T.StructField(f.name, simple[f.type], True) for f in arrow_schema]
     )
-
-
-def _records_struct(spec: TableSpec):
-    from pyspark.sql import types as T
-
-    return T.StructType(
-        [T.StructField("_seq", T.LongType(), False), T.StructField("_op", T.StringType(), False)]
-        + tables.storage_struct(spec, with_bucket=False).fields
-    )
-
-
-def _written_files(spark, directory: str) -> list[str]:
-    jvm = spark.sparkContext._jvm
-    path = jvm.org.apache.hadoop.fs.Path(directory)
-    fs = path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
-    files = []
-    iterator = fs.listFiles(path, True)
-    while iterator.hasNext():
-        name = iterator.next().getPath().toString()
-        if name.endswith(".parquet"):
-            files.append(
-                name.replace("file:/", "file:///", 1)
-                if name.startswith("file:/") and not name.startswith("file:///")
-                else name
-            )
-    return sorted(files)
 
 
 def _ranges(ids: list[int]) -> str:

@@ -1,42 +1,60 @@
-"""The per-bucket merge that runs inside Spark tasks: one call per touched (partition, bucket).
+"""The bucket task: one call per touched (partition, bucket), run inside Spark by ``applyInArrow``.
 
-:func:`merge_bucket` reads the bucket's current files once with pyarrow, applies the bucket's records in
-batch order with the table's merger (:func:`changelake.merge.merger_for`) to the stored rows of the touched keys, writes one new
-file for the bucket (untouched rows + merged rows) and returns the changelog rows it emitted plus, per
-record, how many changelog rows it emitted (the driver turns those into gapless offsets). The table is
-read once and never shuffled; only the batch's records are. Executors write files; the driver commits.
+A task reads its bucket's current files once, orders and de-duplicates the bucket's records as the table's
+source settings say, merges them with :func:`changelake.columnar.merge_records`, and writes each output once:
+the bucket's new data file (sorted by key) and its changelog file, already numbered. Fluss keeps one log per
+bucket, and so does changelake: ``_log_offset`` is gapless per (partition, bucket), continuing from the end
+the previous batch committed, so the task numbers its own rows and no other task or job is involved. It
+returns one small marker row (files, counts, the bucket's new log end); the driver commits. Only the batch's
+records are shuffled; the table is never shuffled.
 """
 
 from __future__ import annotations
 
+import json
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from changelake.merge import IdAllocator, merger_for
+from changelake.columnar import merge_records
 from changelake.spec import TableSpec
 
-KIND_COUNT, KIND_FILE = "count", "file"
-COUNTERS = ("inserted", "updated", "deleted", "ignored")
+COUNTERS = ("records", "inserted", "updated", "deleted", "ignored", "dropped_update_before")
+SOURCE_COUNTERS = ("redelivered", "deduplicated")
+# Source metadata columns a decoded record may carry (absent when the format has none).
+KAFKA_COLUMNS = ("_kafka_topic", "_kafka_partition", "_kafka_offset")
+# ``_seq >> MESSAGE_SHIFT`` identifies a record's source message (an update's two images share one).
+MESSAGE_SHIFT = 2
+ORDER_COLUMNS = ("_order_number", "_order_text")  # the ``ordering`` field's value (number or text)
 
 
 @dataclass(frozen=True)
 class BucketContext:
-    """Everything a task needs, shipped with the function (small: file paths per touched partition)."""
+    """Everything a task needs, shipped with the function (small: file paths and log ends per bucket)."""
 
     spec: TableSpec
     partition_columns: tuple[str, ...]  # partition keys then _bucket
     files_by_partition: dict[tuple, list[str]]
     io_properties: dict[str, str]
-    out_dir: str
+    out_dir: str  # the attempt's directory for new data files
+    log_dir: str  # the attempt's directory for changelog files
+    batch_id: int
+    commit_micros: int  # the batch's _commit_timestamp, microseconds since the epoch (UTC)
+    log_ends: dict[str, int] = field(default_factory=dict)  # partition key -> committed log end
     target_columns: tuple[str, ...] | None = None  # a partial update's target columns
     id_ranges: dict[tuple, list[tuple[int, int]]] | None = None  # auto-increment ids per partition
+    ordering: str = "arrival"  # "arrival", "kafka-offset" or a field path (records carry ORDER_COLUMNS)
+    dedup_offsets: bool = False  # drop Kafka redeliveries (``dedup: kafka-offsets``)
+    applied_offsets: dict[str, int] = field(default_factory=dict)  # "topic:partition" -> last applied
 
-    @property
-    def row_schema(self) -> pa.Schema:
-        return row_schema(self.spec)
+
+def partition_key(partition: tuple) -> str:
+    """The JSON key of a (partition values..., bucket) tuple in the batch's bookkeeping."""
+    return json.dumps(list(partition), default=str)
 
 
 def row_schema(spec: TableSpec) -> pa.Schema:
@@ -46,37 +64,29 @@ def row_schema(spec: TableSpec) -> pa.Schema:
     )
 
 
-def output_schema(row_schema: pa.Schema, partition_columns: tuple[str, ...]) -> pa.Schema:
-    """What a task returns: per-record changelog counts and one file marker, told apart by ``_kind``."""
+def changelog_schema(spec: TableSpec) -> pa.Schema:
+    """A changelog row as stored: the columns, then change type, batch, bucket, offset, commit time."""
     return pa.schema(
-        [pa.field("_kind", pa.string()), pa.field("_seq", pa.int64()), pa.field("_count", pa.int64())]
-        + [pa.field(c, row_schema.field(c).type) for c in partition_columns]
-        + [pa.field("_path", pa.string()), pa.field("_log_path", pa.string())]
+        [pa.field(c.name, c.type.arrow_type()) for c in spec.columns]
         + [
-            pa.field("_log_count", pa.int64()),
-            pa.field("_ai_next", pa.int64()),
-            pa.field("_ai_end", pa.int64()),
+            pa.field("_change_type", pa.string()),
+            pa.field("_batch_id", pa.int64()),
+            pa.field("_bucket", pa.int32()),
+            pa.field("_log_offset", pa.int64()),
+            pa.field("_commit_timestamp", pa.timestamp("us", tz="UTC")),
         ]
-        + [pa.field(f"_{c}", pa.int64()) for c in COUNTERS]
     )
 
 
-def changelog_schema(row_schema: pa.Schema) -> pa.Schema:
-    """Changelog rows a task writes, before numbering: record position, sub-position, change type, row."""
+def marker_schema(spec: TableSpec, partition_columns: tuple[str, ...]) -> pa.Schema:
+    """What a task returns: one row per touched bucket."""
+    rows = row_schema(spec)
     return pa.schema(
-        [pa.field("_seq", pa.int64()), pa.field("_sub", pa.int32()), pa.field("_change_type", pa.string())]
-        + [f for f in row_schema if f.name != "_bucket"]
-    )
-
-
-def _keys(table: pa.Table, names: list[str]) -> list[tuple]:
-    return list(zip(*(table.column(n).to_pylist() for n in names), strict=True)) if table.num_rows else []
-
-
-def _table(rows: list[tuple], schema: pa.Schema) -> pa.Table:
-    columns = list(zip(*rows, strict=True)) if rows else [[] for _ in schema]
-    return pa.Table.from_arrays(
-        [pa.array(c, f.type) for c, f in zip(columns, schema, strict=True)], schema=schema
+        [pa.field(c, rows.field(c).type) for c in partition_columns]
+        + [pa.field("_path", pa.string()), pa.field("_log_path", pa.string())]
+        + [pa.field(n, pa.int64()) for n in ("_count", "_log_start", "_log_end", "_ai_next", "_ai_end")]
+        + [pa.field(f"_{c}", pa.int64()) for c in (*COUNTERS, *SOURCE_COUNTERS)]
+        + [pa.field("_kafka_offsets", pa.string())]
     )
 
 
@@ -86,112 +96,157 @@ def _write(io, path: str, table: pa.Table) -> None:
 
 
 def merge_bucket(key: tuple, records: pa.Table, ctx: BucketContext) -> pa.Table:
-    """Apply one bucket's records (any order; sorted by ``_seq`` here) to its stored rows."""
+    """Merge one bucket's records (any order) into its stored rows; write its data and changelog files."""
     from pyiceberg.io.pyarrow import PyArrowFileIO
 
     from changelake.tables import iceberg_partition_value
 
     spec = ctx.spec
-    cols = list(spec.column_names)
-    pk = list(spec.primary_key)
-    row_schema = ctx.row_schema
     io = PyArrowFileIO(ctx.io_properties)
     partition = tuple(iceberg_partition_value(k.as_py()) for k in key)
     bucket = key[-1].as_py()
+    values = [c.name for c in spec.columns]
 
     parts = []
     for path in ctx.files_by_partition.get(partition, []):
         with io.new_input(path).open() as stream:
-            parts.append(pq.read_table(stream, columns=row_schema.names).cast(row_schema))
-    stored = pa.concat_tables(parts) if parts else row_schema.empty_table()
-    records = records.sort_by("_seq")
-    touched = records.select(pk).cast(pa.schema([row_schema.field(k) for k in pk])).group_by(pk).aggregate([])
-    if stored.num_rows:
-        kept = stored.join(touched, keys=pk, join_type="left anti").select(row_schema.names)
-        hit = stored.join(touched, keys=pk, join_type="left semi")
-    else:
-        kept = hit = stored
+            parts.append(pq.read_table(stream, columns=values))
+    schema = pa.schema([pa.field(c.name, c.type.arrow_type()) for c in spec.columns])
+    stored = pa.concat_tables([p.cast(schema) for p in parts]) if parts else schema.empty_table()
 
-    ids = None
-    if spec.auto_increment_column is not None:
-        max_id = 2**31 - 1 if spec.column(spec.auto_increment_column).type.name == "INT" else 2**63 - 1
-        ids = IdAllocator((ctx.id_ranges or {}).get(partition, []), max_id)
-    merger = merger_for(spec, None if ctx.target_columns is None else list(ctx.target_columns), ids)
-    log_seq, log_sub, log_type, log_image, count_seq, count_n = [], [], [], [], [], []
-
-    def run(rows: dict, record_rows) -> None:
-        seqs = records.column("_seq").to_pylist()
-        ops = records.column("_op").to_pylist()
-        for seq, op, row_key, row in zip(seqs, ops, _keys(records, pk), record_rows, strict=True):
-            changes = merger.apply_keyed(rows, op, row_key, row)
-            if changes:
-                count_seq.append(seq)
-                count_n.append(len(changes))
-                for sub, (change_type, image) in enumerate(changes):
-                    log_seq.append(seq)
-                    log_sub.append(sub)
-                    log_type.append(change_type)
-                    log_image.append(image)
-
-    value_schema = pa.schema([row_schema.field(c) for c in cols])
-    if merger.needs_values:
-        # Engines that compute new values (versioned compares, aggregation folds) work on Python tuples.
-        rows = {merger.key_of(r): r for r in _keys(hit, cols)}
-        run(rows, _keys(records, cols))
-        final = _table(list(rows.values()), value_schema)
-        log_table = _table(log_image, value_schema)
-    else:
-        # Rows are indices into `images` (stored rows of touched keys, then the batch's records): the
-        # merger decides which image each key holds and what the changelog shows; Arrow gathers them.
-        images = pa.concat_tables(
-            [hit.select(cols).cast(value_schema), records.select(cols).cast(value_schema)]
-        )
-        rows = {k: i for i, k in enumerate(_keys(hit, pk))}
-        run(rows, range(hit.num_rows, hit.num_rows + records.num_rows))
-        final = images.take(pa.array(list(rows.values()), pa.int64()))
-        log_table = images.take(pa.array(log_image, pa.int64()))
-
-    merged = final.append_column("_bucket", pa.array([bucket] * final.num_rows, pa.int32()))
-    new_rows = pa.concat_tables([kept, merged.cast(row_schema)])
-    path = log_path = None
-    if new_rows.num_rows:
-        path = f"{ctx.out_dir}/data/bucket-{bucket:04d}-{uuid.uuid4().hex}.parquet"
-        _write(io, path, new_rows)
-    if log_seq:
-        log = pa.Table.from_arrays(
-            [
-                pa.array(log_seq, pa.int64()),
-                pa.array(log_sub, pa.int32()),
-                pa.array(log_type, pa.string()),
-                *log_table.columns,
-            ],
-            schema=changelog_schema(row_schema),
-        )
-        log_path = f"{ctx.out_dir}/changelog-unnumbered/bucket-{bucket:04d}-{uuid.uuid4().hex}.parquet"
-        _write(io, log_path, log)
-
-    out = output_schema(row_schema, ctx.partition_columns)
-    n = len(count_seq)
-    counts = pa.Table.from_arrays(
-        [
-            pa.array([KIND_COUNT] * n, pa.string()),
-            pa.array(count_seq, pa.int64()),
-            pa.array(count_n, pa.int64()),
-            *[pa.nulls(n, f.type) for f in list(out)[3:]],
-        ],
-        schema=out,
+    records, source = order_and_dedup(records, ctx)
+    result = merge_records(
+        spec,
+        stored,
+        records,
+        None if ctx.target_columns is None else list(ctx.target_columns),
+        (ctx.id_ranges or {}).get(partition, []) if spec.auto_increment_column else None,
     )
-    # One marker per touched bucket (also when it ends up empty): its files, row count and merge counters.
-    marker = {name: [None] for name in out.names}
+
+    rows = result.rows
+    path = log_path = None
+    if rows.num_rows:
+        rows = rows.append_column("_bucket", pa.array(np.full(rows.num_rows, bucket, np.int32)))
+        path = f"{ctx.out_dir}/data/bucket-{bucket:04d}-{uuid.uuid4().hex}.parquet"
+        _write(io, path, rows)
+    log_start = ctx.log_ends.get(partition_key(partition), 0)
+    log = result.changelog
+    if log.num_rows:
+        n = log.num_rows
+        numbered = log.select(values).cast(schema)
+        for name, array in (
+            ("_change_type", log.column("_change_type")),
+            ("_batch_id", pa.array(np.full(n, ctx.batch_id, np.int64))),
+            ("_bucket", pa.array(np.full(n, bucket, np.int32))),
+            ("_log_offset", pa.array(np.arange(log_start, log_start + n, dtype=np.int64))),
+            (
+                "_commit_timestamp",
+                pa.array(np.full(n, ctx.commit_micros, np.int64)).cast(pa.timestamp("us", tz="UTC")),
+            ),
+        ):
+            numbered = numbered.append_column(name, array)
+        log_path = f"{ctx.log_dir}/bucket-{bucket:04d}-{uuid.uuid4().hex}.parquet"
+        _write(io, log_path, numbered.cast(changelog_schema(spec)))
+
+    counts = result.counts
+    remaining = result.ids_remaining
+    marker = {column: [value.as_py()] for column, value in zip(ctx.partition_columns, key, strict=True)}
     marker.update(
-        _kind=[KIND_FILE],
         _path=[path],
         _log_path=[log_path],
-        _count=[new_rows.num_rows],
-        _log_count=[len(log_seq)],
+        _count=[rows.num_rows],
+        _log_start=[log_start],
+        _log_end=[log_start + log.num_rows],
+        _ai_next=[remaining and remaining[0]],
+        _ai_end=[remaining and remaining[1]],
+        _kafka_offsets=[json.dumps(source.pop("offsets"), sort_keys=True)],
     )
-    marker.update({f"_{c}": [getattr(merger.counts, c)] for c in COUNTERS})
-    left = ids.remaining() if ids is not None else None
-    marker.update(_ai_next=[left and left[0]], _ai_end=[left and left[1]])
-    marker.update({column: [value.as_py()] for column, value in zip(ctx.partition_columns, key, strict=True)})
-    return pa.concat_tables([counts, pa.Table.from_pydict(marker, schema=out)])
+    marker.update({f"_{c}": [getattr(counts, c)] for c in COUNTERS})
+    marker.update({f"_{c}": [source[c]] for c in SOURCE_COUNTERS})
+    return pa.Table.from_pydict(marker, schema=marker_schema(spec, ctx.partition_columns))
+
+
+def order_and_dedup(records: pa.Table, ctx: BucketContext) -> tuple[pa.Table, dict]:
+    """Order a bucket's records as the source settings say; find (and drop) Kafka redeliveries.
+
+    Only the order of a key's records matters to the merge, and all of a key's records are in this bucket,
+    so sorting the bucket by the source order (ties keep arrival order, ``_seq``) gives every key the order a
+    global sort would. A record is redelivered when its offset is at or below the last applied offset of its
+    topic-partition, or when an earlier message (in that order) had the same offset.
+    """
+    source = {"redelivered": 0, "deduplicated": 0, "offsets": {}}
+    if ctx.ordering == "kafka-offset" and records.num_rows:
+        records = records.sort_by([(c, "ascending") for c in (*KAFKA_COLUMNS, "_seq")])
+    elif ctx.ordering != "arrival" and records.num_rows:
+        records = records.sort_by([(c, "ascending") for c in (*ORDER_COLUMNS, "_seq")])
+    elif records.num_rows:
+        records = records.sort_by("_seq")
+    if (
+        "_kafka_offset" not in records.column_names
+        or records.column("_kafka_offset").null_count == records.num_rows
+    ):
+        return _renumber(records, ctx), source
+    offset = records.column("_kafka_offset")
+    tp = pc.binary_join_element_wise(
+        records.column("_kafka_topic"), pc.cast(records.column("_kafka_partition"), pa.string()), ":"
+    )
+    has = pc.and_(pc.is_valid(offset), pc.is_valid(tp)).to_numpy(zero_copy_only=False)
+    applied_keys = list(ctx.applied_offsets)
+    applied = np.array([ctx.applied_offsets[k] for k in applied_keys] + [-1], np.int64)
+    slot = pc.fill_null(pc.index_in(tp, value_set=pa.array(applied_keys, pa.string())), len(applied_keys))
+    stale = has & (pc.fill_null(offset, -2).to_numpy() <= applied[slot.to_numpy()])
+    # The first message (in merge order) with an offset keeps it; a later message with it is a redelivery.
+    fresh = np.flatnonzero(has & ~stale)
+    message = records.column("_seq").to_numpy() >> MESSAGE_SHIFT
+    occurrences = pa.table(
+        {"tp": tp.take(pa.array(fresh)), "offset": offset.take(pa.array(fresh)), "row": pa.array(fresh)}
+    )
+    first = occurrences.join(
+        occurrences.group_by(["tp", "offset"], use_threads=False).aggregate([("row", "min")]),
+        keys=["tp", "offset"],
+    )
+    redelivered = stale.copy()
+    rows = first.column("row").to_numpy()
+    redelivered[rows] = message[first.column("row_min").to_numpy()] != message[rows]
+    source["redelivered"] = len(np.unique(message[redelivered]))
+    kept = pa.array(has & ~redelivered)
+    latest = (
+        pa.table({"tp": tp.filter(kept), "offset": offset.filter(kept)})
+        .group_by("tp", use_threads=False)
+        .aggregate([("offset", "max")])
+    )
+    source["offsets"] = dict(
+        zip(latest.column("tp").to_pylist(), latest.column("offset_max").to_pylist(), strict=True)
+    )
+    if ctx.dedup_offsets and redelivered.any():
+        source["deduplicated"] = source["redelivered"]
+        records = records.filter(pa.array(~redelivered))
+    return _renumber(records, ctx), source
+
+
+def _renumber(records: pa.Table, ctx: BucketContext) -> pa.Table:
+    """Records in merge order with ``_seq`` = their rank in it (arrival order unless the source orders)."""
+    if ctx.ordering == "arrival" or not records.num_rows:
+        return records
+    return records.set_column(
+        records.column_names.index("_seq"), "_seq", pa.array(np.arange(records.num_rows, dtype=np.int64))
+    )
+
+
+def bucket_counts(markers: list[dict], names: tuple[str, ...]) -> dict[str, int]:
+    """Sum the named task counters over a batch's markers."""
+    return {c: sum(int(m[f"_{c}"] or 0) for m in markers) for c in names}
+
+
+__all__ = [
+    "BucketContext",
+    "COUNTERS",
+    "SOURCE_COUNTERS",
+    "bucket_counts",
+    "changelog_schema",
+    "marker_schema",
+    "merge_bucket",
+    "order_and_dedup",
+    "partition_key",
+    "row_schema",
+]

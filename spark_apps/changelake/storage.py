@@ -4,7 +4,8 @@ Layout per spec ``ns.t``:
 
 * ``ns.t`` — the rows, identity-partitioned by the partition keys and a hidden ``_bucket`` column.
 * ``ns.t__changelog`` — Fluss's ``$changelog``: the row columns plus ``_change_type``, ``_batch_id``,
-  ``_log_offset`` (gapless, increasing per table) and ``_commit_timestamp``; partitioned by ``_batch_id``.
+  ``_bucket``, ``_log_offset`` (gapless per bucket: each (partition, bucket) is its own log, as in Fluss) and
+  ``_commit_timestamp``; partitioned by ``_batch_id``.
 
 The state of a table is its current snapshot's summary (``changelake.*`` properties): the last batch id,
 its input checksum, the changelog's end offset and the manifest of changelog files for that batch. The PK
@@ -115,8 +116,9 @@ class Storage:
         fields += [
             NestedField(n + 1, "_change_type", StringType(), required=False),
             NestedField(n + 2, "_batch_id", LongType(), required=False),
-            NestedField(n + 3, "_log_offset", LongType(), required=False),
-            NestedField(n + 4, "_commit_timestamp", TimestamptzType(), required=False),
+            NestedField(n + 3, "_bucket", IntegerType(), required=False),
+            NestedField(n + 4, "_log_offset", LongType(), required=False),
+            NestedField(n + 5, "_commit_timestamp", TimestamptzType(), required=False),
         ]
         return Schema(*fields)
 

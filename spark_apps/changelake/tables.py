@@ -36,6 +36,7 @@ def changelog_struct(spec: TableSpec):
         + [
             T.StructField("_change_type", T.StringType(), True),
             T.StructField("_batch_id", T.LongType(), True),
+            T.StructField("_bucket", T.IntegerType(), True),
             T.StructField("_log_offset", T.LongType(), True),
             T.StructField("_commit_timestamp", T.TimestampType(), True),
         ]
