@@ -70,8 +70,10 @@ format: setup ## Apply ruff formatting and safe fixes
 demo: setup ## Land sample batches and run the Airflow pipeline end to end (apply), then print a summary
 	@infra/demo.sh
 
-bench: setup ## Run the apply benchmarks (5M-row table) and write benchmarks/results/latest.json
-	$(PY) benchmarks/bench_apply.py
+BENCH_ARGS ?=
+bench: setup ## Apply benchmark beside delta-rs, DuckDB, pyiceberg (5M rows; BENCH_ARGS=--huge: +20M batch) -> docs/benchmarks.md
+	@$(UV) sync --frozen --quiet --group bench
+	@rc=0; $(PY) benchmarks/bench_apply.py $(BENCH_ARGS) || rc=$$?; $(PY) benchmarks/render_results.py; exit $$rc
 
 clean: ## Remove local data ($$CHANGELAKE_HOME) and caches (keeps the environments)
 	rm -rf "$(CHANGELAKE_HOME)" .pytest_cache .ruff_cache .hypothesis spark-warehouse metastore_db derby.log

@@ -1,19 +1,30 @@
-"""Apply benchmark on local Spark: changelake's bucket-aware apply versus raw Spark baselines, in one run.
+"""Apply benchmark on local Spark: changelake beside the peers a user could pick instead, in one run.
 
-    make bench                       # 5M rows, 500k-record batch (defaults)
-    .venv/bin/python benchmarks/bench_apply.py --rows 1000000 --batch 100000   # a quicker run
+    make bench                                   # 5M rows, 500k-record batch, every peer (the defaults)
+    make bench BENCH_ARGS=--huge                 # ... plus a 20M-record batch with its peak memory
+    .venv/bin/python benchmarks/bench_apply.py --rows 200000 --batch 20000 --small 2000   # a quick check
 
-Scenarios (same JVM, same data, measured side by side):
-  initial load      the 5M-row table applied as batch 1 (all inserts)                  [warms the JVM]
-  raw copy          spark.read.parquet(table files).write.parquet(...) — the floor for touching every bucket
+Same data for everyone (bench_data.py writes it in a separate process, so this process — the Spark driver
+whose memory is reported — never holds the generated records). Peers run first, each in its own process,
+before the JVM starts (bench_peers.py):
+  delta-rs          write of the table (change data feed on); MERGE of the batch writing table + feed
+  DuckDB            latest-row-per-key rewrite of the whole table (table + batch -> Parquet)
+  pyiceberg         append of the table; Table.upsert of the batch + delete of its deleted keys
+changelake scenarios (same JVM, only through the public API):
+  initial load      the table's rows applied as batch 1 (all inserts)             [warms the JVM]
+  engine loads      the same rows as batch 1 of a versioned and an aggregation table
+  raw copy          the table's rows read and written as Parquet by Spark — the floor for touching every bucket
   naive rewrite     union(table, batch) + last row per key over the whole table, deletes dropped, written
-  apply (parquet)   changelake apply of the 500k batch: 70% updates, 20% inserts, 10% deletes, random keys
-  apply (json)      the same kind of batch landed as changelog JSON lines (driver-side decoding included)
-  apply 1 bucket    10k updates whose keys all live in one bucket
-  versioned         the 500k batch on a versioned table (ver-column updated_at), 30% of records older
-  aggregation       the 500k batch on an aggregation table: amount sum, qty max, item listagg
-The engine tables start from the same 5M rows (the last-row table's files, committed as their batch 1).
-Writes benchmarks/results/latest.json and prints a table.
+  apply (parquet)   the batch: 70% updates, 20% inserts, 10% deletes, random keys, last-row engine
+  versioned         the batch on the versioned table (ver-column updated_at), 30% of records older
+  aggregation       the batch on the aggregation table: amount sum, qty max, item listagg
+  apply 1 bucket    ``--small`` updates whose keys all live in one bucket
+  apply (json)      a batch of the same shape landed as changelog JSON lines
+  huge (--huge)     a ``--huge-records`` batch (default 20M, keys repeating), applied last
+Every changelake scenario reports the peak RSS of the driver (this process), the JVM and its Python workers.
+The run checks that every peer ends with changelake's rows (count and column sums) and delta-rs's change
+feed with changelake's changelog count, and exits 1 if a check fails. Writes benchmarks/results/latest.json
+(docs/benchmarks.md is rendered from it by render_results.py) and prints a table with the targets.
 """
 
 from __future__ import annotations
@@ -22,18 +33,25 @@ import argparse
 import datetime as dt
 import json
 import os
+import shlex
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
-import pyarrow as pa
 import pyarrow.parquet as pq
+from bench_data import COLUMNS, UPDATE, make_records
+from bench_memory import PhaseMemory, child_jvm
 from changelake import ChangeLake
-from changelake.config import load_settings
+from changelake.config import Settings, load_settings
 
+HERE = Path(__file__).resolve().parent
+BUCKETS = 32
 SPEC = {
     "name": "bench.orders",
     "columns": [
@@ -46,53 +64,8 @@ SPEC = {
         {"name": "updated_at", "type": "TIMESTAMP(6)"},
     ],
     "primary_key": ["order_id"],
-    "options": {"bucket.num": 32},
+    "options": {"bucket.num": BUCKETS},
 }
-
-
-def make_records(ops: np.ndarray, keys: np.ndarray, rng: np.random.Generator) -> pa.Table:
-    n = len(keys)
-    cents = rng.integers(100, 10_000_000, n)
-    base = np.datetime64("2026-01-01T00:00:00", "us")
-    return pa.table(
-        {
-            "op": pa.array(ops.tolist() if n < 1000 else ops, pa.string()),
-            "order_id": pa.array(keys, pa.int64()),
-            "user_id": pa.array(rng.integers(0, 1_000_000, n), pa.int64()),
-            "item": pa.array(np.char.add("item-", rng.integers(0, 50_000, n).astype(str)), pa.string()),
-            "amount": pa.array(cents / 100.0).cast(pa.decimal128(12, 2), safe=False),
-            "qty": pa.array(rng.integers(1, 20, n), pa.int32()),
-            "score": pa.array(rng.random(n), pa.float64()),
-            "updated_at": pa.array(
-                base + rng.integers(0, 10**12, n).astype("timedelta64[us]"), pa.timestamp("us")
-            ),
-        }
-    )
-
-
-def change_batch(existing: int, next_key: int, size: int, rng) -> tuple[pa.Table, int]:
-    n_upd, n_ins = int(size * 0.7), int(size * 0.2)
-    n_del = size - n_upd - n_ins
-    picked = rng.choice(existing, n_upd + n_del, replace=False)
-    keys = np.concatenate([picked[:n_upd], np.arange(next_key, next_key + n_ins), picked[n_upd:]])
-    ops = np.array(["+U"] * n_upd + ["+I"] * n_ins + ["-D"] * n_del, dtype=object)
-    order = rng.permutation(size)
-    return make_records(ops[order], keys[order], rng), next_key + n_ins
-
-
-def to_jsonl(table: pa.Table, path: Path) -> None:
-    cols = [c for c in table.column_names if c != "op"]
-    with open(path, "w") as fh:
-        for row in table.to_pylist():
-            data = {c: row[c] for c in cols}
-            if row["op"] == "-D":
-                data = {"order_id": row["order_id"]}
-            else:
-                data["amount"] = str(data["amount"])
-                data["updated_at"] = data["updated_at"].isoformat()
-            fh.write(json.dumps({"op": row["op"], "data": data}) + "\n")
-
-
 ENGINE_OPTIONS = {
     "versioned": {"table.merge-engine": "versioned", "table.merge-engine.versioned.ver-column": "updated_at"},
     "aggregation": {
@@ -102,122 +75,228 @@ ENGINE_OPTIONS = {
         "fields.item.agg": "listagg",
     },
 }
+PEER_NAMES = ("delta", "duckdb", "iceberg")
+# (label, report key, limit): the issue's targets, each a ratio or a size that must stay at or below limit.
+TARGETS = [
+    ("last-row apply <= 1.0x delta-rs MERGE + change data feed", "apply_vs_delta_merge_cdf", 1.0),
+    ("versioned <= 1.3x last-row", "versioned_vs_last_row", 1.3),
+    ("aggregation <= 1.3x last-row", "aggregation_vs_last_row", 1.3),
+    ("JSON input <= 1.3x Parquet input", "json_vs_parquet", 1.3),
+    ("initial load <= 2x delta-rs write", "initial_load_vs_delta_write", 2.0),
+    ("one-bucket batch <= 5% of the full batch", "one_bucket_vs_full_batch", 0.05),
+    ("driver peak RSS, initial load <= 1 GB", "driver_peak_mb_initial_load", 1024),
+    ("driver peak RSS, huge batch <= 1 GB", "driver_peak_mb_huge", 1024),
+]
 
 
-def seed_like(lake, source: str, engine: str) -> str:
-    """Create an engine variant of ``source`` holding the same rows, committed as its batch 1."""
-    name = f"{source}_{engine}"
-    lake.create_table({**SPEC, "name": name, "options": {**SPEC["options"], **ENGINE_OPTIONS[engine]}})
-    src = lake.storage.pk_table(lake.spec(source))
-    dst = lake.storage.pk_table(lake.spec(name))
-    manifest = f"{dst.location()}/metadata/changelake/seed.json"
-    lake.storage.write_json(
-        dst, manifest, {"batch_id": 1, "files": [], "records": 0, "log_start_offset": 0, "log_end_offset": 0}
-    )
-    files = [f.file_path for f in lake.storage.data_files(src)]
-    lake.storage.commit_batch(
-        dst,
-        [],
-        lake.storage.to_data_files(dst, files),
-        {
-            "batch-id": 1,
-            "checksum": "seed",
-            "log-start-offset": 0,
-            "log-end-offset": 0,
-            "changelog-manifest": manifest,
-        },
-    )
-    return name
+def generate_data(data: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """Run bench_data.py in its own process (so this driver never holds the records); its meta.json."""
+    cmd = [sys.executable, str(HERE / "bench_data.py"), "--dir", str(data)]
+    cmd += ["--rows", str(args.rows), "--batch", str(args.batch), "--chunk", str(args.chunk)]
+    if args.huge:
+        cmd += ["--huge-records", str(args.huge_records)]
+    subprocess.run(cmd, check=True)
+    return json.loads((data / "meta.json").read_text())
 
 
-def peak_rss_mb(pid: int) -> float:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return float("nan")
+def run_peers(names: list[str], data: Path, work: Path) -> dict[str, dict[str, Any]]:
+    """Each peer in a fresh process, one after another; a failing peer is reported, not fatal."""
+    results: dict[str, dict[str, Any]] = {}
+    for name in names:
+        print(f"== peer {name}", file=sys.stderr, flush=True)
+        out, peer_work = work / f"peer-{name}.json", work / f"peer-{name}"
+        cmd = [sys.executable, str(HERE / "bench_peers.py"), "--peer", name, "--dir", str(data)]
+        proc = subprocess.run(
+            [*cmd, "--work", str(peer_work), "--out", str(out)], capture_output=True, text=True
+        )
+        if proc.returncode == 0:
+            results[name] = json.loads(out.read_text())
+        else:
+            tail = proc.stderr.strip().splitlines()[-3:]
+            results[name] = {"error": f"exit {proc.returncode}: " + " | ".join(tail)}
+        print(f"   {json.dumps(results[name])}", file=sys.stderr, flush=True)
+        shutil.rmtree(peer_work, ignore_errors=True)
+    return results
 
 
-def jvm_pid() -> int | None:
-    me = os.getpid()
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().split()
-        except OSError:
+def fingerprint(df) -> dict[str, Any]:
+    """Row count and column sums of a Spark DataFrame of the table — compared with each peer's."""
+    from pyspark.sql import functions as F
+
+    row = df.agg(
+        F.count(F.lit(1)).alias("rows"),
+        F.sum("order_id").alias("sum_order_id"),
+        F.sum("qty").alias("sum_qty"),
+        F.sum("amount").alias("sum_amount"),
+    ).first()
+    return {
+        "rows": row["rows"],
+        "sum_order_id": row["sum_order_id"],
+        "sum_qty": row["sum_qty"],
+        "sum_amount": str(row["sum_amount"]),
+    }
+
+
+def changed_partitions(settings: Settings, table: str) -> int | None:
+    """Partitions (buckets) the table's last snapshot changed, from Iceberg's own snapshot summary.
+
+    changelake tables are plain Iceberg (README, "Storage per table"), so this reads the catalog with
+    pyiceberg rather than through changelake's internals."""
+    from pyiceberg.catalog import load_catalog
+
+    props = {"type": settings.catalog_type, "uri": settings.catalog_uri, "warehouse": settings.warehouse}
+    catalog = load_catalog(settings.catalog_name, **props, **settings.catalog_properties)
+    snapshot = catalog.load_table(tuple(table.split("."))).current_snapshot()
+    value = snapshot.summary.additional_properties.get("changed-partition-count") if snapshot else None
+    return None if value is None else int(value)
+
+
+def ratio(numerator: float | None, denominator: float | None, digits: int = 2) -> float | None:
+    if numerator is None or not denominator:
+        return None
+    return round(numerator / denominator, digits)
+
+
+def evaluate_targets(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each target with its value from this run and ``pass``/``fail``/``n/a`` (peer skipped, no --huge)."""
+    out = []
+    for label, key, limit in TARGETS:
+        value = report.get(key)
+        status = "n/a" if value is None else ("pass" if value <= limit else "fail")
+        out.append({"target": label, "key": key, "value": value, "limit": limit, "status": status})
+    return out
+
+
+def check(checks: list[dict[str, Any]], name: str, ok: bool, detail: str) -> None:
+    checks.append({"check": name, "ok": bool(ok), "detail": detail})
+    if not ok:
+        print(f"   CHECK FAILED: {name}: {detail}", file=sys.stderr, flush=True)
+
+
+def check_peers(checks: list[dict[str, Any]], peers: dict[str, dict], lake_fp: dict, changes: int) -> None:
+    """Every peer that ran ends with changelake's table after the batch; delta's feed has its changes."""
+    peer_fp_keys = ("rows", "sum_order_id", "sum_qty", "sum_amount")
+    for name, result in peers.items():
+        if "skipped" in result:
             continue
-        if int(fields[3]) == me and "java" in Path(stat.parent / "comm").read_text():
-            return int(stat.parent.name)
-    return None
+        if "error" in result:
+            check(checks, f"{name} ran", False, result["error"])
+            continue
+        got = {k: result["fingerprint"][k] for k in peer_fp_keys}
+        check(
+            checks, f"{name} table == changelake table", got == lake_fp, f"{name} {got}, changelake {lake_fp}"
+        )
+    delta = peers.get("delta", {})
+    if "cdf_rows" in delta:
+        check(
+            checks,
+            "delta change data feed rows == changelake changelog rows",
+            delta["cdf_rows"] == changes,
+            f"delta {delta['cdf_rows']} ({delta['cdf_by_type']}), changelake {changes}",
+        )
 
 
-def timed(fn) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
+def print_report(report: dict[str, Any]) -> None:
+    scalars = {k: v for k, v in report.items() if not isinstance(v, dict | list)}
+    print()
+    print(f"{'metric':36} value")
+    for key, value in scalars.items():
+        print(f"{key:36} {value}")
+    print("\npeers (seconds; changelake / peer)")
+    for name, result in report["peers"].items():
+        shown = {k: v for k, v in result.items() if k.endswith("_s") or k in ("skipped", "error", "package")}
+        print(f"  {name:8} {json.dumps(shown)}")
+    print("\npeak RSS per scenario (MB)")
+    for name, mem in report["memory"].items():
+        print(f"  {name:22} " + "  ".join(f"{k.removesuffix('_mb')} {v}" for k, v in mem.items()))
+    print("\ntargets")
+    for t in report["targets"]:
+        print(f"  {t['status'].upper():5} {t['target']:58} {t['value']} (limit {t['limit']})")
+    print("\nchecks")
+    for c in report["checks"]:
+        print(f"  {'ok' if c['ok'] else 'FAILED':6} {c['check']}")
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--rows", type=int, default=5_000_000)
-    ap.add_argument("--batch", type=int, default=500_000)
-    ap.add_argument("--small", type=int, default=10_000)
-    ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "latest.json")
+    ap.add_argument("--rows", type=int, default=5_000_000, help="rows of the table (initial load)")
+    ap.add_argument("--batch", type=int, default=500_000, help="records of the change batch")
+    ap.add_argument("--small", type=int, default=10_000, help="records of the one-bucket batch")
+    ap.add_argument("--huge", action="store_true", help="also apply a --huge-records batch (opt-in)")
+    ap.add_argument("--huge-records", type=int, default=20_000_000)
+    ap.add_argument("--chunk", type=int, default=1_000_000, help="records per generated chunk")
+    ap.add_argument("--peers", default=",".join(PEER_NAMES), help="comma-separated; '' runs none")
+    ap.add_argument("--out", type=Path, default=HERE / "results" / "latest.json")
+    ap.add_argument("--keep", action="store_true", help="keep the work directory (its path is printed)")
     args = ap.parse_args()
+    peer_names = [p for p in args.peers.split(",") if p]
+    if unknown := set(peer_names) - set(PEER_NAMES):
+        ap.error(f"unknown peers {sorted(unknown)}; known: {', '.join(PEER_NAMES)}")
 
     work = Path(tempfile.mkdtemp(prefix="changelake-bench-"))
-    rng = np.random.default_rng(42)
-    log: list[str] = []
+    data = work / "data"
+    print(f"== generating {args.rows:,}-row table and batches in {data}", file=sys.stderr, flush=True)
+    meta = generate_data(data, args)
+    peers = run_peers(peer_names, data, work)
+
+    progress_lines: dict[str, list[str]] = {}
+    current: list[str] = []
 
     def progress(msg: str) -> None:
-        log.append(msg)
+        current.append(msg)
         print("   ", msg, file=sys.stderr, flush=True)
 
-    lake = ChangeLake(load_settings(home=work, tables_dir=work / "tables"), progress=progress)
-    spark = lake.spark
-    from pyspark.sql import Window
+    settings = load_settings(home=work / "lake", tables_dir=work / "tables")
+    lake = ChangeLake(settings, progress=progress)
+    spark = lake.spark  # the session starts outside every timing
     from pyspark.sql import functions as F
 
-    lake.create_table(SPEC)
-    landing = work / "in"
-    landing.mkdir()
+    jvm = child_jvm()
     results: dict[str, float] = {}
+    memory: dict[str, dict[str, float | None]] = {}
+    checks: list[dict[str, Any]] = []
 
-    print(f"== generating {args.rows:,}-row table and batches", file=sys.stderr)
-    base = make_records(np.array(["+I"] * args.rows, dtype=object), np.arange(args.rows), rng)
-    pq.write_table(base, landing / "base.parquet")
-    del base
-    batch, next_key = change_batch(np.arange(args.rows), args.rows, args.batch, rng)
-    pq.write_table(batch, landing / "batch.parquet")
+    def measure(name: str, message: str, fn: Callable[[], Any]) -> Any:
+        """Time ``fn`` and record the peak RSS of driver, JVM and workers while it ran."""
+        print(f"== {message}", file=sys.stderr, flush=True)
+        current.clear()
+        mem = PhaseMemory(jvm).start()
+        start = time.perf_counter()
+        try:
+            return fn()
+        finally:
+            results[f"{name}_s"] = time.perf_counter() - start
+            memory[name] = mem.stop()
+            progress_lines[name] = list(current[-40:])
 
-    print("== initial load (batch 1)", file=sys.stderr)
-    results["initial_load_s"] = timed(
-        lambda: lake.apply("bench.orders", file=landing / "base.parquet", batch_id=1)
+    table = SPEC["name"]
+    lake.create_table(SPEC)
+    measure(
+        "initial_load",
+        f"initial load: {args.rows:,} rows as batch 1",
+        lambda: lake.apply(table, file=data / "base.parquet", batch_id=1),
     )
+    engine_tables = {}
+    for engine, options in ENGINE_OPTIONS.items():
+        name = f"{table}_{engine}"
+        lake.create_table({**SPEC, "name": name, "options": {**SPEC["options"], **options}})
+        measure(
+            f"initial_load_{engine}",
+            f"initial load of the {engine} table",
+            lambda n=name: lake.apply(n, file=data / "base.parquet", batch_id=1),
+        )
+        engine_tables[engine] = name
 
-    engine_tables = {engine: seed_like(lake, "bench.orders", engine) for engine in ENGINE_OPTIONS}
-    table = lake.storage.pk_table(lake.spec("bench.orders"))
-    files = [f.file_path for f in lake.storage.data_files(table)]
-    from changelake.tables import storage_struct
-
-    schema = storage_struct(lake.spec("bench.orders"))
-    print("== raw copy", file=sys.stderr)
-    results["raw_copy_s"] = timed(
-        lambda: spark.read.schema(schema).parquet(*files).write.parquet(str(work / "copy"))
-    )
-
-    print("== naive rewrite", file=sys.stderr)
+    measure("raw_copy", "raw copy", lambda: lake.rows(table).write.parquet(str(work / "copy")))
 
     def naive() -> None:
-        cols = [c["name"] for c in SPEC["columns"]]
-        old = (
-            spark.read.schema(schema)
-            .parquet(*files)
-            .select(F.lit(-1).cast("long").alias("_seq"), F.lit("+I").alias("op"), *cols)
-        )
-        new = spark.read.parquet(str(landing / "batch.parquet")).select(
-            F.monotonically_increasing_id().alias("_seq"), "op", *cols
+        from pyspark.sql import Window
+
+        old = lake.rows(table).select(F.lit(-1).cast("long").alias("_seq"), F.lit("+I").alias("op"), *COLUMNS)
+        new = spark.read.parquet(str(data / "batch.parquet")).select(
+            F.monotonically_increasing_id().alias("_seq"),
+            "op",
+            *[F.col(c).cast(old.schema[c].dataType) for c in COLUMNS],
         )
         w = Window.partitionBy("order_id").orderBy(F.col("_seq").desc())
         latest = (
@@ -225,90 +304,140 @@ def main() -> int:
         )
         latest.drop("_rn", "_seq", "op").write.parquet(str(work / "naive"))
 
-    results["naive_rewrite_s"] = timed(naive)
-
-    print(f"== apply {args.batch:,} records (parquet)", file=sys.stderr)
-    results["apply_parquet_s"] = timed(
-        lambda: lake.apply("bench.orders", file=landing / "batch.parquet", batch_id=2)
+    measure("naive_rewrite", "naive rewrite", naive)
+    measure(
+        "apply_parquet",
+        f"apply {args.batch:,} records (parquet)",
+        lambda: lake.apply(table, file=data / "batch.parquet", batch_id=2),
     )
 
-    print(f"== versioned: apply {args.batch:,} records, 30% older versions", file=sys.stderr)
-    older = rng.random(batch.num_rows) < 0.3
-    ts = batch.column("updated_at").to_numpy()
-    shifted = np.where(older, np.datetime64("2020-01-01T00:00:00", "us"), ts + np.timedelta64(365, "D"))
-    versioned_batch = batch.set_column(
-        batch.schema.get_field_index("updated_at"), "updated_at", pa.array(shifted, pa.timestamp("us"))
+    # Outside the timings: changelake's result of the batch, which every peer must match.
+    lake_fp = fingerprint(lake.rows(table))
+    changes = lake.changelog(table, from_batch=2, to_batch=2).count()
+    check(
+        checks,
+        "changelake rows after the batch",
+        lake_fp["rows"] == meta["rows_after_batch"],
+        f"{lake_fp['rows']} (expected {meta['rows_after_batch']})",
     )
-    pq.write_table(versioned_batch, landing / "versioned.parquet")
-    results["apply_versioned_s"] = timed(
-        lambda: lake.apply(engine_tables["versioned"], file=landing / "versioned.parquet", batch_id=2)
+    check(
+        checks,
+        "changelake changelog rows of the batch",
+        changes == meta["changes_of_batch"],
+        f"{changes} (expected {meta['changes_of_batch']})",
     )
-    print(f"== aggregation: apply {args.batch:,} records (sum, max, listagg)", file=sys.stderr)
-    results["apply_aggregation_s"] = timed(
-        lambda: lake.apply(engine_tables["aggregation"], file=landing / "batch.parquet", batch_id=2)
+    check_peers(checks, peers, lake_fp, changes)
+
+    measure(
+        "apply_versioned",
+        f"versioned: apply {args.batch:,} records, 30% older versions",
+        lambda: lake.apply(engine_tables["versioned"], file=data / "versioned.parquet", batch_id=2),
+    )
+    measure(
+        "apply_aggregation",
+        f"aggregation: apply {args.batch:,} records (sum, max, listagg)",
+        lambda: lake.apply(engine_tables["aggregation"], file=data / "batch.parquet", batch_id=2),
     )
 
-    print(f"== apply {args.small:,} records in one bucket", file=sys.stderr)
-    from changelake.tables import bucket_expr
-
-    spec = lake.spec("bench.orders")
+    # Keys of one bucket by the documented bucket function: pmod(xxhash64(bucket key), bucket.num).
     in_bucket0 = (
-        lake.rows("bench.orders")
+        lake.rows(table)
         .select("order_id")
-        .withColumn("_bucket", bucket_expr(spec))
-        .filter("_bucket = 0")
+        .filter(F.pmod(F.xxhash64("order_id"), F.lit(BUCKETS)) == 0)
         .limit(args.small)
         .toPandas()["order_id"]
         .to_numpy()
     )
-    small = make_records(np.array(["+U"] * len(in_bucket0), dtype=object), in_bucket0, rng)
-    pq.write_table(small, landing / "small.parquet")
-    results["apply_one_bucket_s"] = timed(
-        lambda: lake.apply("bench.orders", file=landing / "small.parquet", batch_id=3)
+    rng = np.random.default_rng(7)
+    small = make_records(np.full(len(in_bucket0), UPDATE, np.int8), in_bucket0, rng)
+    pq.write_table(small, data / "small.parquet")
+    measure(
+        "apply_one_bucket",
+        f"apply {len(in_bucket0):,} records in one bucket",
+        lambda: lake.apply(table, file=data / "small.parquet", batch_id=3),
     )
-    touched = (
-        lake.storage.pk_table(spec)
-        .current_snapshot()
-        .summary.additional_properties["changelake.touched-buckets"]
+    touched = changed_partitions(settings, table)
+    check(checks, "one-bucket batch rewrote one bucket", touched == 1, f"changed-partition-count {touched}")
+
+    measure(
+        "apply_json",
+        f"apply {args.batch:,} records (json lines)",
+        lambda: lake.apply(table, file=data / "batch4.jsonl", batch_id=4),
+    )
+    final_rows = lake.rows(table).count()
+    check(
+        checks,
+        "changelake rows after batch 4",
+        final_rows == meta["rows_after_batch4"],
+        f"{final_rows} (expected {meta['rows_after_batch4']})",
     )
 
-    print(f"== apply {args.batch:,} records (json lines)", file=sys.stderr)
-    alive = lake.rows("bench.orders").select("order_id").toPandas()["order_id"].to_numpy()
-    batch4, _ = change_batch(alive, next_key, args.batch, rng)
-    to_jsonl(batch4, landing / "batch4.jsonl")
-    results["apply_json_s"] = timed(
-        lambda: lake.apply("bench.orders", file=landing / "batch4.jsonl", batch_id=4)
-    )
+    huge: dict[str, Any] = {}
+    if args.huge:
+        huge = {"records": args.huge_records}
+        try:
+            measure(
+                "huge",
+                f"huge: apply {args.huge_records:,} records",
+                lambda: lake.apply(table, file=data / "huge.parquet", batch_id=5),
+            )
+            huge["rows_after"] = lake.rows(table).count()
+        except Exception as e:  # a batch too large for this engine is a result to report, not a crash
+            huge["error"] = f"{type(e).__name__}: {str(e)[:300]}"
+            print(f"   huge batch failed: {huge['error']}", file=sys.stderr, flush=True)
+        huge |= {"apply_s": round(results["huge_s"], 2), **memory["huge"]}
+        if "error" not in huge:
+            huge["records_per_s"] = round(args.huge_records / results["huge_s"])
 
-    pid = jvm_pid()
-    report = {
+    d, p = results, peers
+    report: dict[str, Any] = {
         "when": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "command": shlex.join([".venv/bin/python", "benchmarks/bench_apply.py", *sys.argv[1:]]),
         "machine": f"{os.cpu_count()} cores, spark master {spark.sparkContext.master}",
         "rows": args.rows,
         "batch_records": args.batch,
-        "small_batch_records": args.small,
-        "small_batch_touched_buckets": int(touched),
-        **{k: round(v, 2) for k, v in results.items()},
-        "apply_records_per_s": round(args.batch / results["apply_parquet_s"]),
-        "apply_json_records_per_s": round(args.batch / results["apply_json_s"]),
-        "apply_vs_raw_copy": round(results["apply_parquet_s"] / results["raw_copy_s"], 2),
-        "naive_vs_apply": round(results["naive_rewrite_s"] / results["apply_parquet_s"], 2),
-        "one_bucket_vs_full_batch": round(results["apply_one_bucket_s"] / results["apply_parquet_s"], 3),
-        "versioned_vs_last_row": round(results["apply_versioned_s"] / results["apply_parquet_s"], 2),
-        "aggregation_vs_last_row": round(results["apply_aggregation_s"] / results["apply_parquet_s"], 2),
-        "peak_rss_python_driver_mb": round(peak_rss_mb(os.getpid())),
-        "peak_rss_jvm_mb": round(peak_rss_mb(pid)) if pid else None,
-        "final_rows": lake.rows("bench.orders").count(),
+        "batch_changelog_rows": changes,
+        "small_batch_records": len(in_bucket0),
+        "small_batch_touched_buckets": touched,
+        **{k: round(v, 2) for k, v in results.items() if k != "huge_s"},
+        "apply_records_per_s": round(args.batch / d["apply_parquet_s"]),
+        "apply_json_records_per_s": round(args.batch / d["apply_json_s"]),
+        "apply_vs_raw_copy": ratio(d["apply_parquet_s"], d["raw_copy_s"]),
+        "naive_vs_apply": ratio(d["naive_rewrite_s"], d["apply_parquet_s"]),
+        "one_bucket_vs_full_batch": ratio(d["apply_one_bucket_s"], d["apply_parquet_s"], 3),
+        "versioned_vs_last_row": ratio(d["apply_versioned_s"], d["apply_parquet_s"]),
+        "aggregation_vs_last_row": ratio(d["apply_aggregation_s"], d["apply_parquet_s"]),
+        "json_vs_parquet": ratio(d["apply_json_s"], d["apply_parquet_s"]),
+        # changelake / peer: below 1 means changelake is faster.
+        "apply_vs_delta_merge_cdf": ratio(d["apply_parquet_s"], p.get("delta", {}).get("merge_cdf_s")),
+        "initial_load_vs_delta_write": ratio(d["initial_load_s"], p.get("delta", {}).get("write_s")),
+        "apply_vs_duckdb_rewrite": ratio(d["apply_parquet_s"], p.get("duckdb", {}).get("rewrite_s")),
+        "apply_vs_iceberg_upsert_delete": ratio(
+            d["apply_parquet_s"], p.get("iceberg", {}).get("upsert_delete_s")
+        ),
+        "initial_load_vs_iceberg_append": ratio(d["initial_load_s"], p.get("iceberg", {}).get("append_s")),
+        "driver_peak_mb_initial_load": memory["initial_load"]["driver_peak_mb"],
+        "driver_peak_mb_huge": huge.get("driver_peak_mb"),
+        "peak_rss_python_driver_mb": max(m["driver_peak_mb"] or 0 for m in memory.values()),
+        "peak_rss_jvm_mb": max(m["jvm_peak_mb"] or 0 for m in memory.values()) if jvm else None,
+        "peak_rss_python_worker_mb": max(m["worker_peak_mb"] or 0 for m in memory.values()) if jvm else None,
+        "final_rows": final_rows,
+        "peers": peers,
+        "huge": huge,
+        "memory": memory,
+        "progress": progress_lines,
+        "checks": checks,
     }
+    report["targets"] = evaluate_targets(report)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
-    print()
-    print(f"{'metric':34} value")
-    for key, value in report.items():
-        print(f"{key:34} {value}")
+    print_report(report)
     print(f"\nwritten to {args.out}")
-    shutil.rmtree(work, ignore_errors=True)
-    return 0
+    if args.keep:
+        print(f"work directory kept: {work}")
+    else:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0 if all(c["ok"] for c in checks) else 1
 
 
 if __name__ == "__main__":
