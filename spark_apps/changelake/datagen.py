@@ -421,7 +421,7 @@ def generate(
     ``stream`` names the random stream (default: the table name); two tables with the same stream, seed
     and profile get the same logical changes.
     """
-    from changelake.apply import landed_batches
+    from changelake.landing import landed_batches
 
     profile = Profile.of(spec, **overrides)
     fmt = fmt or profile.format or spec.source.get("format") or "changelog-json"

@@ -1,5 +1,6 @@
 """Exception types. Every error a user can cause is a ChangelakeError with a message naming what is wrong."""
 
+import decimal
 from typing import Any
 
 _FIELD_LIMIT = 200
@@ -55,7 +56,7 @@ def short_repr(value: Any, limit: int = 60) -> str:
         return repr(value[:limit]) + f"... ({len(value)} characters)"
     if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 200:
         return f"an integer of about {int(value.bit_length() * 0.30103)} digits"
-    text = repr(value)
+    text = str(value) if isinstance(value, decimal.Decimal) else repr(value)
     if len(text) > limit:
         return text[:limit] + f"... ({len(text)} characters)"
     return text

@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from changelake.errors import SpecError
+from changelake.errors import SpecError, short_repr
 
 FORMATS = (
     "changelog-json",
@@ -44,7 +44,7 @@ _KEYS = {
     "timestamp-epoch-unit",
     "ignore-unknown-fields",
 }
-_PATH = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}(?:\.[A-Za-z_][A-Za-z0-9_]{0,127}){0,15}")  # fullmatch
 _CDC_FORMATS = ("debezium-json", "canal-json", "maxwell-json")
 
 
@@ -82,7 +82,7 @@ class SourceOptions:
 def _choice(source: dict, key: str, allowed: tuple[str, ...], default: str, fold=str.lower) -> str:
     value = source.get(key, default)
     if not isinstance(value, str) or fold(value) not in allowed:
-        raise SpecError(f"source option '{key}' must be one of {list(allowed)}, got {value!r}")
+        raise SpecError(f"source option '{key}' must be one of {list(allowed)}, got {short_repr(value)}")
     return fold(value)
 
 
@@ -90,28 +90,38 @@ def _regex(source: dict, key: str) -> re.Pattern | None:
     value = source.get(key)
     if value is None:
         return None
+    if not isinstance(value, str):
+        raise SpecError(
+            f"source option '{key}' must be a regular expression (a string), got {short_repr(value)}"
+        )
     try:
-        return re.compile(str(value))
-    except re.error as e:
-        raise SpecError(f"source option '{key}': invalid regular expression {value!r}: {e}") from None
+        return re.compile(value)
+    except (re.error, OverflowError, RecursionError) as e:
+        raise SpecError(
+            f"source option '{key}': invalid regular expression {short_repr(value)}: {e}"
+        ) from None
 
 
 def parse_source(source: dict[str, Any] | None, table: str = "?") -> SourceOptions:
     """Validate a spec's ``source:`` mapping; errors name the option and the table."""
     source = source or {}
-    unknown = sorted(set(source) - _KEYS)
+    if not isinstance(source, dict):
+        raise SpecError(f"{table}: 'source' must be a mapping")
+    unknown = sorted(map(str, set(source) - _KEYS))
     if unknown:
         raise SpecError(f"{table}: unknown source option '{unknown[0]}'; supported: {sorted(_KEYS)}")
     fmt = source.get("format")
-    if fmt is not None and fmt not in FORMATS:
-        raise SpecError(f"{table}: source option 'format' must be one of {list(FORMATS)}, got {fmt!r}")
+    if fmt is not None and (not isinstance(fmt, str) or fmt not in FORMATS):
+        raise SpecError(
+            f"{table}: source option 'format' must be one of {list(FORMATS)}, got {short_repr(fmt)}"
+        )
     ordering = source.get("ordering", "arrival")
     if not isinstance(ordering, str) or not (
-        ordering in ("arrival", "kafka-offset") or _PATH.match(ordering)
+        ordering in ("arrival", "kafka-offset") or _PATH.fullmatch(ordering)
     ):
         raise SpecError(
             f"{table}: source option 'ordering' must be 'arrival', 'kafka-offset' or a dotted field path "
-            f"such as 'source.lsn', got {ordering!r}"
+            f"such as 'source.lsn', got {short_repr(ordering)}"
         )
     dedup = _choice(source, "dedup", ("none", "kafka-offsets"), "none")
     if (dedup == "kafka-offsets" or ordering == "kafka-offset") and fmt != "upsert-kafka":

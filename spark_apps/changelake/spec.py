@@ -16,14 +16,15 @@ Example (``$CHANGELAKE_TABLES/shop.orders.yaml``)::
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from changelake.errors import SpecError
-from changelake.identifiers import check_column_name, split_table_name
+from changelake.errors import SpecError, short_repr
+from changelake.identifiers import check_column_name, check_table_name, derived_names
 from changelake.sources import SourceOptions, parse_source
 from changelake.types import DataType, parse_type
 
@@ -183,6 +184,8 @@ class TableSpec:
     @classmethod
     def from_dict(cls, data: dict[str, Any], origin: str = "<dict>") -> TableSpec:
         """Validate a spec mapping (Fluss rules, spec §1) and return the TableSpec."""
+        if not isinstance(data, dict):
+            raise SpecError(f"{origin}: expected a mapping with name, columns and primary_key")
         try:
             return _build(data)
         except SpecError as e:
@@ -191,27 +194,91 @@ class TableSpec:
     @classmethod
     def from_yaml(cls, path: str | Path) -> TableSpec:
         path = Path(path)
-        try:
-            data = yaml.safe_load(path.read_text())
-        except yaml.YAMLError as e:
-            raise SpecError(f"{path}: not valid YAML: {e}") from None
-        if not isinstance(data, dict):
-            raise SpecError(f"{path}: expected a mapping with name, columns and primary_key")
-        return cls.from_dict(data, origin=str(path))
+        return cls.from_dict(read_yaml(path), origin=str(path))
+
+
+#: Longest spec file read (a spec is a few hundred bytes; a limit keeps a wrong file from filling memory).
+MAX_SPEC_BYTES = 1 << 20
+
+
+class _SpecLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a key given twice in one mapping (PyYAML keeps the last silently)."""
+
+    def construct_mapping(self, node: yaml.Node, deep: bool = False) -> dict:
+        if isinstance(node, yaml.MappingNode):
+            seen: set = set()
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue  # '<<' merges; explicit keys override merged ones, as YAML defines
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    repeated = key in seen
+                except TypeError:
+                    continue  # unhashable: the base class reports it
+                if repeated:
+                    raise yaml.constructor.ConstructorError(
+                        "while constructing a mapping",
+                        node.start_mark,
+                        f"found the key {short_repr(key)} twice",
+                        key_node.start_mark,
+                    )
+                seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def read_yaml(path: Path) -> Any:
+    """Parse a spec file: UTF-8 YAML, bounded size, no repeated keys; any problem is a SpecError."""
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read(MAX_SPEC_BYTES + 1)
+    except OSError as e:
+        raise SpecError(f"{path}: cannot read the spec: {e.strerror or e}") from None
+    if len(raw) > MAX_SPEC_BYTES:
+        raise SpecError(f"{path}: larger than {MAX_SPEC_BYTES} bytes; not a table spec")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise SpecError(f"{path}: not UTF-8 text (byte {e.start + 1})") from None
+    try:
+        return yaml.load(text, Loader=_SpecLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as e:
+        raise SpecError(f"{path}: not valid YAML: {e}") from None
+    except RecursionError:
+        raise SpecError(f"{path}: not valid YAML: nested too deep") from None
 
 
 def load_specs(tables_dir: str | Path) -> dict[str, TableSpec]:
-    """Load every ``*.yaml``/``*.yml`` spec in ``tables_dir``, keyed by ``namespace.table``."""
+    """Load every ``*.yaml``/``*.yml`` spec in ``tables_dir``, keyed by ``namespace.table``.
+
+    Refuses two specs whose derived names collide (``a__b.c`` and ``a.b__c`` both give the view
+    ``a__b__c``; names compare case-insensitively, as Spark's do)."""
     specs: dict[str, TableSpec] = {}
     directory = Path(tables_dir)
     if not directory.is_dir():
         return specs
+    owners: dict[str, tuple[str, Path]] = {}
     for path in sorted([*directory.glob("*.yaml"), *directory.glob("*.yml")]):
         spec = TableSpec.from_yaml(path)
         if spec.full_name in specs:
             raise SpecError(f"{path}: table {spec.full_name} is defined twice in {directory}")
+        check_collisions(spec, {n: owner for n, (owner, _) in owners.items()}, str(path))
+        for name in derived_names(spec.namespace, spec.table):
+            owners[name] = (spec.full_name, path)
         specs[spec.full_name] = spec
     return specs
+
+
+def check_collisions(spec: TableSpec, taken: dict[str, str], origin: str) -> None:
+    """Refuse ``spec`` if a name derived from it (view, changelog table, Airflow task) is already
+    derived from another table; ``taken`` maps derived names (case-folded) to the table they belong to."""
+    for name in derived_names(spec.namespace, spec.table):
+        other = taken.get(name)
+        if other is not None and other != spec.full_name:
+            raise SpecError(
+                f"{origin}: table {spec.full_name} collides with table {other}: both derive the name "
+                f"'{name}' (views <namespace>__<table>[__changelog|__input], tables <table>__changelog; "
+                "compared case-insensitively)"
+            )
 
 
 def _key_list(data: dict[str, Any], key: str) -> tuple[str, ...]:
@@ -219,13 +286,23 @@ def _key_list(data: dict[str, Any], key: str) -> tuple[str, ...]:
     if isinstance(value, str):
         value = [v.strip() for v in value.split(",") if v.strip()]
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise SpecError(f"'{key}' must be a list of column names, got {value!r}")
+        raise SpecError(f"'{key}' must be a list of column names, got {short_repr(value)}")
     return tuple(value)
 
 
-def _normalize_options(raw: dict[str, Any]) -> dict[str, str]:
+_DIGITS = re.compile(r"[0-9]{1,10}")
+
+
+def _normalize_options(raw: Any) -> dict[str, str]:
     """Lower-case enum values, map the seed documents' option names to Fluss's (spec §13)."""
-    opts = {str(k): ("true" if v is True else "false" if v is False else str(v)) for k, v in raw.items()}
+    if not isinstance(raw, dict):
+        raise SpecError(f"'options' must be a mapping of option names to values, got {short_repr(raw)}")
+    for k, v in raw.items():
+        if not isinstance(k, str) or isinstance(v, dict | list | set) or v is None:
+            raise SpecError(
+                f"Option {short_repr(k)}: expected a name with a single value, got {short_repr(v)}"
+            )
+    opts = {k: ("true" if v is True else "false" if v is False else str(v)) for k, v in raw.items()}
     out: dict[str, str] = {}
     aliases: dict[str, str] = {}  # released name -> alias it came from
 
@@ -259,8 +336,8 @@ def _normalize_options(raw: dict[str, Any]) -> dict[str, str]:
 def _build(data: dict[str, Any]) -> TableSpec:
     unknown = set(data) - _SPEC_KEYS
     if unknown:
-        raise SpecError(f"unknown keys {sorted(unknown)}; allowed: {sorted(_SPEC_KEYS)}")
-    namespace, table = split_table_name(data.get("name"))
+        raise SpecError(f"unknown keys {sorted(map(str, unknown))}; allowed: {sorted(_SPEC_KEYS)}")
+    namespace, table = check_table_name(data.get("name"))
     raw_columns = data.get("columns")
     if not isinstance(raw_columns, list) or not raw_columns:
         raise SpecError("'columns' must be a non-empty list of {name, type} mappings")
@@ -268,10 +345,10 @@ def _build(data: dict[str, Any]) -> TableSpec:
     seen: set[str] = set()
     for i, raw in enumerate(raw_columns):
         if not isinstance(raw, dict) or "name" not in raw or "type" not in raw:
-            raise SpecError(f"columns[{i}] must be a mapping with 'name' and 'type', got {raw!r}")
+            raise SpecError(f"columns[{i}] must be a mapping with 'name' and 'type', got {short_repr(raw)}")
         extra = set(raw) - {"name", "type", "nullable", "comment"}
         if extra:
-            raise SpecError(f"columns[{i}] has unknown keys {sorted(extra)}")
+            raise SpecError(f"columns[{i}] has unknown keys {sorted(map(str, extra))}")
         name = check_column_name(raw["name"])
         if name.lower() in seen:
             raise SpecError(f"Duplicate column name '{name}'")
@@ -336,10 +413,10 @@ def _build(data: dict[str, Any]) -> TableSpec:
                 f"but the user-defined bucket keys are {list(bucket_key)}."
             )
 
-    try:
-        bucket_num = int(options.pop("bucket.num", 1))
-    except ValueError:
-        raise SpecError("Option 'bucket.num' must be a positive integer") from None
+    bucket_text = options.pop("bucket.num", "1")
+    if not _DIGITS.fullmatch(bucket_text):  # ASCII digits: int() would also read other scripts' digits
+        raise SpecError(f"Option 'bucket.num' must be a positive integer, got {short_repr(bucket_text)}")
+    bucket_num = int(bucket_text)
     if not 1 <= bucket_num <= 1024:
         raise SpecError(f"Option 'bucket.num' must be between 1 and 1024, got {bucket_num}")
 
@@ -399,7 +476,7 @@ def _validate_auto_increment(
 ) -> None:
     """Spec §8: one INT/BIGINT column outside the primary key; the cache size is a positive integer."""
     size = options.get("table.auto-increment.cache-size")
-    if size is not None and (not size.isdigit() or int(size) < 1):
+    if size is not None and (not _DIGITS.fullmatch(size) or int(size) < 1):
         raise SpecError(f"Option 'table.auto-increment.cache-size' must be a positive integer, got '{size}'")
     fields = options.get("auto-increment.fields")
     if fields is None:
