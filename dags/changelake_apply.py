@@ -45,27 +45,39 @@ exactly-once protocol, so retries and backfills are safe.
 def changelake_apply():
     @task
     def find_pending(params=None) -> dict[str, int]:
-        """Landed batches waiting per table (a replay range counts every selected table)."""
+        """Landed batches waiting per table (a replay range counts every selected table).
+
+        A table whose landing has a problem (a bad batch file name) still gets its apply task: it applies
+        the batches below the problem and then fails naming it, while the other tables go on."""
         selected = TABLES if params["table"] == "all" else [params["table"]]
         state = common.status()
         replay = params["from_batch"] is not None
-        return {t: (1 if replay else state.get(t, {}).get("pending_batches", 0)) for t in selected}
+        pending = {}
+        for t in selected:
+            row = state.get(t, {})
+            if row.get("problem"):
+                print(f"{t}: {row['problem']}")
+            waiting = row.get("pending_batches", 0) + (1 if row.get("problem") else 0)
+            pending[t] = 1 if replay else waiting
+        return pending
 
     pending = find_pending()
 
     @task
     def report(params=None) -> dict[str, dict]:
-        """Rows, last batch, changelog records and source counts per table, for the log and XCom."""
+        """Rows, last batch, changelog records, source counts and landing problems per table."""
         state = common.status()
         for name, row in state.items():
             print(
                 f"{name}: last batch {row['last_batch']}, {row['rows']} rows, {row['changelog_records']} changelog "
                 f"records, {row['pending_batches']} pending, quarantined {row['quarantined']}, "
                 f"redelivered {row['redelivered']} (deduplicated {row['deduplicated']})"
+                + (f"; PROBLEM: {row['problem']}" if row.get("problem") else "")
             )
         return state
 
-    summary = report.override(trigger_rule="none_failed")()
+    # all_done: the report runs (and names the problem) even when one table's apply failed.
+    summary = report.override(trigger_rule="all_done")()
     for table in TABLES:
         name = common.task_name(table)
 

@@ -32,9 +32,28 @@ def tables_dir() -> Path:
     return Path(os.environ.get("CHANGELAKE_TABLES", REPO / "tables"))
 
 
+SPEC_SUFFIXES = (".yaml", ".yml")  # the spec loader reads both
+
+
 def table_names() -> list[str]:
-    """Tables with a spec: read from file names only, so parsing a DAG stays cheap."""
-    return sorted(p.stem for p in tables_dir().glob("*.yaml"))
+    """Tables with a spec: read from file names only, so parsing a DAG stays cheap.
+
+    Two spec files whose task names collide (``a__b.c`` and ``a.b__c``, or ``x.yaml`` beside ``x.yml``) are
+    refused here with a message naming them, rather than as a duplicate task id deep inside Airflow; the spec
+    loader refuses them too, so no table of such a set would apply anyway."""
+    names: dict[str, str] = {}
+    directory = tables_dir()
+    if not directory.is_dir():
+        return []
+    for path in sorted(p for p in directory.iterdir() if p.suffix in SPEC_SUFFIXES and p.is_file()):
+        key = task_name(path.stem).lower()
+        if key in names:
+            raise ValueError(
+                f"spec files {names[key]} and {path.name} in {directory} give the same task name "
+                f"'{task_name(path.stem)}'; rename one table"
+            )
+        names[key] = path.name
+    return sorted(Path(n).stem for n in names.values())
 
 
 def task_name(table: str) -> str:
