@@ -66,7 +66,7 @@ def render(r: dict[str, Any]) -> str:
             [
                 "apply the batch: table + changelog",
                 seconds(r.get("apply_parquet_s")),
-                f"delta-rs {delta.get('package', '')} MERGE with change data feed",
+                f"delta-rs ({delta.get('package', 'deltalake')}) MERGE with change data feed",
                 peer_time(peers, "delta", "merge_cdf_s"),
                 times(r.get("apply_vs_delta_merge_cdf")),
             ],
