@@ -82,7 +82,9 @@ def tombstone_handling(spec, rows, changelog) -> list[Check]:
         )
         .drop("_present")
     )
-    following = Window.orderBy("_log_offset")
+    # Each (partition, bucket) is one log: a -U's +U follows it in that log.
+    log_id = [*spec.partition_keys, "_bucket"]
+    following = Window.partitionBy(*log_id).orderBy("_log_offset")
     pairs = (
         changelog.select(
             *keys,
@@ -135,7 +137,9 @@ def tombstone_handling(spec, rows, changelog) -> list[Check]:
         gx.expectations.ExpectColumnValuesToBeInSet(
             column="_change_type", value_set=CHANGE_TYPES, severity="critical"
         ),
-        gx.expectations.ExpectColumnValuesToBeUnique(column="_log_offset", severity="critical"),
+        gx.expectations.ExpectCompoundColumnsToBeUnique(
+            column_list=[*log_id, "_log_offset"], severity="critical"
+        ),
     ]
     if deletes_dropped_before_table(spec):
         # Tombstones are counted as ignored and never reach the table: no -D in its changelog.

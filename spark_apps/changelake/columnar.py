@@ -96,6 +96,7 @@ class _BucketMerge:
         self.id_ranges = id_ranges or []
         self.counts = merge.BatchCounts(records=records.num_rows)
         self._values: dict[int, _Values] = {}
+        self.failures: list[tuple[int, str]] = []  # (_seq, message) of records the merge refuses
 
     # --- driver ---------------------------------------------------------------------------------------
     def run(self) -> MergeResult:
@@ -123,6 +124,9 @@ class _BucketMerge:
         for records_at_depth in self.levels:
             self._step(records_at_depth)
         self._allocate_ids()
+        if self.failures:
+            # The sequential merge stops at its first failing record: raise that record's error.
+            raise WriteRefusedError(min(self.failures)[1])
         return MergeResult(self._final_rows(), self._changelog(), counts, self.ids_remaining)
 
     # --- grouping -------------------------------------------------------------------------------------
@@ -274,8 +278,9 @@ class _BucketMerge:
     def _is_null(self, i: int, positions: np.ndarray) -> np.ndarray:
         if self.agg and i in self.agg:
             return self.agg[i].null_at(positions)
-        if i == self.ai:
-            return positions == self.NULL  # an id slot always holds an id
+        if i == self.ai:  # an id slot always holds an id; a stored id may be null
+            low = np.minimum(positions, self.NULL)
+            return np.where(positions >= self.ID_BASE, False, self.values(i).at(low)[1])
         return self.values(i).at(positions)[1]
 
     def values(self, i: int) -> _Values:
@@ -453,8 +458,9 @@ class _AggColumn:
         self.base = bm.values(i)
         self.scalar = None
         if self.name not in _VECTOR_FUNCTIONS or self.type_name == "DECIMAL":
-            fn = merge.aggregate_function(spec, column.name)
-            self.scalar = np.frompyfunc(fn, 2, 1)
+            self.scalar = np.frompyfunc(
+                _refusals_as_values(merge.aggregate_function(spec, column.name)), 2, 1
+            )
         # Current value per key (starts from the stored row; first writes load the record's value).
         start = np.where(bm.stored_of_group >= 0, bm.stored_of_group, bm.NULL)
         self.cur, self.cur_null = self.base.at(start)
@@ -483,6 +489,10 @@ class _AggColumn:
         old, old_null = self.cur[g], self.cur_null[g]
         new, new_null = self.base.at(self.bm.H + r)
         value, null = self._apply(old, old_null, new, new_null)
+        failed = np.flatnonzero([isinstance(v, _Refused) for v in value]) if value.dtype == object else []
+        for j in failed:
+            self.bm.failures.append((int(self.bm.seq[r[j]]), value[j].message))
+            value[j], null[j] = None, True
         self.cur[g], self.cur_null[g] = value, null
         start = self.offset + sum(len(v) for v, _ in self.computed)
         self.computed.append((value, null))
@@ -531,6 +541,23 @@ class _AggColumn:
                 a32, b32 = a.astype(np.float32), b.astype(np.float32)
                 return (a32 + b32) if name == "sum" else (a32 * b32)
             return (a + b) if name == "sum" else (a * b)
+
+
+class _Refused:
+    """A scalar fold that refused a value (e.g. bytes that are no roaring bitmap): kept, raised later."""
+
+    def __init__(self, message: str):
+        self.message = message
+
+
+def _refusals_as_values(fn):
+    def fold(acc, value):
+        try:
+            return fn(acc, value)
+        except WriteRefusedError as e:
+            return _Refused(str(e))
+
+    return fold
 
 
 def _wrap(x: np.ndarray, bits: int) -> np.ndarray:

@@ -3,6 +3,7 @@ with source as (
 )
 
 select
+    _bucket as bucket,
     _log_offset as log_offset,
     _batch_id as batch_id,
     _change_type as change_type,
