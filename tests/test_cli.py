@@ -102,3 +102,57 @@ def test_spark_submit_entrypoints_drop_the_empty_arguments_templates_render():
     assert without_empty_args(["build", "--select", "marts", "--full-refresh"]) == [
         "build", "--select", "marts", "--full-refresh",
     ]  # fmt: skip
+
+
+# Runs the CLI in a fresh interpreter and reports which heavy modules the command imported.
+_PROBE = (
+    "import sys; from changelake.cli import main; rc = main(sys.argv[1:]); "
+    "heavy = [m for m in ('pyspark', 'py4j', 'great_expectations', 'dbt', 'pandas', 'pyiceberg') "
+    "if m in sys.modules]; sys.stderr.write(f'HEAVY={heavy}\\n'); sys.exit(rc)"
+)
+
+
+def test_read_commands_start_no_jvm_and_equal_the_spark_reads(lake, home, cli_env):
+    from changelake.fastread import json_default
+
+    (home / "tables" / "demo.fruit.yaml").write_text(SPEC)
+    lake.apply(
+        "demo.fruit", [{"op": "+I", "data": {"k": k, "price": k / 2, "name": f"n{k}"}} for k in range(6)]
+    )
+    lake.apply(
+        "demo.fruit",
+        [{"op": "-D", "data": {"k": 1}}, {"op": "+U", "data": {"k": 2, "price": 9.0, "name": "x"}}],
+    )
+
+    def read(*args: str) -> list[dict]:
+        result = subprocess.run(
+            [sys.executable, "-c", _PROBE, *args, "--format", "jsonl"],
+            env=cli_env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert "HEAVY=[]" in result.stderr  # no pyspark (so no JVM), no GX, dbt, pandas or pyiceberg
+        return [json.loads(line) for line in result.stdout.splitlines()]
+
+    def spark_rows(df) -> list[dict]:
+        return [json.loads(json.dumps(r.asDict(), default=json_default)) for r in df.collect()]
+
+    assert read("lookup", "demo.fruit", "k=2") == [{"k": 2, "price": 9.0, "name": "x"}]
+    assert read("lookup", "demo.fruit", "k=1") == []
+    assert read("scan", "demo.fruit", "--limit", "3") == spark_rows(
+        lake.rows("demo.fruit").orderBy("k").limit(3)
+    )
+    assert read("scan", "demo.fruit", "--at-batch", "1") == spark_rows(
+        lake.rows("demo.fruit", 1).orderBy("k")
+    )
+    log = read("changelog", "demo.fruit", "--from-batch", "2")
+    spark_log = spark_rows(lake.changelog("demo.fruit", from_batch=2))
+    assert [r.pop("_commit_timestamp")[:19] for r in log] == [
+        r.pop("_commit_timestamp")[:19] for r in spark_log
+    ]
+    assert log == spark_log and sorted(r["_change_type"] for r in log) == ["+U", "-D", "-U"]
+    (status,) = read("status")
+    assert (status["last_batch"], status["rows"], status["snapshots"]) == (2, 5, 2)
+    assert read("dead-letters", "demo.fruit") == []

@@ -6,39 +6,30 @@
 ...                    {"name": "v", "type": "STRING"}], "primary_key": ["k"]})
 >>> lake.apply("demo.t", [{"op": "+I", "data": {"k": 1, "v": "a"}}], batch_id=1)
 >>> lake.rows("demo.t").show(); lake.changelog("demo.t").show()
+>>> lake.lookup("demo.t", {"k": 1})                       # no Spark: [{'k': 1, 'v': 'a'}]
+>>> lake.rows_arrow("demo.t"); lake.changelog_arrow("demo.t")   # no Spark: pyarrow Tables
 """
 
 from __future__ import annotations
 
-import base64
-import datetime as dt
-import decimal
 import hashlib
 import json
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from changelake import tables
 from changelake.apply import Applier, BatchResult, Progress, landed_batches, stderr_progress
 from changelake.config import Settings, load_settings
 from changelake.errors import ChangelakeError
-from changelake.identifiers import split_table_name
+from changelake.fastread import FastReader, changelog_order, json_default
 from changelake.spec import TableSpec, load_specs
 from changelake.storage import Storage
 
-_SOURCE_TOTALS = ("quarantined", "redelivered", "deduplicated")
+if TYPE_CHECKING:
+    import pyarrow as pa
 
-
-def json_default(value: Any) -> Any:
-    """JSON encoding of the values changelake returns (decimals as strings, bytes as base64)."""
-    if isinstance(value, decimal.Decimal):
-        return str(value)
-    if isinstance(value, dt.datetime | dt.date | dt.time):
-        return value.isoformat()
-    if isinstance(value, bytes | bytearray):
-        return base64.b64encode(bytes(value)).decode()
-    raise TypeError(f"cannot encode {type(value).__name__}")
+__all__ = ["ChangeLake", "json_default"]
 
 
 class ChangeLake:
@@ -55,6 +46,7 @@ class ChangeLake:
         self.storage = Storage(self.settings)
         self._spark = spark
         self.progress: Progress = progress or (lambda _msg: None)
+        self.reader = FastReader(self.settings, self.progress, storage=self.storage)
 
     @property
     def spark(self):
@@ -76,19 +68,7 @@ class ChangeLake:
     def spec(self, table: str) -> TableSpec:
         """The table's spec from the tables directory (its source settings may change over time), else the
         one stored in the catalog when the table was created."""
-        namespace, name = split_table_name(table)
-        specs = self.specs()
-        if table in specs:
-            return specs[table]
-        stored = self.storage.stored_spec(namespace, name)
-        if stored:
-            return TableSpec.from_dict(json.loads(stored), origin=f"catalog table {table}")
-        if table not in specs:
-            raise ChangelakeError(
-                f"Unknown table {table}: not in the catalog and no spec in {self.settings.tables_dir} "
-                f"(known: {sorted(specs) or 'none'})"
-            )
-        return specs[table]
+        return self.reader.spec(table)
 
     def create_table(self, spec: TableSpec | dict | str | Path) -> TableSpec:
         """Create a PK table and its changelog table from a spec (TableSpec, dict, or YAML path). Idempotent."""
@@ -187,8 +167,15 @@ class ChangeLake:
         df = tables.rows_df(self.spark, self.storage, spec, snapshot_id).drop("_bucket")
         return tables.to_view_types(spec, df)
 
+    def rows_arrow(self, table: str, at_batch: int | None = None) -> pa.Table:
+        """:meth:`rows` without Spark: a pyarrow Table with the same rows and types (TIMESTAMP_LTZ values
+        timezone-aware in UTC), read by :class:`changelake.fastread.FastReader`."""
+        return self.reader.rows_arrow(table, at_batch=at_batch)
+
     def changelog(self, table: str, from_batch: int | None = None, to_batch: int | None = None):
-        """The changelog (``_change_type``, ``_batch_id``, ``_log_offset``, ``_commit_timestamp``), by offset.
+        """The changelog (``_change_type``, ``_batch_id``, ``_log_offset``, ``_commit_timestamp``) in its total
+        order: (``_batch_id``, partition columns, ``_bucket``, ``_log_offset``) when ``_log_offset`` counts per
+        bucket, else ``_log_offset`` (:func:`changelake.fastread.changelog_order`).
 
         If a crashed apply left a committed batch's changelog uncommitted, it is rolled forward first (the
         same deterministic commit the next apply would make), so readers never miss a committed batch.
@@ -202,84 +189,29 @@ class ChangeLake:
             df = df.filter(F.col("_batch_id") >= from_batch)
         if to_batch is not None:
             df = df.filter(F.col("_batch_id") <= to_batch)
-        return tables.to_view_types(spec, df.orderBy("_log_offset"))
+        return tables.to_view_types(spec, df.orderBy(*changelog_order(df.columns, spec)))
+
+    def changelog_arrow(
+        self, table: str, from_batch: int | None = None, to_batch: int | None = None
+    ) -> pa.Table:
+        """:meth:`changelog` without Spark: a pyarrow Table with the same records in the same order."""
+        return self.reader.changelog_arrow(table, from_batch, to_batch)
 
     def lookup(self, table: str, key: dict[str, Any], prefix: bool = False) -> list[dict[str, Any]]:
-        """Primary-key lookup (all PK columns) or, with ``prefix=True``, prefix lookup by bucket key (spec §9)."""
-        from pyspark.sql import functions as F
-        from pyspark.sql import types as T
+        """Primary-key lookup (all PK columns) or, with ``prefix=True``, prefix lookup by bucket key (spec §9).
 
-        spec = self.spec(table)
-        _check_lookup_columns(spec, list(key), prefix)
-        values = {name: _decode_lookup_value(spec, name, value) for name, value in key.items()}
-        table_obj = self.storage.pk_table(spec)
-        probe_cols = [*spec.partition_keys, *spec.bucket_key]
-        struct = tables.storage_struct(spec, with_bucket=False)
-        probe = self.spark.createDataFrame(
-            [tuple(values[c] for c in probe_cols)], T.StructType([struct[c] for c in probe_cols])
-        )
-        bucket = probe.select(tables.bucket_expr(spec)).first()[0]
-        target = tuple(tables.iceberg_partition_value(values[c]) for c in spec.partition_keys) + (bucket,)
-        files = [f for f in self.storage.data_files(table_obj) if tables.partition_tuple(f) == target]
-        df = tables.rows_df(self.spark, self.storage, spec, files=files).drop("_bucket")
-        for name, value in values.items():
-            df = df.filter(F.col(name) == F.lit(value))
-        df = tables.to_view_types(spec, df).orderBy(*spec.primary_key)
-        return [r.asDict() for r in df.collect()]
+        No Spark: reads only the files of the key's (partition, bucket), see :meth:`FastReader.lookup`.
+        """
+        return self.reader.lookup(table, key, prefix)
 
     def status(self) -> list[dict[str, Any]]:
         """Per table: last batch, rows, batch snapshots, changelog records, pending landed batches."""
-        out = []
-        for name, spec in sorted(self.specs().items()):
-            landed = landed_batches(self.settings.landing_dir, spec)
-            if not self.storage.exists(spec):
-                out.append(
-                    {
-                        "table": name,
-                        "exists": False,
-                        "last_batch": 0,
-                        "rows": 0,
-                        "snapshots": 0,
-                        "changelog_records": 0,
-                        "pending_batches": len(landed),
-                        **dict.fromkeys(_SOURCE_TOTALS, 0),
-                    }
-                )
-                continue
-            table = self.storage.pk_table(spec)
-            state = Storage.state(table)
-            summaries = [Storage.snapshot_summary(s) for s in self.storage.batch_snapshots(table)]
-            out.append(
-                {
-                    "table": name,
-                    "exists": True,
-                    "last_batch": state.last_batch,
-                    "rows": sum(f.record_count for f in self.storage.data_files(table)),
-                    "snapshots": len(self.storage.batch_snapshots(table)),
-                    "changelog_records": state.log_end_offset,
-                    "pending_batches": sum(1 for b in landed if b > state.last_batch),
-                    **{
-                        k: sum(int(x.get(f"changelake.source.{k}", 0)) for x in summaries)
-                        for k in _SOURCE_TOTALS
-                    },
-                }
-            )
-        return out
+        return self.reader.status()
 
     def dead_letters(self, table: str, batch_id: int | None = None) -> list[dict[str, Any]]:
         """Quarantined records of a table (``on-bad-record: quarantine``): batch, file, line, field, reason,
         raw text — read from the dead-letter files the committed batches name."""
-        spec = self._ensure(table)
-        pk = self.storage.pk_table(spec)
-        out = []
-        for snap in self.storage.batch_snapshots(pk):
-            summary = Storage.snapshot_summary(snap)
-            path = summary.get("changelake.dead-letter")
-            if not path or (batch_id is not None and int(summary["changelake.batch-id"]) != batch_id):
-                continue
-            with pk.io.new_input(path).open() as fh:
-                out += [json.loads(line) for line in fh.read().decode().splitlines() if line.strip()]
-        return out
+        return self.reader.dead_letters(table, batch_id)
 
     def register_views(self, names: list[str] | None = None) -> list[str]:
         """Register each table's current snapshot and changelog as global temp views.
@@ -316,52 +248,3 @@ class ChangeLake:
         last = Storage.state(self.storage.pk_table(spec)).last_batch
         applied = {b: p for b, p in landed_batches(self.settings.landing_dir, spec).items() if b <= last}
         return tables.to_view_types(spec, self.spark.createDataFrame(delivered_records(applied, spec)))
-
-
-_TEXTUAL = ("CHAR", "STRING", "DATE", "TIME", "TIMESTAMP", "TIMESTAMP_LTZ", "BINARY", "BYTES", "DECIMAL")
-
-
-def _decode_lookup_value(spec: TableSpec, name: str, value: Any) -> Any:
-    """Decode a lookup value; CLI strings of numeric/boolean columns are parsed as JSON first."""
-    col = spec.column(name)
-    try:
-        if isinstance(value, str) and col.type.name not in _TEXTUAL:
-            value = json.loads(value, parse_float=decimal.Decimal)
-        return col.type.decode_json(value)
-    except (ValueError, json.JSONDecodeError) as e:
-        raise ChangelakeError(f"lookup value for column '{name}': {e}") from None
-
-
-def _check_lookup_columns(spec: TableSpec, columns: list[str], prefix: bool) -> None:
-    """Spec §9 rules for lookups and prefix lookups, with Fluss's messages."""
-    pk = list(spec.primary_key)
-    if not prefix:
-        if sorted(columns) != sorted(pk):
-            raise ChangelakeError(
-                f"Lookup on {spec.full_name} must bind exactly the primary key {pk}, got {columns}"
-            )
-        return
-    physical = [k for k in pk if k not in spec.partition_keys]
-    bucket = list(spec.bucket_key)
-    if physical[: len(bucket)] != bucket:
-        raise ChangelakeError(
-            f"Can not perform prefix lookup on table '{spec.full_name}', because the bucket keys {bucket} is not a "
-            f"prefix subset of the physical primary keys {physical} (excluded partition fields if present)."
-        )
-    missing_parts = [p for p in spec.partition_keys if p not in columns]
-    if missing_parts:
-        raise ChangelakeError(
-            f"Can not perform prefix lookup on table '{spec.full_name}', because the lookup columns {columns} "
-            f"must contain all partition fields {list(spec.partition_keys)}."
-        )
-    if [c for c in columns if c not in spec.partition_keys] != bucket:
-        raise ChangelakeError(
-            f"Can not perform prefix lookup on table '{spec.full_name}', because the lookup columns {columns} "
-            f"must contain all bucket keys {bucket} in order."
-        )
-    if bucket == physical:
-        raise ChangelakeError(
-            f"Can not perform prefix lookup on table '{spec.full_name}', because the lookup columns {columns} "
-            f"equals the physical primary keys {physical}. Please use primary key lookup (Lookuper without "
-            "lookupBy) instead."
-        )

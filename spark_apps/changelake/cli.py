@@ -11,9 +11,12 @@ from typing import Any
 
 from changelake.errors import ChangelakeError
 
+# Read commands served by changelake.fastread: no SparkSession, no JVM, not even a pyspark import.
+_FAST_COMMANDS = ("scan", "changelog", "lookup", "status", "dead-letters")
+
 
 def _print_rows(rows: list[dict[str, Any]], fmt: str, out=sys.stdout) -> None:
-    from changelake.api import json_default
+    from changelake.fastread import json_default
 
     if fmt == "jsonl":
         for row in rows:
@@ -32,19 +35,13 @@ def _print_rows(rows: list[dict[str, Any]], fmt: str, out=sys.stdout) -> None:
 
 
 def _cell(value: Any) -> str:
-    from changelake.api import json_default
+    from changelake.fastread import json_default
 
     if value is None:
         return "NULL"
     if isinstance(value, str | int | float | bool):
         return str(value)
     return str(json_default(value))
-
-
-def _collect(df, limit: int | None) -> list[dict[str, Any]]:
-    if limit is not None:
-        df = df.limit(limit)
-    return [r.asDict() for r in df.collect()]
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -145,7 +142,38 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
+def _run_fast(args: argparse.Namespace) -> int:
+    """The read commands, through :class:`changelake.fastread.FastReader` (progress on stderr)."""
+    from changelake import fastread
+    from changelake.config import load_settings
+
+    fastread.skip_pandas_probe()
+    settings = load_settings(home=args.home, tables_dir=args.tables, spark_master=args.master)
+    reader = fastread.FastReader(settings, progress=fastread.stderr_progress)
+    if args.command == "scan":
+        rows = reader.rows_arrow(args.table, at_batch=args.at_batch, limit=args.limit, by_key=True)
+        _print_rows(rows.to_pylist(), args.format)
+    elif args.command == "changelog":
+        log = reader.changelog_arrow(args.table, args.from_batch, args.to_batch, limit=args.limit)
+        _print_rows(log.to_pylist(), args.format)
+    elif args.command == "lookup":
+        key = {}
+        for item in args.key:
+            if "=" not in item:
+                raise ChangelakeError(f"lookup key {item!r} is not col=value")
+            col, value = item.split("=", 1)
+            key[col] = value
+        _print_rows(reader.lookup(args.table, key, prefix=args.prefix), args.format)
+    elif args.command == "dead-letters":
+        _print_rows(reader.dead_letters(args.table, args.batch_id), args.format)
+    else:
+        _print_rows(reader.status(), args.format)
+    return 0
+
+
 def _run(args: argparse.Namespace) -> int:
+    if args.command in _FAST_COMMANDS:
+        return _run_fast(args)
     from changelake.api import ChangeLake
 
     lake = ChangeLake(home=args.home, tables_dir=args.tables, spark_master=args.master)
@@ -187,26 +215,6 @@ def _run(args: argparse.Namespace) -> int:
             args.summary.parent.mkdir(parents=True, exist_ok=True)
             args.summary.write_text(json.dumps([dataclasses.asdict(r) for r in results], indent=2) + "\n")
         return 0
-    if args.command == "scan":
-        df = lake.rows(args.table, at_batch=args.at_batch)
-        _print_rows(_collect(df.orderBy(*lake.spec(args.table).primary_key), args.limit), args.format)
-        return 0
-    if args.command == "changelog":
-        df = lake.changelog(args.table, args.from_batch, args.to_batch)
-        _print_rows(_collect(df, args.limit), args.format)
-        return 0
-    if args.command == "lookup":
-        key = {}
-        for item in args.key:
-            if "=" not in item:
-                raise ChangelakeError(f"lookup key {item!r} is not col=value")
-            col, value = item.split("=", 1)
-            key[col] = value
-        _print_rows(lake.lookup(args.table, key, prefix=args.prefix), args.format)
-        return 0
-    if args.command == "dead-letters":
-        _print_rows(lake.dead_letters(args.table, args.batch_id), args.format)
-        return 0
     if args.command == "dbt":
         from changelake.dbt_runner import run_dbt
 
@@ -222,9 +230,6 @@ def _run(args: argparse.Namespace) -> int:
         )
     if args.command == "datagen":
         return _datagen(lake, args)
-    if args.command == "status":
-        _print_rows(lake.status(), args.format)
-        return 0
     raise AssertionError(args.command)
 
 

@@ -1,0 +1,1071 @@
+"""Reads without a JVM: lookups, scans, changelogs, status and dead letters through pyarrow (and pyiceberg).
+
+Spark is for applying batches; reading one key or the first rows of a table must not wait for a JVM.
+:class:`FastReader` plans the files of a snapshot from Iceberg metadata and reads them with pyarrow:
+
+* a lookup computes the key's bucket exactly as the apply does (:func:`bucket_of`, Spark's xxhash64 in
+  Python), so it opens only the files of that (partition, bucket), skips row groups whose Parquet
+  statistics exclude the key, and reads the other columns only of row groups that hold it;
+* a scan with a limit reads the key columns first and then only the row groups holding the first rows;
+* a changelog read prunes by ``_batch_id`` partition and orders each batch by
+  (``_batch_id``, partition columns, ``_bucket``, ``_log_offset``) — or by ``_log_offset`` alone for a
+  changelog without ``_bucket`` — the same order :meth:`changelake.api.ChangeLake.changelog` gives.
+
+Two ways to the metadata, with one reading code on top (:class:`_Source`):
+
+* **direct** — the default SQLite catalog and a local warehouse: the catalog row is read with ``sqlite3``,
+  the metadata JSON with ``json`` and the manifests with a small Avro decoder. Importing pyiceberg (and
+  pandas, which ``pyarrow.dataset`` pulls in) costs seconds on a small machine, more than the whole read;
+* **pyiceberg** — every other catalog or warehouse (PostgreSQL, REST, object stores), through
+  :class:`changelake.storage.Storage`; also the fallback when the direct way meets anything it does not
+  know (another Avro codec, delete files).
+
+Values come back in the types Spark reads return (:func:`view_schema`: storage types, TINYINT/SMALLINT as
+int8/int16), except that TIMESTAMP_LTZ values are timezone-aware UTC datetimes (Spark's Python rows hold
+naive local times).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import gzip
+import json
+import math
+import sqlite3
+import struct
+import sys
+import time
+import zlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO
+from urllib.parse import urlparse
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from changelake.config import Settings
+from changelake.errors import ChangelakeError
+from changelake.identifiers import split_table_name
+from changelake.spec import TableSpec, load_specs
+from changelake.types import DataType
+
+Progress = Callable[[str], None]
+
+_P = "changelake."  # prefix of the snapshot-summary and table properties changelake writes
+_CHANGELOG_SUFFIX = "__changelog"
+_LANDED_BATCH = ("jsonl", "json", "parquet")  # landing file extensions (as changelake.apply.landed_batches)
+_SOURCE_TOTALS = ("quarantined", "redelivered", "deduplicated")
+_TEXTUAL = ("CHAR", "STRING", "DATE", "TIME", "TIMESTAMP", "TIMESTAMP_LTZ", "BINARY", "BYTES", "DECIMAL")
+
+
+def json_default(value: Any) -> Any:
+    """JSON encoding of the values changelake returns (decimals as strings, bytes as base64)."""
+    import base64
+
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    if isinstance(value, dt.datetime | dt.date | dt.time):
+        return value.isoformat()
+    if isinstance(value, bytes | bytearray):
+        return base64.b64encode(bytes(value)).decode()
+    raise TypeError(f"cannot encode {type(value).__name__}")
+
+
+# --- Spark's xxhash64, for the bucket of a key --------------------------------------------------------------
+# org.apache.spark.sql.catalyst.expressions.XXH64 and XxHash64's per-type rules (seed 42; a null column
+# leaves the hash unchanged), over the storage types. Verified against Spark in tests/test_fastread.py.
+_P1, _P2, _P3 = 0x9E3779B185EBCA87, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9
+_P4, _P5 = 0x85EBCA77C2B2AE63, 0x27D4EB2F165667C5
+_M = (1 << 64) - 1
+_SEED = 42
+_EPOCH = dt.datetime(1970, 1, 1)
+_EPOCH_UTC = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+_EXACT = decimal.Context(prec=80)  # scaling a DECIMAL(38,s) without rounding (the default context keeps 28 digits)
+
+
+def _rotl(x: int, r: int) -> int:
+    return ((x << r) | (x >> (64 - r))) & _M
+
+
+def _fmix(h: int) -> int:
+    h ^= h >> 33
+    h = (h * _P2) & _M
+    h ^= h >> 29
+    h = (h * _P3) & _M
+    return h ^ (h >> 32)
+
+
+def _hash_int(value: int, seed: int) -> int:
+    h = (seed + _P5 + 4) & _M
+    h ^= ((value & 0xFFFFFFFF) * _P1) & _M
+    return _fmix((_rotl(h, 23) * _P2 + _P3) & _M)
+
+
+def _hash_long(value: int, seed: int) -> int:
+    h = (seed + _P5 + 8) & _M
+    h ^= (_rotl(((value & _M) * _P2) & _M, 31) * _P1) & _M
+    return _fmix((_rotl(h, 27) * _P1 + _P4) & _M)
+
+
+def _hash_bytes(data: bytes, seed: int) -> int:
+    n, i = len(data), 0
+    if n >= 32:
+        v = [(seed + _P1 + _P2) & _M, (seed + _P2) & _M, seed & _M, (seed - _P1) & _M]
+        while i <= n - 32:
+            for j, word in enumerate(struct.unpack_from("<4Q", data, i)):
+                v[j] = (_rotl((v[j] + word * _P2) & _M, 31) * _P1) & _M
+            i += 32
+        h = (_rotl(v[0], 1) + _rotl(v[1], 7) + _rotl(v[2], 12) + _rotl(v[3], 18)) & _M
+        for lane in v:
+            h = ((h ^ ((_rotl((lane * _P2) & _M, 31) * _P1) & _M)) * _P1 + _P4) & _M
+    else:
+        h = (seed + _P5) & _M
+    h = (h + n) & _M
+    while i <= n - 8:
+        (word,) = struct.unpack_from("<Q", data, i)
+        h ^= (_rotl((word * _P2) & _M, 31) * _P1) & _M
+        h = (_rotl(h, 27) * _P1 + _P4) & _M
+        i += 8
+    if i + 4 <= n:
+        (word,) = struct.unpack_from("<I", data, i)
+        h ^= (word * _P1) & _M
+        h = (_rotl(h, 23) * _P2 + _P3) & _M
+        i += 4
+    while i < n:
+        h ^= (data[i] * _P5) & _M
+        h = (_rotl(h, 11) * _P1) & _M
+        i += 1
+    return _fmix(h)
+
+
+def _micros(value: dt.datetime) -> int:
+    delta = value - (_EPOCH_UTC if value.tzinfo is not None else _EPOCH)
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def _hash_value(value: Any, dtype: DataType, seed: int) -> int:
+    """One column's step of Spark's xxhash64, for a storage value of ``dtype``."""
+    kind = dtype.storage_kind
+    if value is None:
+        return seed
+    if kind == "boolean":
+        return _hash_int(1 if value else 0, seed)
+    if kind == "int":
+        return _hash_int(value, seed)
+    if kind == "long":
+        return _hash_long(value, seed)
+    if kind == "date":
+        return _hash_int((value - _EPOCH.date()).days, seed)
+    if kind in ("timestamp", "timestamptz"):
+        return _hash_long(_micros(value), seed)
+    if kind == "float":
+        bits = 0x7FC00000 if math.isnan(value) else struct.unpack("<i", struct.pack("<f", value))[0]
+        return _hash_int(0 if value == 0.0 else bits, seed)
+    if kind == "double":
+        bits = 0x7FF8000000000000 if math.isnan(value) else struct.unpack("<q", struct.pack("<d", value))[0]
+        return _hash_long(0 if value == 0.0 else bits, seed)
+    if kind == "decimal":
+        unscaled = int(decimal.Decimal(value).scaleb(dtype.scale, context=_EXACT))
+        if dtype.precision <= 18:
+            return _hash_long(unscaled, seed)
+        # java.math.BigInteger.toByteArray: minimal big-endian two's complement
+        bits = unscaled.bit_length() if unscaled >= 0 else (-unscaled - 1).bit_length()
+        return _hash_bytes(unscaled.to_bytes(bits // 8 + 1, "big", signed=True), seed)
+    if kind == "string":
+        return _hash_bytes(value.encode("utf-8"), seed)
+    if kind == "binary":
+        return _hash_bytes(bytes(value), seed)
+    raise AssertionError(kind)
+
+
+def spark_xxhash64(values: list[Any], dtypes: list[DataType]) -> int:
+    """Spark's ``xxhash64(c1, c2, ...)`` (a signed long) of storage values of the given types."""
+    h = _SEED
+    for value, dtype in zip(values, dtypes, strict=True):
+        h = _hash_value(value, dtype, h)
+    return h - (1 << 64) if h >> 63 else h
+
+
+def bucket_of(spec: TableSpec, values: dict[str, Any]) -> int:
+    """The bucket the apply puts a key in: ``pmod(xxhash64(bucket key columns), bucket.num)`` (see
+    :func:`changelake.tables.bucket_expr`), from storage values of the bucket key columns."""
+    h = spark_xxhash64([values[k] for k in spec.bucket_key], [spec.column(k).type for k in spec.bucket_key])
+    return h % spec.bucket_num  # Python's % of a positive modulus is Spark's pmod
+
+
+def partition_value(value: Any) -> Any:
+    """A storage value as Iceberg keeps it in an identity partition (as ``tables.iceberg_partition_value``)."""
+    if isinstance(value, dt.datetime):
+        return _micros(value if value.tzinfo is None else value.astimezone(dt.UTC))
+    if isinstance(value, dt.date):
+        return (value - _EPOCH.date()).days
+    if isinstance(value, bytearray):
+        return bytes(value)
+    return value
+
+
+# --- types ------------------------------------------------------------------------------------------------
+def view_arrow_type(dtype: DataType) -> pa.DataType:
+    """Arrow twin of ``DataType.view_spark_type``: the storage type, TINYINT/SMALLINT narrowed."""
+    return {"TINYINT": pa.int8(), "SMALLINT": pa.int16()}.get(dtype.name) or dtype.arrow_type()
+
+
+_CHANGELOG_COLUMNS = {
+    "_change_type": pa.string(),
+    "_batch_id": pa.int64(),
+    "_bucket": pa.int32(),
+    "_log_offset": pa.int64(),
+    "_commit_timestamp": pa.timestamp("us", tz="UTC"),
+}
+
+
+def view_schema(spec: TableSpec) -> pa.Schema:
+    """The rows of a table as :meth:`ChangeLake.rows` shows them (declared types, no hidden ``_bucket``)."""
+    return pa.schema([pa.field(c.name, view_arrow_type(c.type)) for c in spec.columns])
+
+
+def _changelog_view_schema(spec: TableSpec, stored: list[str]) -> pa.Schema:
+    """The changelog's columns in the table's order: row columns, then the stored metadata columns."""
+    extra = [pa.field(n, _CHANGELOG_COLUMNS[n]) for n in stored if n in _CHANGELOG_COLUMNS]
+    return pa.schema(list(view_schema(spec)) + extra)
+
+
+def changelog_order(columns: list[str], spec: TableSpec) -> list[str]:
+    """The deterministic total order of a changelog: (``_batch_id``, partition columns, ``_bucket``,
+    ``_log_offset``) when ``_log_offset`` is per bucket (a ``_bucket`` column exists), else ``_log_offset``."""
+    if "_bucket" in columns:
+        return ["_batch_id", *spec.partition_keys, "_bucket", "_log_offset"]
+    return ["_log_offset"]
+
+
+# --- lookup arguments -------------------------------------------------------------------------------------
+def decode_lookup_value(spec: TableSpec, name: str, value: Any) -> Any:
+    """Decode a lookup value to its storage value; CLI strings of numeric/boolean columns are parsed as JSON."""
+    col = spec.column(name)
+    try:
+        if isinstance(value, str) and col.type.name not in _TEXTUAL:
+            value = json.loads(value, parse_float=decimal.Decimal)
+        return col.type.decode_json(value)
+    except (ValueError, json.JSONDecodeError) as e:
+        raise ChangelakeError(f"lookup value for column '{name}': {e}") from None
+
+
+def check_lookup_columns(spec: TableSpec, columns: list[str], prefix: bool) -> None:
+    """Spec §9 rules for lookups and prefix lookups, with Fluss's messages."""
+    pk = list(spec.primary_key)
+    if not prefix:
+        if sorted(columns) != sorted(pk):
+            raise ChangelakeError(
+                f"Lookup on {spec.full_name} must bind exactly the primary key {pk}, got {columns}"
+            )
+        return
+    physical = [k for k in pk if k not in spec.partition_keys]
+    bucket = list(spec.bucket_key)
+    if physical[: len(bucket)] != bucket:
+        raise ChangelakeError(
+            f"Can not perform prefix lookup on table '{spec.full_name}', because the bucket keys {bucket} is not a "
+            f"prefix subset of the physical primary keys {physical} (excluded partition fields if present)."
+        )
+    missing_parts = [p for p in spec.partition_keys if p not in columns]
+    if missing_parts:
+        raise ChangelakeError(
+            f"Can not perform prefix lookup on table '{spec.full_name}', because the lookup columns {columns} "
+            f"must contain all partition fields {list(spec.partition_keys)}."
+        )
+    if [c for c in columns if c not in spec.partition_keys] != bucket:
+        raise ChangelakeError(
+            f"Can not perform prefix lookup on table '{spec.full_name}', because the lookup columns {columns} "
+            f"must contain all bucket keys {bucket} in order."
+        )
+    if bucket == physical:
+        raise ChangelakeError(
+            f"Can not perform prefix lookup on table '{spec.full_name}', because the lookup columns {columns} "
+            f"equals the physical primary keys {physical}. Please use primary key lookup (Lookuper without "
+            "lookupBy) instead."
+        )
+
+
+# --- Avro (Iceberg manifests and manifest lists) ----------------------------------------------------------
+class _Unsupported(Exception):
+    """Something the direct way does not read; the pyiceberg way takes over."""
+
+
+class _Buf:
+    __slots__ = ("data", "pos")
+
+    def __init__(self, data: bytes, pos: int = 0):
+        self.data, self.pos = data, pos
+
+    def long(self) -> int:
+        data, pos = self.data, self.pos
+        b = data[pos]
+        n, shift = b & 0x7F, 7
+        while b & 0x80:
+            pos += 1
+            b = data[pos]
+            n |= (b & 0x7F) << shift
+            shift += 7
+        self.pos = pos + 1
+        return (n >> 1) ^ -(n & 1)
+
+    def take(self, size: int) -> bytes:
+        start = self.pos
+        self.pos += size
+        return self.data[start : self.pos]
+
+    def blocks(self) -> Iterator[int]:
+        """Item counts of an Avro array or map, block by block (a negative count carries a byte size)."""
+        while True:
+            count = self.long()
+            if count == 0:
+                return
+            if count < 0:
+                self.long()
+                count = -count
+            yield count
+
+
+_AVRO_PRIMITIVES: dict[str, Callable[[_Buf], Any]] = {
+    "null": lambda b: None,
+    "boolean": lambda b: b.take(1) == b"\x01",
+    "int": _Buf.long,
+    "long": _Buf.long,
+    "float": lambda b: struct.unpack("<f", b.take(4))[0],
+    "double": lambda b: struct.unpack("<d", b.take(8))[0],
+    "bytes": lambda b: b.take(b.long()),
+    "string": lambda b: b.take(b.long()).decode("utf-8"),
+}
+
+
+def _avro_decoder(schema: Any, named: dict[str, Callable[[_Buf], Any]]) -> Callable[[_Buf], Any]:
+    """A decoding function for an Avro writer schema (logical types are left as their base values)."""
+    if isinstance(schema, str):
+        if schema in _AVRO_PRIMITIVES:
+            return _AVRO_PRIMITIVES[schema]
+        return lambda b: named[schema](b)
+    if isinstance(schema, list):
+        branches = [_avro_decoder(s, named) for s in schema]
+        return lambda b: branches[b.long()](b)
+    kind = schema["type"]
+    if kind == "record":
+        fields = [(f["name"], _avro_decoder(f["type"], named)) for f in schema["fields"]]
+
+        def record(b: _Buf) -> dict[str, Any]:
+            return {name: read(b) for name, read in fields}
+
+        named[schema.get("name", "")] = record
+        return record
+    if kind == "array":
+        item = _avro_decoder(schema["items"], named)
+        return lambda b: [item(b) for count in b.blocks() for _ in range(count)]
+    if kind == "map":
+        value = _avro_decoder(schema["values"], named)
+        read_key = _AVRO_PRIMITIVES["string"]
+        return lambda b: {read_key(b): value(b) for count in b.blocks() for _ in range(count)}
+    if kind == "fixed":
+        size = schema["size"]
+        reader = lambda b: b.take(size)  # noqa: E731
+        named[schema["name"]] = reader
+        return reader
+    if kind == "enum":
+        symbols = schema["symbols"]
+        reader = lambda b: symbols[b.long()]  # noqa: E731
+        named[schema["name"]] = reader
+        return reader
+    return _avro_decoder(kind, named)
+
+
+def read_avro(data: bytes) -> list[dict[str, Any]]:
+    """The records of an Avro object container file (codecs null and deflate; zstandard if installed)."""
+    if data[:4] != b"Obj\x01":
+        raise _Unsupported("not an Avro object container file")
+    buf = _Buf(data, 4)
+    meta = {buf.take(buf.long()).decode(): buf.take(buf.long()) for c in buf.blocks() for _ in range(c)}
+    buf.take(16)  # sync marker
+    decode = _avro_decoder(json.loads(meta["avro.schema"]), {})
+    codec = meta.get("avro.codec", b"null").decode()
+    out: list[dict[str, Any]] = []
+    while buf.pos < len(data):
+        count = buf.long()
+        block = buf.take(buf.long())
+        buf.take(16)
+        if codec == "deflate":
+            block = zlib.decompress(block, -15)
+        elif codec == "zstandard":
+            try:
+                import zstandard
+            except ImportError:
+                raise _Unsupported("zstandard Avro codec without the zstandard module") from None
+            block = zstandard.ZstdDecompressor().decompressobj().decompress(block)
+        elif codec != "null":
+            raise _Unsupported(f"Avro codec {codec}")
+        block_buf = _Buf(block)
+        out += [decode(block_buf) for _ in range(count)]
+    return out
+
+
+# --- the two ways to a table's metadata -------------------------------------------------------------------
+@dataclass(frozen=True)
+class _File:
+    path: str
+    partition: tuple  # identity partition values in partition-spec order, as Iceberg keeps them
+    record_count: int
+
+
+@dataclass
+class _Source:
+    """One Iceberg table, read only: snapshots with their summaries, the data files of a snapshot, file access."""
+
+    name: str
+    properties: dict[str, str]
+    columns: list[str]  # the table schema's column names
+    partition_columns: list[str]
+
+    def current(self) -> tuple[int | None, dict[str, str]]:
+        raise NotImplementedError
+
+    def ancestry(self) -> list[tuple[int, dict[str, str]]]:
+        """(snapshot id, summary) of the current snapshot and its ancestors, newest first."""
+        raise NotImplementedError
+
+    def files(self, snapshot_id: int | None) -> list[_File]:
+        raise NotImplementedError
+
+    def open(self, path: str) -> BinaryIO | str:
+        raise NotImplementedError
+
+    def batch_snapshots(self) -> list[tuple[int, dict[str, str]]]:
+        """Snapshots of the main branch that committed a batch, oldest first (as ``Storage.batch_snapshots``)."""
+        return [s for s in reversed(self.ancestry()) if _P + "batch-id" in s[1]]
+
+    def last_batch(self) -> int:
+        return int(self.current()[1].get(_P + "batch-id", 0))
+
+
+def _local_path(location: str) -> str | None:
+    """The local path of a ``file:`` URI or a plain path (as pyiceberg's PyArrowFileIO parses it), else None."""
+    uri = urlparse(location)
+    if not uri.scheme:
+        return location
+    if uri.scheme == "file":
+        return f"{uri.netloc}{uri.path}"
+    return None
+
+
+@dataclass
+class _DirectSource(_Source):
+    """A table of the SQLite catalog in a local warehouse, read with sqlite3, json and :func:`read_avro`."""
+
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, settings: Settings, namespace: str, name: str) -> _DirectSource | None:
+        db = Path(settings.catalog_uri[len("sqlite:///") :])
+        if not db.exists():
+            return None
+        try:
+            with sqlite3.connect(f"{db.as_uri()}?mode=ro", uri=True) as conn:
+                row = conn.execute(
+                    "SELECT metadata_location FROM iceberg_tables "
+                    "WHERE catalog_name = ? AND table_namespace = ? AND table_name = ?",
+                    (settings.catalog_name, namespace, name),
+                ).fetchone()
+        except sqlite3.OperationalError as e:
+            if "no such table" in str(e):
+                return None  # a catalog without tables yet
+            raise
+        if row is None or row[0] is None:
+            return None
+        path = _local_path(row[0])
+        if path is None:
+            raise _Unsupported(f"metadata at {row[0]}")
+        raw = Path(path).read_bytes()
+        metadata = json.loads(gzip.decompress(raw) if path.endswith(".gz.metadata.json") else raw)
+        if metadata.get("format-version", 1) > 2:
+            raise _Unsupported(f"format version {metadata['format-version']}")
+        schema = next(s for s in metadata["schemas"] if s["schema-id"] == metadata["current-schema-id"])
+        spec = next(s for s in metadata["partition-specs"] if s["spec-id"] == metadata["default-spec-id"])
+        if any(f["transform"] != "identity" for f in spec["fields"]):
+            raise _Unsupported("a partition transform other than identity")
+        return cls(
+            name=f"{namespace}.{name}",
+            properties=metadata.get("properties", {}),
+            columns=[f["name"] for f in schema["fields"]],
+            partition_columns=[f["name"] for f in spec["fields"]],
+            metadata=metadata,
+        )
+
+    def _snapshots(self) -> dict[int, dict[str, Any]]:
+        return {s["snapshot-id"]: s for s in self.metadata.get("snapshots", [])}
+
+    def _current_id(self) -> int | None:
+        main = self.metadata.get("refs", {}).get("main")
+        current = main["snapshot-id"] if main else self.metadata.get("current-snapshot-id")
+        return None if current in (None, -1) else current
+
+    def current(self) -> tuple[int | None, dict[str, str]]:
+        current = self._current_id()
+        return current, (self._snapshots()[current].get("summary", {}) if current is not None else {})
+
+    def ancestry(self) -> list[tuple[int, dict[str, str]]]:
+        snapshots, out = self._snapshots(), []
+        snap = snapshots.get(self._current_id())
+        while snap is not None:
+            out.append((snap["snapshot-id"], snap.get("summary", {})))
+            snap = snapshots.get(snap.get("parent-snapshot-id"))
+        return out
+
+    def files(self, snapshot_id: int | None) -> list[_File]:
+        snapshot_id = self._current_id() if snapshot_id is None else snapshot_id
+        if snapshot_id is None:
+            return []
+        snap = self._snapshots()[snapshot_id]
+        if "manifest-list" not in snap:
+            raise _Unsupported("a v1 snapshot with inline manifests")
+        out = []
+        for manifest in read_avro(self._read(snap["manifest-list"])):
+            entries = read_avro(self._read(manifest["manifest_path"]))
+            if manifest.get("content", 0) != 0:
+                if any(e["status"] != 2 for e in entries):
+                    raise _Unsupported("delete files")
+                continue
+            for entry in entries:
+                if entry["status"] == 2:  # DELETED in this snapshot
+                    continue
+                data_file = entry["data_file"]
+                if data_file.get("content", 0) != 0 or data_file["file_format"].upper() != "PARQUET":
+                    raise _Unsupported(f"data file {data_file['file_path']}")
+                part = data_file["partition"]
+                out.append(
+                    _File(
+                        data_file["file_path"],
+                        tuple(part[c] for c in self.partition_columns),
+                        data_file["record_count"],
+                    )
+                )
+        return out
+
+    def _read(self, location: str) -> bytes:
+        path = _local_path(location)
+        if path is None:
+            raise _Unsupported(f"file at {location}")
+        return Path(path).read_bytes()
+
+    def open(self, path: str) -> BinaryIO | str:
+        local = _local_path(path)
+        if local is None:
+            raise _Unsupported(f"file at {path}")
+        return local
+
+
+@dataclass
+class _IcebergSource(_Source):
+    """A table through pyiceberg (any catalog, any FileIO)."""
+
+    table: Any = None
+
+    @classmethod
+    def load(cls, storage: Any, namespace: str, name: str) -> _IcebergSource | None:
+        from pyiceberg.exceptions import NoSuchTableError
+
+        try:
+            table = storage.catalog.load_table((namespace, name))
+        except NoSuchTableError:
+            return None
+        return cls(
+            name=f"{namespace}.{name}",
+            properties=dict(table.properties),
+            columns=[f.name for f in table.schema().fields],
+            partition_columns=[f.name for f in table.spec().fields],
+            table=table,
+        )
+
+    def current(self) -> tuple[int | None, dict[str, str]]:
+        from changelake.storage import Storage
+
+        snap = self.table.current_snapshot()
+        return (snap.snapshot_id, Storage.snapshot_summary(snap)) if snap else (None, {})
+
+    def ancestry(self) -> list[tuple[int, dict[str, str]]]:
+        from pyiceberg.table.snapshots import ancestors_of
+
+        from changelake.storage import Storage
+
+        current = self.table.current_snapshot()
+        if current is None:
+            return []
+        return [
+            (s.snapshot_id, Storage.snapshot_summary(s)) for s in ancestors_of(current, self.table.metadata)
+        ]
+
+    def files(self, snapshot_id: int | None) -> list[_File]:
+        if snapshot_id is None and self.table.current_snapshot() is None:
+            return []
+        out = []
+        for task in self.table.scan(snapshot_id=snapshot_id).plan_files():
+            if task.delete_files:
+                raise ChangelakeError(
+                    f"{self.name}: delete files are not supported (changelake never writes them)"
+                )
+            part = task.file.partition
+            out.append(
+                _File(task.file.file_path, tuple(part[i] for i in range(len(part))), task.file.record_count)
+            )
+        return out
+
+    def open(self, path: str) -> BinaryIO | str:
+        return self.table.io.new_input(path).open()
+
+
+# --- the reader -------------------------------------------------------------------------------------------
+@dataclass
+class _Stats:
+    """What a read did, for the progress line and the tests."""
+
+    files_planned: int = 0
+    files_read: int = 0
+    row_groups: int = 0
+    row_groups_read: int = 0
+    rows: int = 0
+
+
+class FastReader:
+    """Spark-free reads of changelake tables (see the module docstring).
+
+    ``direct=None`` reads the default SQLite catalog and a local warehouse directly and anything else
+    through pyiceberg; ``True``/``False`` force one way (the tests compare both with Spark).
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        progress: Progress | None = None,
+        direct: bool | None = None,
+        storage: Any = None,
+    ):
+        self.settings = settings
+        self.progress: Progress = progress or (lambda _msg: None)
+        sqlite = settings.catalog_type == "sql" and settings.catalog_uri.startswith("sqlite:///")
+        custom_io = any(k.startswith("py-io-impl") for k in settings.catalog_properties)
+        self.direct = (sqlite and not custom_io) if direct is None else direct
+        self._storage = storage  # a changelake.storage.Storage, made when the pyiceberg way needs one
+        self.last_stats = _Stats()
+
+    # --- tables ---------------------------------------------------------------------------------------
+    @property
+    def storage(self):
+        if self._storage is None:
+            from changelake.storage import Storage
+
+            self._storage = Storage(self.settings)
+        return self._storage
+
+    def _source(self, namespace: str, name: str) -> _Source | None:
+        if self.direct:
+            try:
+                return _DirectSource.load(self.settings, namespace, name)
+            except _Unsupported as e:
+                self.progress(f"[{namespace}.{name}] reading through pyiceberg ({e})")
+        return _IcebergSource.load(self.storage, namespace, name)
+
+    def _files(self, source: _Source, snapshot_id: int | None) -> list[_File]:
+        try:
+            return source.files(snapshot_id)
+        except _Unsupported as e:
+            self.progress(f"[{source.name}] reading through pyiceberg ({e})")
+            namespace, name = split_table_name(source.name)
+            fallback = _IcebergSource.load(self.storage, namespace, name)
+            return fallback.files(snapshot_id) if fallback else []
+
+    def specs(self) -> dict[str, TableSpec]:
+        return load_specs(self.settings.tables_dir)
+
+    def spec(self, table: str, source: _Source | None = None) -> TableSpec:
+        """The table's spec from the tables directory (its source settings may change over time), else the
+        one stored in the catalog when the table was created."""
+        namespace, name = split_table_name(table)
+        specs = self.specs()
+        if table in specs:
+            return specs[table]
+        source = source or self._source(namespace, name)
+        stored = source.properties.get(_P + "spec") if source else None
+        if stored:
+            return TableSpec.from_dict(json.loads(stored), origin=f"catalog table {table}")
+        raise ChangelakeError(
+            f"Unknown table {table}: not in the catalog and no spec in {self.settings.tables_dir} "
+            f"(known: {sorted(specs) or 'none'})"
+        )
+
+    def _pk(self, table: str) -> tuple[TableSpec, _Source]:
+        namespace, name = split_table_name(table)
+        source = self._source(namespace, name)
+        spec = self.spec(table, source)
+        if source is None:
+            raise ChangelakeError(
+                f"Table {spec.full_name} does not exist; create it first (changelake create)"
+            )
+        return spec, source
+
+    def _changelog_source(self, spec: TableSpec) -> _Source:
+        source = self._source(spec.namespace, spec.table + _CHANGELOG_SUFFIX)
+        if source is None:
+            raise ChangelakeError(
+                f"Changelog table of {spec.full_name} does not exist; create the table first"
+            )
+        return source
+
+    @staticmethod
+    def _snapshot_for_batch(source: _Source, table: str, batch_id: int) -> int:
+        for snapshot_id, summary in source.batch_snapshots():
+            if int(summary[_P + "batch-id"]) == batch_id:
+                return snapshot_id
+        raise ChangelakeError(f"{table}: batch {batch_id} is not in the table's history")
+
+    # --- reading files --------------------------------------------------------------------------------
+    def _read(
+        self,
+        source: _Source,
+        files: list[_File],
+        columns: list[str],
+        where: dict[str, Any] | None = None,
+        stats: _Stats | None = None,
+        label: str = "",
+    ) -> pa.Table:
+        """Read ``columns`` of ``files``; with ``where`` (column -> storage value) only matching rows, skipping
+        row groups whose statistics exclude a value and reading other columns only where a key matched."""
+        stats = stats or _Stats()
+        parts: list[pa.Table] = []
+        last_note = time.monotonic()
+        for i, f in enumerate(files, start=1):
+            pf = pq.ParquetFile(source.open(f.path))
+            stats.files_read += 1
+            groups = list(range(pf.metadata.num_row_groups))
+            stats.row_groups += len(groups)
+            if where:
+                groups = [g for g in groups if _may_contain(pf.metadata, g, where)]
+                key_columns = list(where)
+                for g in groups:
+                    keys = pf.read_row_group(g, columns=key_columns)
+                    mask = _matches(keys, where)
+                    stats.row_groups_read += 1
+                    if pc.any(mask).as_py():
+                        parts.append(pf.read_row_group(g, columns=columns).filter(mask))
+            elif groups:
+                stats.row_groups_read += len(groups)
+                parts.append(pf.read_row_groups(groups, columns=columns))
+            if label and time.monotonic() - last_note > 1.0:
+                self.progress(
+                    f"{label}: read {i}/{len(files)} files, {sum(p.num_rows for p in parts):,} rows"
+                )
+                last_note = time.monotonic()
+        table = pa.concat_tables([_unify(p) for p in parts]) if parts else None
+        stats.rows += table.num_rows if table is not None else 0
+        return table
+
+    # --- rows -----------------------------------------------------------------------------------------
+    def rows_arrow(
+        self, table: str, at_batch: int | None = None, limit: int | None = None, by_key: bool = False
+    ) -> pa.Table:
+        """Rows of a table (declared types, no ``_bucket``), current or as of batch ``at_batch``.
+
+        In storage order, or with ``by_key`` in primary-key order (the order ``changelake scan`` prints). A
+        ``limit`` keeps the first rows in key order, reading the key columns first and then only the row
+        groups that hold those rows.
+        """
+        spec, source = self._pk(table)
+        snapshot_id = None if at_batch is None else self._snapshot_for_batch(source, table, at_batch)
+        files = self._files(source, snapshot_id)
+        shown = snapshot_id if snapshot_id is not None else source.current()[0]
+        label = f"[{spec.full_name}] snapshot {shown}" + ("" if at_batch is None else f" (batch {at_batch})")
+        stats = _Stats(files_planned=len(files))
+        self.progress(f"{label}: {len(files)} file(s), {sum(f.record_count for f in files):,} rows planned")
+        schema = view_schema(spec)
+        if limit is None:
+            out = self._read(source, files, list(spec.column_names), stats=stats, label=label)
+            if by_key and out is not None:
+                out = out.sort_by([(k, "ascending") for k in spec.primary_key])
+        else:
+            out = self._first_rows(spec, source, files, limit, stats, label)
+        out = _cast(out, schema)
+        self.last_stats = stats
+        self.progress(
+            f"{label}: read {stats.files_read} file(s), {stats.row_groups_read} of {stats.row_groups} row "
+            f"group(s), {out.num_rows:,} rows"
+        )
+        return out
+
+    def _first_rows(
+        self, spec: TableSpec, source: _Source, files: list[_File], limit: int, stats: _Stats, label: str
+    ) -> pa.Table | None:
+        """The first ``limit`` rows by primary key: each row group's smallest keys, then the rows themselves."""
+        pk = list(spec.primary_key)
+        order = [(k, "ascending") for k in pk]
+        if limit <= 0 or not files:
+            return None
+        candidates = []
+        for i, f in enumerate(files):
+            pf = pq.ParquetFile(source.open(f.path))
+            stats.files_read += 1
+            stats.row_groups += pf.metadata.num_row_groups
+            for g in range(pf.metadata.num_row_groups):
+                keys = _unify(pf.read_row_group(g, columns=pk))
+                index = pc.select_k_unstable(keys, k=min(limit, keys.num_rows), sort_keys=order)
+                candidates.append(
+                    keys.take(index)
+                    .append_column("_file", pa.array([i] * len(index), pa.int32()))
+                    .append_column("_group", pa.array([g] * len(index), pa.int32()))
+                    .append_column("_row", index)
+                )
+        if not candidates:
+            return None
+        keys = pa.concat_tables(candidates)
+        top = keys.take(pc.select_k_unstable(keys, k=min(limit, keys.num_rows), sort_keys=order))
+        wanted: dict[tuple[int, int], list[int]] = {}
+        for i, g, row in zip(*(top.column(c).to_pylist() for c in ("_file", "_group", "_row")), strict=True):
+            wanted.setdefault((i, g), []).append(row)
+        parts = []
+        for (i, g), rows in sorted(wanted.items()):
+            pf = pq.ParquetFile(source.open(files[i].path))
+            stats.row_groups_read += 1
+            parts.append(
+                _unify(pf.read_row_group(g, columns=list(spec.column_names))).take(pa.array(rows, pa.int64()))
+            )
+        return pa.concat_tables(parts).sort_by(order)
+
+    # --- changelog ------------------------------------------------------------------------------------
+    def changelog_arrow(
+        self,
+        table: str,
+        from_batch: int | None = None,
+        to_batch: int | None = None,
+        limit: int | None = None,
+    ) -> pa.Table:
+        """The changelog of batches ``from_batch..to_batch`` in its total order (:func:`changelog_order`).
+
+        A committed batch whose changelog a crashed apply left uncommitted is rolled forward first, as
+        :meth:`ChangeLake.changelog` does. With ``limit``, reading stops after the batch that fills it.
+        """
+        spec, pk_source = self._pk(table)
+        source = self._changelog_source(spec)
+        if pk_source.last_batch() > source.last_batch():
+            self._roll_forward(spec)
+            source = self._changelog_source(spec)
+        files = self._files(source, None)
+        by_batch: dict[int, list[_File]] = {}
+        batch_at = source.partition_columns.index("_batch_id")
+        for f in files:
+            batch = f.partition[batch_at]
+            if (from_batch is None or batch >= from_batch) and (to_batch is None or batch <= to_batch):
+                by_batch.setdefault(batch, []).append(f)
+        label = f"[{spec.full_name}__changelog] snapshot {source.current()[0]}"
+        stats = _Stats(files_planned=len(files))
+        self.progress(
+            f"{label}: {len(by_batch)} batch(es), {sum(len(v) for v in by_batch.values())} of {len(files)} "
+            f"file(s) after pruning by batch"
+        )
+        schema = _changelog_view_schema(spec, source.columns)
+        order = [(c, "ascending") for c in changelog_order(source.columns, spec)]
+        parts, rows = [], 0
+        for batch in sorted(by_batch):
+            part = self._read(source, by_batch[batch], schema.names, stats=stats, label=label)
+            if part is None:
+                continue
+            parts.append(_cast(part, schema).sort_by(order))
+            rows += part.num_rows
+            if limit is not None and rows >= limit:
+                break
+        out = pa.concat_tables(parts) if parts else schema.empty_table()
+        if limit is not None:
+            out = out.slice(0, limit)
+        self.last_stats = stats
+        self.progress(f"{label}: read {stats.files_read} file(s), {out.num_rows:,} changelog records")
+        return out
+
+    def _roll_forward(self, spec: TableSpec) -> None:
+        from changelake.apply import Applier
+
+        self.progress(
+            f"[{spec.full_name}] committing the changelog of a committed batch first (roll forward)"
+        )
+        Applier(None, self.storage, self.progress).roll_forward_changelog(spec)
+
+    # --- lookups --------------------------------------------------------------------------------------
+    def lookup(self, table: str, key: dict[str, Any], prefix: bool = False) -> list[dict[str, Any]]:
+        """Primary-key lookup (all PK columns) or, with ``prefix=True``, prefix lookup by bucket key (spec §9).
+
+        Reads only the files of the key's (partition, bucket) and, in them, only row groups whose statistics
+        admit the key. Rows come back as dicts ordered by primary key.
+        """
+        spec, source = self._pk(table)
+        check_lookup_columns(spec, list(key), prefix)
+        values = {name: decode_lookup_value(spec, name, value) for name, value in key.items()}
+        target = tuple(partition_value(values[c]) for c in spec.partition_keys) + (bucket_of(spec, values),)
+        files = self._files(source, None)
+        hits = [f for f in files if f.partition == target]
+        stats = _Stats(files_planned=len(files))
+        found = self._read(source, hits, list(spec.column_names), where=values, stats=stats)
+        out = _cast(found, view_schema(spec)).sort_by([(k, "ascending") for k in spec.primary_key])
+        self.last_stats = stats
+        self.progress(
+            f"[{spec.full_name}] lookup: partition/bucket {target}: {len(hits)} of {len(files)} file(s), "
+            f"{stats.row_groups_read} of {stats.row_groups} row group(s) read, {out.num_rows} row(s)"
+        )
+        return out.to_pylist()
+
+    # --- status and dead letters ----------------------------------------------------------------------
+    def status(self) -> list[dict[str, Any]]:
+        """Per table with a spec: last batch, rows, batch snapshots, changelog records, pending landed batches,
+        and the quarantined / redelivered / deduplicated totals of its batches."""
+        out = []
+        for name, spec in sorted(self.specs().items()):
+            landed = _landed_batch_ids(self.settings.landing_dir, spec)
+            source = self._source(spec.namespace, spec.table)
+            if source is None:
+                out.append(
+                    {
+                        "table": name,
+                        "exists": False,
+                        "last_batch": 0,
+                        "rows": 0,
+                        "snapshots": 0,
+                        "changelog_records": 0,
+                        "pending_batches": len(landed),
+                        **dict.fromkeys(_SOURCE_TOTALS, 0),
+                    }
+                )
+                continue
+            snapshot_id, summary = source.current()
+            last = int(summary.get(_P + "batch-id", 0))
+            summaries = [s for _, s in source.batch_snapshots()]
+            rows = summary.get("total-records")
+            out.append(
+                {
+                    "table": name,
+                    "exists": True,
+                    "last_batch": last,
+                    "rows": int(rows)
+                    if rows is not None
+                    else sum(f.record_count for f in self._files(source, None)),
+                    "snapshots": len(summaries),
+                    "changelog_records": int(summary.get(_P + "log-end-offset", 0)),
+                    "pending_batches": sum(1 for b in landed if b > last),
+                    **{k: sum(int(s.get(f"{_P}source.{k}", 0)) for s in summaries) for k in _SOURCE_TOTALS},
+                }
+            )
+        return out
+
+    def dead_letters(self, table: str, batch_id: int | None = None) -> list[dict[str, Any]]:
+        """Quarantined records of a table (``on-bad-record: quarantine``): batch, file, line, field, reason,
+        raw text — read from the dead-letter files the committed batches name."""
+        namespace, name = split_table_name(table)
+        source = self._source(namespace, name)
+        if source is None:
+            self.spec(table)  # an unknown table is an error; a known one without a table has no letters
+            return []
+        out = []
+        for _, summary in source.batch_snapshots():
+            path = summary.get(_P + "dead-letter")
+            if not path or (batch_id is not None and int(summary[_P + "batch-id"]) != batch_id):
+                continue
+            opened = source.open(path)
+            if isinstance(opened, str):
+                text = Path(opened).read_text()
+            else:
+                with opened as fh:
+                    text = fh.read().decode()
+            out += [json.loads(line) for line in text.splitlines() if line.strip()]
+        return out
+
+
+def _landed_batch_ids(landing_dir: Path, spec: TableSpec) -> list[int]:
+    """Ids of the batches landed for a table (``<landing>/<ns>.<table>/<id>.<ext>``)."""
+    directory = landing_dir / spec.full_name
+    if not directory.is_dir():
+        return []
+    ids = []
+    for path in directory.iterdir():
+        stem, _, ext = path.name.partition(".")
+        if ext in _LANDED_BATCH and stem.isdigit() and int(stem) > 0:
+            ids.append(int(stem))
+    return sorted(ids)
+
+
+def _may_contain(metadata: pq.FileMetaData, group: int, where: dict[str, Any]) -> bool:
+    """False when a row group's min/max statistics exclude one of the looked-up values."""
+    row_group = metadata.row_group(group)
+    names = metadata.schema.names
+    for name, value in where.items():
+        if name not in names:
+            continue
+        column = row_group.column(names.index(name))
+        s = column.statistics
+        if s is None or not s.has_min_max:
+            continue
+        try:
+            if value < s.min or value > s.max:
+                return False
+        except TypeError:  # e.g. aware vs naive datetimes: keep the row group
+            continue
+    return True
+
+
+def _matches(keys: pa.Table, where: dict[str, Any]) -> pa.ChunkedArray:
+    mask = None
+    for name, value in where.items():
+        column = keys.column(name)
+        eq = pc.equal(column, pa.scalar(value, type=column.type))
+        mask = eq if mask is None else pc.and_(mask, eq)
+    return pc.fill_null(mask, False)
+
+
+def _unify(table: pa.Table) -> pa.Table:
+    """Large string/binary (some writers) as plain string/binary, so tables from different files concatenate."""
+    fields = []
+    for f in table.schema:
+        if pa.types.is_large_string(f.type):
+            f = f.with_type(pa.string())
+        elif pa.types.is_large_binary(f.type):
+            f = f.with_type(pa.binary())
+        fields.append(f)
+    schema = pa.schema(fields)
+    return table if schema == table.schema else table.cast(schema)
+
+
+def _cast(table: pa.Table | None, schema: pa.Schema) -> pa.Table:
+    if table is None:
+        return schema.empty_table()
+    return table.select(schema.names).cast(schema)
+
+
+def stderr_progress(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+class _NoPandas:
+    """An import hook that refuses pandas (used for one call only, see :func:`skip_pandas_probe`)."""
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> None:
+        if name == "pandas":
+            raise ImportError("pandas is not needed by changelake's fast reads")
+
+
+def skip_pandas_probe() -> None:
+    """Let pyarrow settle that pandas is absent without importing it (1-2 s on a small machine).
+
+    pyarrow imports pandas the first time it converts Python values, only to recognise pandas objects;
+    the read commands never give it any. Its shim then remembers "no pandas" for that recognition and
+    still imports pandas the moment something asks for it (``to_pandas``). For command-line processes:
+    in a notebook a pandas object handed to pyarrow afterwards would be taken for a plain sequence.
+    """
+    if "pandas" in sys.modules:
+        return
+    hook = _NoPandas()
+    sys.meta_path.insert(0, hook)
+    try:
+        pa.array([], pa.int8())
+    finally:
+        sys.meta_path.remove(hook)

@@ -1,0 +1,298 @@
+"""Reads without a JVM (changelake.fastread) return exactly what the Spark reads return.
+
+Spark builds the tables and is the reference side of every comparison; the fast reads run both ways to the
+metadata (direct: sqlite3 + JSON + Avro; pyiceberg).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from changelake import fastread
+from changelake.errors import ChangelakeError
+from changelake.fastread import FastReader, bucket_of, spark_xxhash64
+from changelake.spec import TableSpec
+
+# Arrow type of a fast read -> Spark's simpleString of the same column in the Spark read.
+_SPARK_NAME = {
+    pa.bool_(): "boolean",
+    pa.int8(): "tinyint",
+    pa.int16(): "smallint",
+    pa.int32(): "int",
+    pa.int64(): "bigint",
+    pa.float32(): "float",
+    pa.float64(): "double",
+    pa.string(): "string",
+    pa.binary(): "binary",
+    pa.date32(): "date",
+    pa.timestamp("us"): "timestamp_ntz",
+    pa.timestamp("us", tz="UTC"): "timestamp",
+}
+
+HASHED = {
+    "BOOLEAN": [True, False],
+    "TINYINT": [-128, 0, 127],
+    "SMALLINT": [-32768, 7, 32767],
+    "INT": [-(2**31), -1, 0, 1, 2**31 - 1],
+    "BIGINT": [-(2**63), -1, 0, 42, 2**63 - 1],
+    "FLOAT": [0.0, -0.0, 1.5, -3.25e10, float("nan"), float("inf")],
+    "DOUBLE": [0.0, -0.0, 0.1, -1e300, float("nan"), float("-inf")],
+    "DECIMAL(10,2)": [decimal.Decimal("0.00"), decimal.Decimal("-12.50"), decimal.Decimal("99999999.99")],
+    "DECIMAL(38,10)": [
+        decimal.Decimal("0E-10"),
+        decimal.Decimal("-1.0000000000"),
+        decimal.Decimal("1234567890123456789012345678.1234567890"),
+        decimal.Decimal("-9999999999999999999999999999.9999999999"),
+    ],
+    "STRING": ["", "a", "abcd", "héllo wörld ✓", "x" * 31, "y" * 32, "z" * 33, "0123456789" * 10 + "end"],
+    "CHAR(3)": ["abc", "é"],
+    "BYTES": [b"", b"\x00", b"\xff\x00\x01\x02\x03", bytes(range(70))],
+    "DATE": [dt.date(1970, 1, 1), dt.date(1969, 12, 31), dt.date(2024, 2, 29)],
+    "TIME": ["00:00:00.000000", "23:59:59.999999"],
+    "TIMESTAMP(6)": [dt.datetime(1970, 1, 1), dt.datetime(1969, 12, 31, 23, 59, 59, 999999), dt.datetime(2024, 5, 6, 7, 8, 9, 123456)],
+    "TIMESTAMP_LTZ(3)": [dt.datetime(2024, 5, 6, 7, 8, 9, 123000, tzinfo=dt.UTC), dt.datetime(1960, 1, 1, tzinfo=dt.UTC)],
+}  # fmt: skip
+
+
+def _normalized(value):
+    """Spark's Python value as the fast read gives it: bytes, and instants timezone-aware in UTC."""
+    if isinstance(value, bytearray):
+        return bytes(value)
+    return value
+
+
+def _spark_rows(df) -> list[dict]:
+    """Rows of a Spark DataFrame with TIMESTAMP (LTZ) values made aware UTC, as the fast read returns them."""
+    instants = {name for name, kind in df.dtypes if kind == "timestamp"}
+    return [
+        {
+            k: v.astimezone(dt.UTC) if k in instants and v is not None else _normalized(v)
+            for k, v in r.asDict().items()
+        }
+        for r in df.collect()
+    ]
+
+
+def _spark_name(arrow_type: pa.DataType) -> str:
+    if pa.types.is_decimal(arrow_type):
+        return f"decimal({arrow_type.precision},{arrow_type.scale})"
+    return _SPARK_NAME[arrow_type]
+
+
+def _assert_same(arrow: pa.Table, df, ordered: bool, key: list[str]) -> None:
+    assert [(f.name, _spark_name(f.type)) for f in arrow.schema] == df.dtypes
+    fast, spark = arrow.to_pylist(), _spark_rows(df)
+    if not ordered:
+        spark.sort(key=lambda r: tuple(r[k] for k in key))
+        fast.sort(key=lambda r: tuple(r[k] for k in key))
+    assert fast == spark
+
+
+def test_xxhash64_and_buckets_equal_spark(spark):
+    from changelake import tables
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    columns = [{"name": f"c{i}", "type": t} for i, t in enumerate(HASHED)]
+    spec = TableSpec.from_dict(
+        {
+            "name": "h.all",
+            "columns": columns,
+            "primary_key": [c["name"] for c in columns],
+            "options": {"bucket.num": 7},
+        }
+    )
+    width = max(len(v) for v in HASHED.values())
+    rows = [tuple(v[i % len(v)] for v in HASHED.values()) for i in range(width)]
+    struct = tables.storage_struct(spec, with_bucket=False)
+    df = spark.createDataFrame(rows, T.StructType(struct.fields))
+    names = list(spec.column_names)
+    expected = df.select(*[F.xxhash64(n) for n in names], tables.bucket_expr(spec)).collect()
+    for row, want in zip(rows, expected, strict=True):
+        values = dict(zip(names, row, strict=True))
+        got = [spark_xxhash64([values[n]], [spec.column(n).type]) for n in names]
+        assert list(zip(names, got, strict=True)) == list(zip(names, want[:-1], strict=True))
+        assert bucket_of(spec, values) == want[-1]  # every column together, as the apply buckets a key
+
+
+SPEC = {
+    "name": "f.events",
+    "columns": [
+        {"name": "day", "type": "DATE"},
+        {"name": "k", "type": "BIGINT"},
+        {"name": "sub", "type": "STRING"},
+        {"name": "ti", "type": "TINYINT"},
+        {"name": "si", "type": "SMALLINT"},
+        {"name": "amount", "type": "DECIMAL(12,2)"},
+        {"name": "f", "type": "FLOAT"},
+        {"name": "ok", "type": "BOOLEAN"},
+        {"name": "raw", "type": "BYTES"},
+        {"name": "tm", "type": "TIME"},
+        {"name": "ts", "type": "TIMESTAMP(6)"},
+        {"name": "at", "type": "TIMESTAMP_LTZ(6)"},
+    ],
+    "primary_key": ["day", "k", "sub"],
+    "partition_keys": ["day"],
+    "bucket_key": ["k"],
+    "options": {"bucket.num": 3},
+}
+
+
+def _record(op: str, day: str, k: int, sub: str, n: int) -> dict:
+    return {
+        "op": op,
+        "data": {
+            "day": day,
+            "k": k,
+            "sub": sub,
+            "ti": n % 100 - 50,
+            "si": n * 7,
+            "amount": f"{n}.{n % 100:02d}",
+            "f": n / 4,
+            "ok": n % 2 == 0,
+            "raw": ["AAE=", "/w==", ""][n % 3],
+            "tm": f"10:{n % 60:02d}:00",
+            "ts": f"2024-01-01T00:00:{n % 60:02d}.5",
+            "at": f"2024-01-01T00:{n % 60:02d}:00+02:00",
+        },
+    }
+
+
+@pytest.fixture(scope="module")
+def events(spark, tmp_path_factory):
+    """A partitioned table with three buckets over four batches: inserts, updates, deletes, a new partition.
+
+    Built once for the module (the tests only read it, besides landing files for the status test).
+    """
+    from changelake import ChangeLake
+
+    home = tmp_path_factory.mktemp("fastread")
+    (home / "tables").mkdir()
+    lake = ChangeLake(home=home, tables_dir=home / "tables", spark=spark, progress=None)
+    lake.create_table(SPEC)
+    days = ["2024-01-01", "2024-01-02"]
+    lake.apply(
+        "f.events", [_record("+I", d, k, s, k) for d in days for k in range(8) for s in "ab"], batch_id=1
+    )
+    lake.apply(
+        "f.events",
+        [_record("+U", "2024-01-01", k, "a", 100 + k) for k in range(4)]
+        + [{"op": "-D", "data": {"day": "2024-01-02", "k": k, "sub": "b"}} for k in range(3)],
+        batch_id=2,
+    )
+    lake.apply("f.events", [_record("+I", "2024-01-03", 99, "z", 7)], batch_id=3)
+    lake.apply(
+        "f.events",
+        [
+            {"op": "-D", "data": {"day": "2024-01-03", "k": 99, "sub": "z"}},
+            _record("+U", "2024-01-01", 5, "b", 55),
+        ],
+        batch_id=4,
+    )
+    return lake
+
+
+@pytest.mark.parametrize("direct", [True, False], ids=["direct", "pyiceberg"])
+def test_fast_reads_equal_spark_reads(events, direct):
+    lake = events
+    reader = FastReader(lake.settings, direct=direct)
+    key = ["day", "k", "sub"]
+    for batch in (1, 2, 3, 4, None):
+        _assert_same(
+            reader.rows_arrow("f.events", at_batch=batch), lake.rows("f.events", at_batch=batch), False, key
+        )
+    first = lake.rows("f.events", at_batch=2).orderBy(*key).limit(5)
+    _assert_same(reader.rows_arrow("f.events", at_batch=2, limit=5), first, True, key)
+    for lo, hi in ((None, None), (2, 3), (4, None), (None, 1), (5, None)):
+        _assert_same(
+            reader.changelog_arrow("f.events", lo, hi), lake.changelog("f.events", lo, hi), True, key
+        )
+    assert reader.changelog_arrow("f.events", limit=7) == reader.changelog_arrow("f.events").slice(0, 7)
+    with pytest.raises(ChangelakeError, match="batch 9 is not in the table's history"):
+        reader.rows_arrow("f.events", at_batch=9)
+
+
+@pytest.mark.parametrize("direct", [True, False], ids=["direct", "pyiceberg"])
+def test_lookups_read_one_bucket_and_equal_spark(events, direct):
+    from pyspark.sql import functions as F
+
+    lake = events
+    reader = FastReader(lake.settings, direct=direct)
+    current = lake.rows("f.events")
+    for row in _spark_rows(current.select("day", "k", "sub")):
+        key = {"day": row["day"].isoformat(), "k": str(row["k"]), "sub": row["sub"]}
+        want = current.filter(
+            (F.col("day") == row["day"]) & (F.col("k") == row["k"]) & (F.col("sub") == row["sub"])
+        )
+        _assert_same(
+            pa.Table.from_pylist(reader.lookup("f.events", key), fastread.view_schema(lake.spec("f.events"))),
+            want,
+            True,
+            ["k"],
+        )
+        assert reader.last_stats.files_read == 1 < reader.last_stats.files_planned
+    assert reader.lookup("f.events", {"day": "2024-01-02", "k": 1, "sub": "b"}) == []  # deleted in batch 2
+    assert reader.lookup("f.events", {"day": "2024-01-09", "k": 1, "sub": "a"}) == []  # no such partition
+    assert reader.lookup("f.events", {"day": "2024-01-01", "k": 12345, "sub": "a"}) == []
+    prefix = reader.lookup("f.events", {"day": "2024-01-01", "k": 5}, prefix=True)
+    want = current.filter((F.col("day") == dt.date(2024, 1, 1)) & (F.col("k") == 5)).orderBy("sub")
+    assert prefix == _spark_rows(want) and [r["sub"] for r in prefix] == ["a", "b"]
+    assert (
+        lake.lookup("f.events", {"day": "2024-01-01", "k": 5}, prefix=True) == prefix
+    )  # the API's fast path
+
+
+def test_status_and_dead_letters_agree_both_ways(events):
+    lake = events
+    (lake.settings.tables_dir / "f.events.yaml").write_text(json.dumps(SPEC))
+    landing = lake.settings.landing_dir / "f.events"
+    landing.mkdir(parents=True)
+    for batch in (3, 5, 6):  # 3 is applied already; 5 and 6 are pending
+        (landing / f"{batch:03d}.jsonl").write_text("")
+    (landing / "005.manifest.json").write_text("{}")  # not a batch
+    direct, via_iceberg = FastReader(lake.settings, direct=True), FastReader(lake.settings, direct=False)
+    (status,) = direct.status()
+    assert status == via_iceberg.status()[0]
+    rows = lake.rows("f.events").count()
+    assert (status["last_batch"], status["rows"], status["snapshots"], status["pending_batches"]) == (
+        4,
+        rows,
+        4,
+        2,
+    )
+    assert direct.dead_letters("f.events") == via_iceberg.dead_letters("f.events") == []
+
+
+def test_direct_reads_fall_back_to_pyiceberg(events, monkeypatch):
+    lake = events
+    messages: list[str] = []
+    expected = FastReader(lake.settings, direct=True).rows_arrow("f.events")
+
+    def unsupported(_data):
+        raise fastread._Unsupported("Avro codec snappy")
+
+    monkeypatch.setattr(fastread, "read_avro", unsupported)
+    assert FastReader(lake.settings, messages.append, direct=True).rows_arrow("f.events") == expected
+    assert any("reading through pyiceberg (Avro codec snappy)" in m for m in messages)
+
+
+def test_lookup_skips_row_groups_by_statistics(tmp_path):
+    """Within a file, only row groups whose min/max admit the key are read (here: 1 of 10)."""
+    path = tmp_path / "sorted.parquet"
+    table = pa.table({"k": pa.array(range(100), pa.int64()), "v": pa.array([f"v{i}" for i in range(100)])})
+    pq.write_table(table, path, row_group_size=10)
+    source = fastread._Source(name="x.y", properties={}, columns=["k", "v"], partition_columns=[])
+    source.open = lambda p: p  # a local path, as the direct way opens files
+    reader = FastReader.__new__(FastReader)
+    reader.progress = lambda _m: None
+    stats = fastread._Stats()
+    files = [fastread._File(str(path), (), 100)]
+    found = reader._read(source, files, ["k", "v"], where={"k": 42}, stats=stats)
+    assert found.to_pylist() == [{"k": 42, "v": "v42"}]
+    assert (stats.row_groups, stats.row_groups_read) == (10, 1)
+    assert reader._read(source, files, ["k", "v"], where={"k": 1000}, stats=stats) is None
