@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/bench_data.py --dir /tmp/x --rows 200000 --batch 20000 [--huge-records N]
 
 Writes into ``--dir``:
+  warmup.parquet      10k ``+I`` records for a throwaway table applied before the timed scenarios
   base.parquet        the table: ``--rows`` ``+I`` records, keys 0..rows-1
   batch.parquet       batch 2: 70% ``+U`` of existing keys, 20% ``+I`` of new keys, 10% ``-D``, random order,
                       every key at most once (so a MERGE and a changelog apply mean the same thing)
@@ -142,6 +143,11 @@ def generate(
             keys = np.arange(start, min(rows, start + chunk))
             writer.write_table(make_records(np.full(len(keys), INSERT, np.int8), keys, rng))
 
+    warm = min(rows, 10_000)
+    warm_rng = np.random.default_rng(seed + 2)
+    pq.write_table(
+        make_records(np.full(warm, INSERT, np.int8), np.arange(warm), warm_rng), out / "warmup.parquet"
+    )
     batch = change_batch(np.arange(rows), rows, batch_size, rng)
     pq.write_table(batch, out / "batch.parquet")
     pq.write_table(older_versions(batch, rng), out / "versioned.parquet")

@@ -17,6 +17,7 @@ A peer whose package is missing reports ``skipped`` (``uv sync --group bench`` i
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import sys
 import time
@@ -26,7 +27,6 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 from bench_data import COLUMNS, FINGERPRINT_COLUMNS, fingerprint
 from bench_memory import PhaseMemory
@@ -50,8 +50,8 @@ def run_delta(data: Path, work: Path) -> dict[str, Any]:
     path = str(work / "delta")
 
     def write() -> None:
-        reader = ds.dataset(data / "base.parquet").scanner(columns=COLUMNS).to_reader()
-        write_deltalake(path, reader, configuration={"delta.enableChangeDataFeed": "true"})
+        rows = pq.read_table(data / "base.parquet", columns=COLUMNS)
+        write_deltalake(path, rows, configuration={"delta.enableChangeDataFeed": "true"})
 
     def merge() -> dict[str, Any]:
         source = pq.read_table(data / "batch.parquet")
@@ -181,6 +181,7 @@ def main() -> int:
     ap.add_argument("--work", type=Path, help="where the peer writes its table (default: DIR/peer-NAME)")
     ap.add_argument("--out", type=Path, help="write the result JSON here (default: stdout)")
     args = ap.parse_args()
+    faulthandler.enable()  # a native crash (abort, segfault) still leaves the Python stacks in stderr
     result = run_peer(args.peer, args.dir, args.work or args.dir / f"peer-{args.peer}")
     text = json.dumps(result, indent=2) + "\n"
     if args.out:

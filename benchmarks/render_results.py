@@ -100,8 +100,16 @@ def render(r: dict[str, Any]) -> str:
             ],
         ],
     )
+    for name, result in peers.items():
+        for failure in result.get("failed_attempts", []):
+            out += ["", f"{name}: an attempt failed before this result: `{failure['error']}`"]
     out += ["", "### changelake scenarios", ""]
     scenario_rows = [
+        [
+            "warm-up: 10k rows into a throwaway table",
+            seconds(r.get("warmup_s")),
+            "starts JVM code paths and workers",
+        ],
         ["initial load: the table as batch 1 (last-row)", seconds(r.get("initial_load_s")), ""],
         ["initial load of the versioned table", seconds(r.get("initial_load_versioned_s")), ""],
         ["initial load of the aggregation table", seconds(r.get("initial_load_aggregation_s")), ""],
