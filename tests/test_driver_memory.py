@@ -54,7 +54,7 @@ CHILD = textwrap.dedent(
         raise AssertionError(name)
 
     cap = (status("VmData") + headroom) << 20
-    resource.setrlimit(resource.RLIMIT_DATA, (cap, resource.RLIMIT_INFINITY))
+    resource.setrlimit(resource.RLIMIT_DATA, (cap, resource.RLIM_INFINITY))
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
     result = lake.apply("mem.t", file=big, batch_id=2)
     after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024

@@ -23,7 +23,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-import re
 import signal
 import sys
 import time
@@ -38,10 +37,10 @@ from changelake import buckets, decode, merge, tables
 from changelake.buckets import COUNTERS, BucketContext, merge_bucket
 from changelake.buckets import SOURCE_COUNTERS as TASK_SOURCE_COUNTERS
 from changelake.errors import BatchRefusedError, ChangelakeError
+from changelake.landing import landed_batches, read_manifest, scan_landing  # noqa: F401 (api imports it here)
 from changelake.spec import TableSpec
 from changelake.storage import CommitFailedException, Storage
 
-BATCH_FILE = re.compile(r"^(\d+)\.(jsonl|json|parquet)$")
 MAX_COMMIT_ATTEMPTS = 5
 Progress = Callable[[str], None]
 
@@ -74,40 +73,6 @@ def _fault(point: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def read_manifest(path: Path) -> list[str] | None:
-    """Target columns of a landed batch, from ``<batch_id>.manifest.json`` beside it (partial updates)."""
-    manifest = path.with_name(f"{path.name.split('.')[0]}.manifest.json")
-    if not manifest.exists():
-        return None
-    try:
-        data = json.loads(manifest.read_text())
-    except json.JSONDecodeError as e:
-        raise ChangelakeError(f"{manifest}: not valid JSON: {e}") from None
-    columns = data.get("target_columns") if isinstance(data, dict) else None
-    if not isinstance(columns, list) or not all(isinstance(c, str) for c in columns):
-        raise ChangelakeError(f'{manifest}: expected {{"target_columns": ["col", ...]}}')
-    return columns
-
-
-def landed_batches(landing_dir: Path, spec: TableSpec) -> dict[int, Path]:
-    """Batch files under ``<landing>/<namespace>.<table>/<batch_id>.<ext>``, keyed by batch id."""
-    directory = landing_dir / spec.full_name
-    found: dict[int, Path] = {}
-    if not directory.is_dir():
-        return found
-    for path in sorted(directory.iterdir()):
-        m = BATCH_FILE.match(path.name)
-        if not m:
-            continue
-        batch_id = int(m.group(1))
-        if batch_id <= 0:
-            raise ChangelakeError(f"{path}: batch ids are positive integers")
-        if batch_id in found:
-            raise ChangelakeError(f"{path}: batch {batch_id} is landed twice ({found[batch_id].name})")
-        found[batch_id] = path
-    return dict(sorted(found.items()))
-
-
 class Applier:
     """Applies batches for one SparkSession and catalog."""
 
@@ -136,12 +101,14 @@ class Applier:
         self.roll_forward_changelog(spec)
         last = Storage.state(self.storage.pk_table(spec)).last_batch
         lowest = last + 1 if from_batch is None else from_batch
-        pending = {
-            b: p
-            for b, p in landed_batches(landing_dir, spec).items()
-            if b >= lowest and (up_to is None or b <= up_to)
-        }
+        # A bad landed file blocks this table from its batch on; the batches below it still apply.
+        landing = scan_landing(landing_dir, spec)
+        pending = {b: p for b, p in landing.batches.items() if b >= lowest and (up_to is None or b <= up_to)}
+        blocked = landing.blocked_from
+        error = landing.error() if blocked is not None and (up_to is None or blocked <= up_to) else None
         if not pending:
+            if error is not None:
+                raise error
             self.progress(f"[{spec.full_name}] up to date (last batch {last}, nothing pending)")
             return []
         self.progress(f"[{spec.full_name}] {len(pending)} pending batch(es): {_ranges(list(pending))}")
@@ -149,6 +116,8 @@ class Applier:
         for i, (batch_id, path) in enumerate(pending.items(), start=1):
             self.progress(f"[{spec.full_name}] batch {i}/{len(pending)}: id {batch_id} from {path}")
             results.append(self.apply_files(spec, batch_id, [path], target_columns=read_manifest(path)))
+        if error is not None:
+            raise error
         return results
 
     def apply_files(
@@ -282,10 +251,11 @@ class Applier:
         self.progress(
             f"[{spec.full_name}] batch {batch_id}: decoding {plan.bytes:,} bytes in {len(ranges)} task(s)"
         )
-        sc = self.spark.sparkContext
+        # Round-robin over as many partitions as ranges: one range per task (no sparkContext: works over
+        # Spark Connect too).
         frame = self.spark.createDataFrame(
-            sc.parallelize(ranges, max(1, len(ranges))), _spark_schema(decode.ranges_schema(), spec)
-        )
+            [tuple(r.values()) for r in ranges], _spark_schema(decode.ranges_schema(), spec)
+        ).repartition(max(1, len(ranges)))
         task = decode.decode_task(spec, staging, dict(table.io.properties))
         stats = [
             r.asDict() for r in frame.mapInArrow(task, _spark_schema(decode.stats_schema(), spec)).collect()
@@ -416,7 +386,7 @@ class Applier:
 
         # An explicit partition count: adaptive execution would otherwise coalesce the (small) record shuffle
         # into one task and merge every bucket on one core.
-        n = max(1, min(spec.bucket_num * 4, self.spark.sparkContext.defaultParallelism * 4))
+        n = max(1, min(spec.bucket_num * 4, _parallelism(self.spark) * 4))
         schema = _spark_schema(buckets.marker_schema(spec, ctx.partition_columns), spec)
         rows = (
             records.repartition(n, *part_cols).groupBy(*part_cols).applyInArrow(merge_one, schema).collect()
@@ -516,6 +486,14 @@ class Applier:
 
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
+def _parallelism(spark) -> int:
+    """Cores Spark can use at once (the classic API knows; over Spark Connect, the configured default)."""
+    try:
+        return spark.sparkContext.defaultParallelism
+    except Exception:  # Spark Connect has no sparkContext
+        return int(spark.conf.get("spark.default.parallelism", None) or os.cpu_count() or 2)
 
 
 def _kafka_offsets(table) -> dict[str, int]:

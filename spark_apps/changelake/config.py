@@ -13,6 +13,7 @@ environment variable       config-file key                        default
 ``CHANGELAKE_CATALOG_URI`` ``catalog_uri``                        ``sqlite:///$CHANGELAKE_HOME/catalog.db``
 ``CHANGELAKE_CATALOG_TYPE````catalog_type`` (``sql`` | ``rest``)  ``sql``
 ``CHANGELAKE_SPARK_MASTER````spark_master``                       ``local[2]``
+``CHANGELAKE_SPARK_REMOTE````spark_remote`` (``sc://host:port``)    unset: each process starts its own Spark
 (n/a)                      ``spark_conf`` (mapping)               ``{}``
 (n/a)                      ``catalog_properties`` (mapping)       ``{}`` (e.g. credentials for a REST catalog)
 =========================  =====================================  ===============================================
@@ -38,6 +39,7 @@ _ENV_KEYS = {
     "catalog_uri": "CHANGELAKE_CATALOG_URI",
     "catalog_type": "CHANGELAKE_CATALOG_TYPE",
     "spark_master": "CHANGELAKE_SPARK_MASTER",
+    "spark_remote": "CHANGELAKE_SPARK_REMOTE",
 }
 
 
@@ -53,6 +55,7 @@ class Settings:
     catalog_type: str = "sql"
     catalog_name: str = "changelake"
     spark_master: str = "local[2]"
+    spark_remote: str = ""  # a warm Spark Connect server (sc://host:port) to run Spark work on instead
     spark_conf: dict[str, str] = field(default_factory=dict)
     catalog_properties: dict[str, str] = field(default_factory=dict)
 
@@ -104,6 +107,7 @@ _FILE_KEYS = {
     "catalog_type",
     "catalog_name",
     "spark_master",
+    "spark_remote",
     "spark_conf",
     "catalog_properties",
 }

@@ -34,6 +34,9 @@ def get_spark(settings: Settings, app_name: str = "changelake", hive: bool = Fal
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
+    if settings.spark_remote and not hive:
+        # A warm Spark Connect server (see `make sql`): no JVM in this process, the server's conf applies.
+        return SparkSession.builder.remote(settings.spark_remote).getOrCreate()
     if os.environ.get("PYSPARK_GATEWAY_PORT"):
         # Under spark-submit: attach to its JVM first, so SparkConf() sees what it passed (e.g. --master).
         SparkContext._ensure_initialized()
