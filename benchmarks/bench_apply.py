@@ -49,7 +49,6 @@ import pyarrow.parquet as pq
 from bench_data import COLUMNS, UPDATE, make_records
 from bench_memory import PhaseMemory, child_jvm
 from changelake import ChangeLake
-from changelake.config import Settings, load_settings
 
 HERE = Path(__file__).resolve().parent
 BUCKETS = 32
@@ -152,8 +151,9 @@ def fingerprint(df) -> dict[str, Any]:
     }
 
 
-def changed_partitions(settings: Settings, table: str) -> int | None:
-    """Partitions (buckets) the table's last snapshot changed, from Iceberg's own snapshot summary.
+def changed_partitions(settings: Any, table: str) -> int | None:
+    """Partitions (buckets) the table's last snapshot changed, from Iceberg's own snapshot summary;
+    ``settings`` is ``ChangeLake.settings`` (catalog name, type, URI, warehouse, properties).
 
     changelake tables are plain Iceberg (README, "Storage per table"), so this reads the catalog with
     pyiceberg rather than through changelake's internals."""
@@ -261,8 +261,7 @@ def main() -> int:
         current.append(msg)
         print("   ", msg, file=sys.stderr, flush=True)
 
-    settings = load_settings(home=work / "lake", tables_dir=work / "tables")
-    lake = ChangeLake(settings, progress=progress)
+    lake = ChangeLake(home=work / "lake", tables_dir=work / "tables", progress=progress)
     spark = lake.spark  # the session starts outside every timing
     from pyspark.sql import functions as F
 
@@ -378,7 +377,7 @@ def main() -> int:
         f"apply {len(in_bucket0):,} records in one bucket",
         lambda: lake.apply(table, file=data / "small.parquet", batch_id=3),
     )
-    touched = changed_partitions(settings, table)
+    touched = changed_partitions(lake.settings, table)
     check(checks, "one-bucket batch rewrote one bucket", touched == 1, f"changed-partition-count {touched}")
 
     measure(
