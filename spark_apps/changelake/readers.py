@@ -452,9 +452,28 @@ def _read_parquet(path: Path, spec: TableSpec, opts: SourceOptions, out: Decoded
     out.messages += table.num_rows
     rows = pa.array(range(1, table.num_rows + 1), pa.int64())  # original row numbers (1-based)
     if not opts.quarantine:
-        return _decode_parquet(table, path, spec, rows)
+        try:
+            return _decode_parquet(table, path, spec, rows)
+        except BadRecordError as e:
+            raise _first_error(table, path, spec, rows, e) from None
     pieces = _decode_quarantined(table, path, spec, rows, out, opts)
     return pa.concat_tables(pieces) if pieces else batch_arrow_schema(spec).empty_table()
+
+
+def _first_error(table: pa.Table, path: Path, spec: TableSpec, rows: pa.Array, error: BadRecordError):
+    """The error of the first bad row: ``error`` came from the first check that failed, which may be about
+    a later row than another check would find; the rows before it are decoded again until none fails."""
+    while error.line >= 1:
+        position = pc.index(rows, error.line).as_py()
+        if position == 0:
+            break
+        table, rows = table.slice(0, position), rows.slice(0, position)
+        try:
+            _decode_parquet(table, path, spec, rows)
+            break
+        except BadRecordError as earlier:
+            error = earlier
+    return error
 
 
 def _decode_quarantined(
@@ -496,6 +515,18 @@ def _decode_parquet(table: pa.Table, path: Path, spec: TableSpec, rows: pa.Array
     Each column goes through its type's :meth:`~changelake.types.DataType.from_arrow` (the rules the JSON
     path applies through ``decode_json``), then the table's :class:`ColumnRules` and required columns."""
     n = table.num_rows
+    op_type = table.schema.field("op").type
+    if pa.types.is_dictionary(op_type):
+        op_type = op_type.value_type
+    if not (pa.types.is_null(op_type) or pa.types.is_string(op_type) or pa.types.is_large_string(op_type)):
+        raise BadRecordError(
+            str(path), 0, "op", f"expected a string column, got {table.schema.field('op').type}"
+        )
+    for col in spec.columns:  # the file's schema first: its problems are not any row's
+        if col.name in table.column_names:
+            problem = col.type.arrow_type_problem(table.schema.field(col.name).type)
+            if problem is not None:
+                raise BadRecordError(str(path), 0, col.name, problem)
     ops = _ops(table.column("op"), path, rows)
     bad = pc.invert(pc.fill_null(pc.is_in(ops, pa.array(OPS)), False))
     if pc.any(bad).as_py():
@@ -541,14 +572,13 @@ def _decode_parquet(table: pa.Table, path: Path, spec: TableSpec, rows: pa.Array
 
 
 def _ops(column: pa.ChunkedArray, path: Path, rows: pa.Array) -> pa.Array:
-    """The ``op`` column as strings (plain or dictionary-encoded); any other type is refused."""
+    """The ``op`` column as strings (its type, string or dictionary of strings, is checked before)."""
+    t = column.type.value_type if pa.types.is_dictionary(column.type) else column.type
+    if pa.types.is_null(t):
+        return pa.nulls(len(column), pa.string())
     column = _valid_column(column, path, rows, "op")
     if pa.types.is_dictionary(column.type):
         column = column.dictionary_decode()
-    if pa.types.is_null(column.type):
-        return pa.nulls(len(column), pa.string())
-    if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
-        raise BadRecordError(str(path), 0, "op", f"expected a string column, got {column.type}")
     return column.cast(pa.string())
 
 

@@ -339,18 +339,49 @@ class DataType:
         return value
 
     # --- Arrow (Parquet input) ----------------------------------------------------------------------------
+    def arrow_type_problem(self, t) -> str | None:
+        """Why a Parquet column of Arrow type ``t`` cannot hold this type at all, or None.
+
+        A problem of the file's schema, not of a row: checked for every column before any value. The value
+        kinds accepted are the JSON path's (strings only for text types, or as ISO/numeric text decoded by
+        :meth:`decode_json`; numbers for numeric types; timestamps without a zone for TIMESTAMP)."""
+        import pyarrow as pa
+
+        if pa.types.is_dictionary(t):
+            t = t.value_type
+        if self.name == "TIME":
+            ok = pa.types.is_null(t) or _is_time(t) or _is_text(t)
+            return None if ok else f"a Parquet column of type {t} cannot hold {self}"
+        if pa.types.is_null(t) or (_is_text(t) and self.storage_kind != "string"):
+            return None
+        if not _ACCEPTS[self.storage_kind](t):
+            return f"a Parquet column of type {t} cannot hold {self}"
+        if pa.types.is_timestamp(t) and t.tz is not None and self.name == "TIMESTAMP":
+            return f"a timestamp with time zone {t.tz}; TIMESTAMP is zone-less (use TIMESTAMP_LTZ)"
+        if self.name == "DECIMAL" and not _exact_decimal_cast(t, self):
+            return None  # value by value
+        try:
+            pa.array([], t).cast(self.arrow_type())
+        except pa.ArrowNotImplementedError as e:
+            return f"a Parquet column of type {t} cannot hold {self}: {e}"
+        return None
+
     def from_arrow(self, source):
         """Convert a Parquet column to this type's storage array with the rules :meth:`decode_json` applies.
 
         Strings into non-string types and inexact numbers into DECIMAL go value by value through
         :meth:`decode_json` itself; everything else is an Arrow cast (``safe``) followed by
-        :meth:`validate_arrow`. A zone-aware timestamp is refused for TIMESTAMP; a zone-less one is taken as
-        UTC for TIMESTAMP_LTZ (as a zone-less JSON string is). Raises :class:`ColumnValueError`.
+        :meth:`validate_arrow`. A zone-less timestamp is taken as UTC for TIMESTAMP_LTZ (as a zone-less JSON
+        string is). Raises :class:`ColumnTypeError` for :meth:`arrow_type_problem`, else
+        :class:`ColumnValueError` naming the first bad row.
         """
         import pyarrow as pa
         import pyarrow.compute as pc
 
         array = source.combine_chunks() if isinstance(source, pa.ChunkedArray) else source
+        problem = self.arrow_type_problem(array.type)
+        if problem is not None:
+            raise ColumnTypeError(_first_valid(array), problem)
         if pa.types.is_dictionary(array.type):
             array = array.dictionary_decode()
         target = self.arrow_type()
@@ -359,27 +390,14 @@ class DataType:
             return pa.nulls(len(array), target)
         if self.name == "TIME" and _is_time(t):
             return self._time_from_arrow(array)
-        if (_is_text(t) and self.storage_kind != "string") or self.name == "TIME":
-            if not _is_text(t):
-                raise ColumnTypeError(_first_valid(array), f"a Parquet column of type {t} cannot hold {self}")
+        if _is_text(t) and (self.storage_kind != "string" or self.name == "TIME"):
             return self._from_python(array)
-        if not _ACCEPTS[self.storage_kind](t):
-            raise ColumnTypeError(_first_valid(array), f"a Parquet column of type {t} cannot hold {self}")
         if self.name == "DECIMAL" and not _exact_decimal_cast(t, self):
             return self._from_python(array)  # rounding HALF_UP to the scale, or a float's shortest text
-        if pa.types.is_timestamp(t):
-            if t.tz is not None and self.name == "TIMESTAMP":
-                row = _first_valid(array)
-                raise ColumnTypeError(
-                    row, f"a timestamp with time zone {t.tz}; TIMESTAMP is zone-less (use TIMESTAMP_LTZ)"
-                )
-            if t.unit == "ns":
-                array = pc.floor_temporal(array, 1, "microsecond")  # precision > 6 is truncated, as in JSON
+        if pa.types.is_timestamp(t) and t.unit == "ns":
+            array = pc.floor_temporal(array, 1, "microsecond")  # precision > 6 is truncated, as in JSON
         try:
             cast = array.cast(target, safe=True)
-        except pa.ArrowNotImplementedError as e:
-            row = _first_valid(array)
-            raise ColumnTypeError(row, f"a Parquet column of type {t} cannot hold {self}: {e}") from None
         except pa.ArrowInvalid as e:
             raise ColumnValueError(_first_uncastable(array, target), f"does not fit {self}: {e}") from None
         if self.name == "FLOAT" and pa.types.is_floating(t):
