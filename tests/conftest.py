@@ -1,4 +1,8 @@
-"""Shared fixtures: one local SparkSession for the whole run, a fresh changelake home per test."""
+"""Shared fixtures: one local SparkSession for the whole run, a fresh changelake home per test.
+
+A test that requests ``catalog_uri`` runs once per catalog kind, SQLite and PostgreSQL (the production
+catalog, on a real server started for the session); its ``lake`` and ``cli_env`` then use that catalog.
+"""
 
 from __future__ import annotations
 
@@ -30,21 +34,49 @@ def home(tmp_path) -> Path:
     return tmp_path
 
 
+@pytest.fixture(scope="session")
+def postgres():
+    """A real PostgreSQL server for the session (tests/pg.py), stopped and removed at its end."""
+    from pg import running_server
+
+    with running_server() as server:
+        yield server
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def catalog_uri(request, home) -> str:
+    """A brand-new, empty SQL catalog: SQLite in the test's home, or a new database on the session's server."""
+    if request.param == "sqlite":
+        return f"sqlite:///{home / 'catalog.db'}"
+    return request.getfixturevalue("postgres").new_database()
+
+
+def _catalog_of(request) -> dict[str, str]:
+    """The test's ``catalog_uri`` if it asked for one, else nothing (the default catalog in its home)."""
+    if "catalog_uri" in request.fixturenames:
+        return {"catalog_uri": request.getfixturevalue("catalog_uri")}
+    return {}
+
+
 @pytest.fixture
-def lake(spark, home):
+def lake(spark, home, request):
     from changelake import ChangeLake
 
     messages: list[str] = []
-    instance = ChangeLake(home=home, tables_dir=home / "tables", spark=spark, progress=messages.append)
+    instance = ChangeLake(
+        home=home, tables_dir=home / "tables", spark=spark, progress=messages.append, **_catalog_of(request)
+    )
     instance.messages = messages
     return instance
 
 
 @pytest.fixture
-def cli_env(home) -> dict[str, str]:
-    """Environment for running the CLI in a subprocess against the test's home."""
+def cli_env(home, request) -> dict[str, str]:
+    """Environment for running the CLI in a subprocess against the test's home (and catalog)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("CHANGELAKE_")}
     env.update(CHANGELAKE_HOME=str(home), CHANGELAKE_TABLES=str(home / "tables"))
+    if catalog := _catalog_of(request):
+        env["CHANGELAKE_CATALOG_URI"] = catalog["catalog_uri"]
     return env
 
 

@@ -1,11 +1,13 @@
 """Crash (kill -9) at each stage of an apply, then re-run: exactly one application. Racing appliers too.
 
-These run the real CLI in subprocesses (a JVM each), so they are the slowest tests of the suite.
+These run the real CLI in subprocesses (a JVM each), so they are the slowest tests of the suite. Each runs
+against a SQLite and a PostgreSQL catalog (``catalog_uri``, see conftest.py).
 """
 
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -34,26 +36,33 @@ def run_cli(env, *args, fault=None):
     )
 
 
-def read_state(home):
-    """Rows and changelog read with pyiceberg alone (no Spark): what a consumer would see."""
+def read_state(home, catalog_uri):
+    """Rows and each key's changes, read with pyiceberg alone (no Spark): what a consumer would see.
+
+    Checks on the way that every bucket's changelog offsets are gapless from 0 and grow with the batch id
+    (the log is per bucket), so a batch logged twice or half shows up as a gap or a repeat."""
     from changelake.config import load_settings
     from changelake.storage import Storage
 
-    storage = Storage(load_settings(home=home, tables_dir=home / "tables"))
+    storage = Storage(load_settings(home=home, tables_dir=home / "tables", catalog_uri=catalog_uri))
     rows = storage.catalog.load_table("t.kv").scan().to_arrow()
-    log = storage.catalog.load_table("t.kv__changelog").scan().to_arrow().sort_by("_log_offset")
-    return (
-        sorted(zip(rows.column("k").to_pylist(), rows.column("v").to_pylist(), strict=True)),
-        list(
-            zip(
-                log.column("_log_offset").to_pylist(),
-                log.column("_change_type").to_pylist(),
-                log.column("k").to_pylist(),
-                log.column("_batch_id").to_pylist(),
-                strict=True,
-            )
-        ),
+    log = storage.catalog.load_table("t.kv__changelog").scan().to_arrow()
+    entries = sorted(
+        zip(
+            *(
+                log.column(c).to_pylist()
+                for c in ("_batch_id", "_bucket", "_log_offset", "_change_type", "k")
+            ),
+            strict=True,
+        )
     )
+    offsets: dict[int, list[int]] = {}
+    changes: dict[int, list[tuple[str, int]]] = {}
+    for batch_id, bucket, offset, change_type, k in entries:
+        offsets.setdefault(bucket, []).append(offset)
+        changes.setdefault(k, []).append((change_type, batch_id))
+    assert all(o == list(range(len(o))) for o in offsets.values()), offsets
+    return sorted(zip(rows.column("k").to_pylist(), rows.column("v").to_pylist(), strict=True)), changes
 
 
 BATCHES = {
@@ -62,12 +71,14 @@ BATCHES = {
 }
 EXPECTED = (
     [(1, "a2")],
-    [(0, "+I", 1, 1), (1, "+I", 2, 1), (2, "-U", 1, 2), (3, "+U", 1, 2), (4, "-D", 2, 2)],
+    {1: [("+I", 1), ("-U", 2), ("+U", 2)], 2: [("+I", 1), ("-D", 2)]},
 )
 
 
 @pytest.mark.parametrize("fault", ["after-data-files", "after-pk-commit", "before-changelog-commit"])
-def test_kill_9_at_each_stage_then_rerun_converges_to_one_application(lake, home, cli_env, fault):
+def test_kill_9_at_each_stage_then_rerun_converges_to_one_application(
+    lake, home, cli_env, catalog_uri, fault
+):
     (home / "tables" / "t.kv.yaml").write_text(SPEC)
     land(home, BATCHES)
     crashed = run_cli(cli_env, "apply", "t.kv", fault=fault)  # a real process, killed with SIGKILL mid-apply
@@ -75,16 +86,42 @@ def test_kill_9_at_each_stage_then_rerun_converges_to_one_application(lake, home
     # Batch 1 is all-or-nothing: before the PK commit nothing is visible; after it, the rows are, and the
     # changelog (committed second) is still empty until a re-run rolls it forward.
     pk_committed = fault != "after-data-files"
-    assert read_state(home) == ([(1, "a"), (2, "b")] if pk_committed else [], [])
+    assert read_state(home, catalog_uri) == ([(1, "a"), (2, "b")] if pk_committed else [], {})
     # Recovery runs in this process's warm Spark; the protocol is the same as the CLI's.
     lake.apply_pending("t.kv")
-    assert read_state(home) == EXPECTED
+    assert read_state(home, catalog_uri) == EXPECTED
     replay = lake.apply("t.kv", file=home / "landing/t.kv/0002.jsonl", batch_id=2)
     assert replay.status == "already-applied"
-    assert read_state(home) == EXPECTED
+    assert read_state(home, catalog_uri) == EXPECTED
 
 
-def test_two_racing_appliers_apply_each_batch_once(home, cli_env):
+# The CLI with one test hook: a process's first PK commit waits until both racers are at theirs, so they
+# really contend for the same batch (without it one JVM could start late and find everything applied).
+RACER = """
+import os, sys, time
+from pathlib import Path
+from changelake.cli import main
+from changelake.storage import Storage
+
+barrier, commit, waited = Path(sys.argv[1]), Storage.commit_batch, []
+
+def commit_batch(table, removed, added, properties):
+    if not waited:
+        waited.append(True)
+        marker = barrier / f"{os.getpid()}.tmp"
+        marker.write_text(str(properties["batch-id"]))
+        marker.rename(marker.with_suffix(".reached"))
+        deadline = time.monotonic() + 300
+        while len(list(barrier.glob("*.reached"))) < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+    commit(table, removed, added, properties)
+
+Storage.commit_batch = staticmethod(commit_batch)
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+def test_two_racing_appliers_apply_each_batch_once(home, cli_env, catalog_uri, tmp_path_factory):
     (home / "tables" / "t.kv.yaml").write_text(SPEC)
     land(
         home,
@@ -93,9 +130,10 @@ def test_two_racing_appliers_apply_each_batch_once(home, cli_env):
             for b in range(1, 5)
         },
     )
+    barrier = tmp_path_factory.mktemp("barrier")
     procs = [
         subprocess.Popen(
-            [sys.executable, "-m", "changelake.cli", "apply", "t.kv"],
+            [sys.executable, "-c", RACER, str(barrier), "apply", "t.kv"],
             env=cli_env,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -105,14 +143,21 @@ def test_two_racing_appliers_apply_each_batch_once(home, cli_env):
     ]
     outs = [p.communicate(timeout=600) for p in procs]
     assert all(p.returncode == 0 for p in procs), "\n---\n".join(o[1][-2500:] for o in outs)
-    rows, log = read_state(home)
-    assert rows == [(0, "v4"), (1, "v1"), (2, "v2"), (3, "v3"), (4, "v4")]
-    # 4 batches x (+I new key, and +I or -U/+U for key 0): gapless offsets, each batch exactly once
-    assert [entry[0] for entry in log] == list(range(len(log)))
-    assert [entry[3] for entry in log] == [1, 1, 2, 2, 2, 3, 3, 3, 4, 4, 4]
+    # Contention really happened: both processes reached the commit of batch 1, and exactly one lost it.
+    assert sorted(m.read_text() for m in Path(barrier).glob("*.reached")) == ["1", "1"]
+    lost = [err for _out, err in outs if "batch 1: another writer committed first; re-checking" in err]
+    assert len(lost) == 1, "\n---\n".join(o[1][-2500:] for o in outs)
+    # Each batch exactly once: a +I for its new key, and +I (batch 1) or -U/+U for key 0.
+    assert read_state(home, catalog_uri) == (
+        [(0, "v4"), (1, "v1"), (2, "v2"), (3, "v3"), (4, "v4")],
+        {
+            0: [("+I", 1), ("-U", 2), ("+U", 2), ("-U", 3), ("+U", 3), ("-U", 4), ("+U", 4)],
+            **{b: [("+I", b)] for b in range(1, 5)},
+        },
+    )
 
 
-def test_out_of_order_batch_id_is_refused(lake, home):
+def test_out_of_order_batch_id_is_refused(lake, home, catalog_uri):
     from changelake.errors import BatchRefusedError
 
     (home / "tables" / "t.kv.yaml").write_text(SPEC)
@@ -121,4 +166,4 @@ def test_out_of_order_batch_id_is_refused(lake, home):
         BatchRefusedError, match="batch 3 skips ahead; the last applied batch is 1, so the next must be 2"
     ):
         lake.apply_pending("t.kv")
-    assert read_state(home)[0] == [(1, "a"), (2, "b")]
+    assert read_state(home, catalog_uri)[0] == [(1, "a"), (2, "b")]

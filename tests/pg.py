@@ -1,0 +1,208 @@
+"""A throwaway PostgreSQL server for the tests that run against the production catalog.
+
+The server binaries come from Debian's ``postgresql`` package (``make setup`` installs it, see
+``infra/postgres.sh``). Each test session gets its own cluster: ``initdb`` into a temporary directory, a random
+password, TCP on 127.0.0.1 at a free port, ``fsync`` off (a crash of the machine loses nothing we keep). Postgres
+refuses to run as root, so as root the server runs as the ``postgres`` OS user. The server dies with the
+process that started it (parent-death signal), so even a killed test run leaks no server.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import os
+import pwd
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+USER = "changelake"  # the database role the catalog connects as
+
+
+def server_bindir() -> Path | None:
+    """The directory holding ``initdb`` and ``postgres``: on PATH, else Debian's newest version."""
+    on_path = shutil.which("initdb")
+    if on_path and shutil.which("postgres"):
+        return Path(os.path.realpath(on_path)).parent
+    candidates = [Path(p) for p in glob.glob("/usr/lib/postgresql/*/bin") if Path(p, "postgres").exists()]
+    candidates.sort(key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else 0)
+    return candidates[-1] if candidates else None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class PostgresServer:
+    """One running server; :meth:`new_database` hands out a brand-new, empty catalog database."""
+
+    def __init__(self, bindir: Path):
+        self.bindir = bindir
+        self.base = Path(tempfile.mkdtemp(prefix="changelake-pg-"))
+        self.data = self.base / "data"
+        self.log = self.base / "server.log"
+        self.password = secrets.token_hex(16)
+        self.port = 0
+        self.process: subprocess.Popen | None = None
+        # Root may not run postgres: drop to the package's OS user (``nobody`` if there is none).
+        self._os_user = None
+        if os.geteuid() == 0:
+            self._os_user = "postgres" if _user_exists("postgres") else "nobody"
+            entry = pwd.getpwnam(self._os_user)
+            os.chown(self.base, entry.pw_uid, entry.pw_gid)
+
+    def _command(self, *args: str | Path, pdeathsig: bool = False) -> list[str]:
+        """``args`` run as the server's OS user; with ``pdeathsig`` the process gets SIGQUIT (immediate
+        shutdown) when its parent (this test process) dies."""
+        wrapper: list[str] = []
+        setpriv = shutil.which("setpriv")
+        if self._os_user:
+            if not setpriv:
+                raise RuntimeError("running as root needs util-linux's setpriv to start PostgreSQL as a user")
+            wrapper = [setpriv, f"--reuid={self._os_user}", f"--regid={self._os_user}", "--clear-groups"]
+        if pdeathsig and setpriv:
+            wrapper = (wrapper or [setpriv]) + ["--pdeathsig=QUIT"]
+        return [*wrapper, *map(str, args)]
+
+    def start(self) -> None:
+        """initdb, then start the server and wait until it accepts connections."""
+        pwfile = self.base / "pwfile"
+        pwfile.write_text(self.password + "\n")
+        if self._os_user:
+            entry = pwd.getpwnam(self._os_user)
+            os.chown(pwfile, entry.pw_uid, entry.pw_gid)
+        pwfile.chmod(0o600)
+        init = subprocess.run(
+            self._command(
+                self.bindir / "initdb",
+                "-D",
+                self.data,
+                "-U",
+                USER,
+                f"--pwfile={pwfile}",
+                "--auth=scram-sha-256",
+                "--encoding=UTF8",
+                "--no-locale",
+                "--no-sync",
+                "--no-instructions",
+            ),
+            capture_output=True,
+            text=True,
+            cwd=self.base,
+        )
+        pwfile.unlink()
+        if init.returncode != 0:
+            raise RuntimeError(f"initdb failed ({init.returncode}):\n{init.stdout}{init.stderr}")
+        for _attempt in range(3):  # the free port may be taken between probing and binding
+            self.port = _free_port()
+            with open(self.log, "ab") as log:
+                self.process = subprocess.Popen(
+                    self._command(
+                        self.bindir / "postgres",
+                        "-D",
+                        self.data,
+                        "-h",
+                        "127.0.0.1",
+                        "-p",
+                        str(self.port),
+                        "-k",
+                        self.base,
+                        "-c",
+                        "fsync=off",
+                        "-c",
+                        "synchronous_commit=off",
+                        "-c",
+                        "full_page_writes=off",
+                        pdeathsig=True,
+                    ),
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    cwd=self.base,
+                )
+            if self._wait_ready(timeout=60):
+                return
+            self.stop(remove=False)
+        raise RuntimeError(f"PostgreSQL did not start; its log:\n{self.log.read_text()[-3000:]}")
+
+    def _wait_ready(self, timeout: float) -> bool:
+        import psycopg2
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process is None or self.process.poll() is not None:
+                return False
+            try:
+                psycopg2.connect(self.dsn("postgres"), connect_timeout=2).close()
+                return True
+            except psycopg2.OperationalError:
+                time.sleep(0.1)
+        return False
+
+    def dsn(self, database: str) -> str:
+        return f"host=127.0.0.1 port={self.port} user={USER} password={self.password} dbname={database}"
+
+    def uri(self, database: str) -> str:
+        """SQLAlchemy URI of ``database``, as ``CHANGELAKE_CATALOG_URI`` takes it."""
+        return f"postgresql+psycopg2://{USER}:{self.password}@127.0.0.1:{self.port}/{database}"
+
+    def new_database(self) -> str:
+        """Create an empty database (a brand-new catalog: pyiceberg creates its tables on first use)."""
+        import psycopg2
+
+        name = f"catalog_{uuid.uuid4().hex[:12]}"
+        conn = psycopg2.connect(self.dsn("postgres"))
+        try:
+            conn.autocommit = True  # CREATE DATABASE cannot run in a transaction
+            with conn.cursor() as cur:
+                cur.execute(f'CREATE DATABASE "{name}"')
+        finally:
+            conn.close()
+        return self.uri(name)
+
+    def stop(self, remove: bool = True) -> None:
+        """Immediate shutdown (SIGQUIT: no final checkpoint, the cluster is thrown away), else SIGKILL; then
+        remove the cluster's directory."""
+        process, self.process = self.process, None
+        if process is not None and process.poll() is None:
+            for sig, wait in ((signal.SIGQUIT, 30), (signal.SIGKILL, 10)):
+                process.send_signal(sig)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    process.wait(wait)
+                    break
+        if remove:
+            shutil.rmtree(self.base, ignore_errors=True)
+
+
+def _user_exists(name: str) -> bool:
+    try:
+        pwd.getpwnam(name)
+    except KeyError:
+        return False
+    return True
+
+
+@contextlib.contextmanager
+def running_server() -> Iterator[PostgresServer]:
+    """A started server, stopped and removed on exit."""
+    bindir = server_bindir()
+    if bindir is None:
+        raise RuntimeError(
+            "PostgreSQL server binaries not found (initdb, postgres); `make setup` installs Debian's "
+            "postgresql package (infra/postgres.sh)"
+        )
+    server = PostgresServer(bindir)
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
