@@ -2,7 +2,7 @@
 
 import pytest
 from changelake.errors import SpecError
-from changelake.spec import TableSpec
+from changelake.spec import TableSpec, load_specs
 
 BASE = {
     "name": "shop.stats",
@@ -122,3 +122,96 @@ def test_repository_demo_specs_are_valid():
 
     specs = load_specs(Path(__file__).resolve().parents[1] / "tables")
     assert "shop.orders" in specs
+
+
+# --- issue 12: names and spec files -------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"name": "shop.orders__input"}, "the suffix '__input' is reserved"),
+        ({"name": "shop.orders__CHANGELOG"}, "the suffix '__changelog' is reserved"),
+        ({"name": "shop\n.orders"}, "Invalid namespace"),
+        ({"name": "shop.orders\n"}, "Invalid table name"),
+        ({"name": "shop.٣orders"}, "Invalid table name"),
+        ({"options": {"bucket.num": "٣"}}, "'bucket.num' must be a positive integer"),
+        ({"options": {"bucket.num": "4\n"}}, "'bucket.num' must be a positive integer"),
+        ({"options": {"table.auto-increment.cache-size": "²"}}, "must be a positive integer"),
+        ({"options": ["bucket.num"]}, "'options' must be a mapping"),
+        ({"options": {"bucket.num": [4]}}, "expected a name with a single value"),
+        ({"source": {"ordering": "source.lsn\n"}}, "source option 'ordering' must be"),
+        ({"source": {"format": "canal-json", "database.include": ["shop"]}}, "must be a regular expression"),
+        ({"source": {"format": ["canal-json"]}}, "source option 'format' must be one of"),
+        ({1: "x"}, "unknown keys ['1']"),
+        ({"columns": [{"name": "k", "type": "INT", 5: 1}], "primary_key": ["k"]}, "unknown keys ['5']"),
+    ],
+)
+def test_names_options_and_keys_are_validated_whole(changes, message):
+    with pytest.raises(SpecError) as err:
+        TableSpec.from_dict({**BASE, **changes})
+    assert message in str(err.value)
+
+
+def test_a_key_given_twice_in_a_spec_file_is_refused(tmp_path):
+    path = tmp_path / "shop.stats.yaml"
+    path.write_text(
+        "name: shop.stats\ncolumns: [{name: k, type: INT}]\nprimary_key: [k]\n"
+        "options:\n  table.delete.behavior: allow\n  table.delete.behavior: disable\n"
+    )
+    with pytest.raises(SpecError, match=r"found the key 'table.delete.behavior' twice") as err:
+        TableSpec.from_yaml(path)
+    assert str(path) in str(err.value)
+    path.write_text("name: shop.a\nname: shop.b\ncolumns: [{name: k, type: INT}]\nprimary_key: [k]\n")
+    with pytest.raises(SpecError, match="found the key 'name' twice"):
+        TableSpec.from_yaml(path)
+    # YAML merge keys are not repeats: explicit keys override merged ones, as YAML defines.
+    path.write_text("name: shop.a\ncolumns: [&c {name: k, type: INT}, {<<: *c, name: v}]\nprimary_key: [k]\n")
+    assert TableSpec.from_yaml(path).column_names == ("k", "v")
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"name: shop.t\xff\n", "not UTF-8 text"),
+        (b"[" * 20_000, "not valid YAML"),
+        (b"name: [unclosed\n", "not valid YAML"),
+        (b"- 1\n- 2\n", "expected a mapping"),
+        (b"", "expected a mapping"),
+    ],
+)
+def test_unreadable_spec_files_are_spec_errors(tmp_path, content, message):
+    path = tmp_path / "t.yaml"
+    path.write_bytes(content)
+    with pytest.raises(SpecError, match=message):
+        TableSpec.from_yaml(path)
+
+
+def write_spec(directory, file_name: str, table: str) -> None:
+    (directory / file_name).write_text(
+        f"name: {table}\ncolumns: [{{name: k, type: INT}}]\nprimary_key: [k]\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "derived"),
+    [
+        ("a__b.c", "a.b__c", "a__b__c"),
+        ("shop.orders", "SHOP.Orders", "shop__orders"),
+        ("a.b__c", "a__b.c__input", None),  # refused for its suffix before any collision
+        ("shop.orders", "shop__orders.input", "shop__orders__input"),
+        ("x_.y", "x._y", "x___y"),
+    ],
+)
+def test_spec_sets_whose_derived_names_collide_are_refused(tmp_path, first, second, derived):
+    write_spec(tmp_path, "1.yaml", first)
+    write_spec(tmp_path, "2.yml", second)
+    with pytest.raises(SpecError) as err:
+        load_specs(tmp_path)
+    if derived:
+        assert f"derive the name '{derived}'" in str(err.value) and first in str(err.value)
+
+
+def test_yml_and_yaml_specs_load_alike(tmp_path):
+    write_spec(tmp_path, "shop.a.yml", "shop.a")
+    write_spec(tmp_path, "shop.b.yaml", "shop.b")
+    write_spec(tmp_path, "notes.txt", "shop.c")
+    assert sorted(load_specs(tmp_path)) == ["shop.a", "shop.b"]
