@@ -107,7 +107,7 @@ def test_spark_submit_entrypoints_drop_the_empty_arguments_templates_render():
 # Runs the CLI in a fresh interpreter and reports which heavy modules the command imported.
 _PROBE = (
     "import sys; from changelake.cli import main; rc = main(sys.argv[1:]); "
-    "heavy = [m for m in ('pyspark', 'py4j', 'great_expectations', 'dbt', 'pandas', 'pyiceberg') "
+    "heavy = [m for m in ('pyspark', 'py4j', 'great_expectations', 'dbt', 'pyiceberg', 'pandas', 'numpy') "
     "if m in sys.modules]; sys.stderr.write(f'HEAVY={heavy}\\n'); sys.exit(rc)"
 )
 
@@ -133,7 +133,7 @@ def test_read_commands_start_no_jvm_and_equal_the_spark_reads(lake, home, cli_en
             timeout=120,
         )
         assert result.returncode == 0, result.stderr[-3000:]
-        assert "HEAVY=[]" in result.stderr  # no pyspark (so no JVM), no GX, dbt, pandas or pyiceberg
+        assert "HEAVY=[]" in result.stderr  # no pyspark (so no JVM), GX, dbt, pyiceberg, pandas or numpy
         return [json.loads(line) for line in result.stdout.splitlines()]
 
     def spark_rows(df) -> list[dict]:

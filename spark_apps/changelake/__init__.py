@@ -1,11 +1,12 @@
 """changelake: primary-key tables with Apache Fluss semantics on Iceberg, applied exactly once by PySpark.
 
-The public Python API lives in :mod:`changelake.api` (``from changelake import ChangeLake``).
+The public Python API lives in :mod:`changelake.api` (``from changelake import ChangeLake``); Spark-free
+reads in :mod:`changelake.fastread` (``from changelake import FastReader``).
 """
 
 from changelake.errors import ChangelakeError
 
-__all__ = ["ChangeLake", "ChangelakeError", "__version__"]
+__all__ = ["ChangeLake", "ChangelakeError", "FastReader", "__version__"]
 __version__ = "0.1.0"
 
 
@@ -15,4 +16,8 @@ def __getattr__(name: str):
         from changelake.api import ChangeLake
 
         return ChangeLake
+    if name == "FastReader":
+        from changelake.fastread import FastReader
+
+        return FastReader
     raise AttributeError(name)

@@ -84,7 +84,9 @@ _M = (1 << 64) - 1
 _SEED = 42
 _EPOCH = dt.datetime(1970, 1, 1)
 _EPOCH_UTC = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
-_EXACT = decimal.Context(prec=80)  # scaling a DECIMAL(38,s) without rounding (the default context keeps 28 digits)
+_EXACT = decimal.Context(
+    prec=80
+)  # scaling a DECIMAL(38,s) without rounding (the default context keeps 28 digits)
 
 
 def _rotl(x: int, r: int) -> int:
@@ -622,6 +624,18 @@ class _IcebergSource(_Source):
 
 
 # --- the reader -------------------------------------------------------------------------------------------
+class _Ticker:
+    """Progress of a long read: at most one line a second, none for reads that end sooner."""
+
+    def __init__(self, progress: Progress | None, every: float = 1.0):
+        self.progress, self.every, self.last = progress, every, time.monotonic()
+
+    def tick(self, message: Callable[[], str]) -> None:
+        if self.progress is not None and time.monotonic() - self.last >= self.every:
+            self.progress(message())
+            self.last = time.monotonic()
+
+
 @dataclass
 class _Stats:
     """What a read did, for the progress line and the tests."""
@@ -739,7 +753,7 @@ class FastReader:
         row groups whose statistics exclude a value and reading other columns only where a key matched."""
         stats = stats or _Stats()
         parts: list[pa.Table] = []
-        last_note = time.monotonic()
+        ticker = _Ticker(self.progress if label else None)
         for i, f in enumerate(files, start=1):
             pf = pq.ParquetFile(source.open(f.path))
             stats.files_read += 1
@@ -749,19 +763,17 @@ class FastReader:
                 groups = [g for g in groups if _may_contain(pf.metadata, g, where)]
                 key_columns = list(where)
                 for g in groups:
-                    keys = pf.read_row_group(g, columns=key_columns)
-                    mask = _matches(keys, where)
+                    keys = pf.read_row_group(g, columns=key_columns, use_threads=False)
                     stats.row_groups_read += 1
-                    if pc.any(mask).as_py():
-                        parts.append(pf.read_row_group(g, columns=columns).filter(mask))
+                    hits = pc.indices_nonzero(_matches(keys, where)).to_pylist()
+                    if hits:
+                        parts.append(_rows_at(pf, g, columns, hits))
             elif groups:
                 stats.row_groups_read += len(groups)
                 parts.append(pf.read_row_groups(groups, columns=columns))
-            if label and time.monotonic() - last_note > 1.0:
-                self.progress(
-                    f"{label}: read {i}/{len(files)} files, {sum(p.num_rows for p in parts):,} rows"
-                )
-                last_note = time.monotonic()
+            ticker.tick(
+                lambda i=i: f"{label}: read {i}/{len(files)} files, {sum(p.num_rows for p in parts):,} rows"
+            )
         table = pa.concat_tables([_unify(p) for p in parts]) if parts else None
         stats.rows += table.num_rows if table is not None else 0
         return table
@@ -807,12 +819,14 @@ class FastReader:
         if limit <= 0 or not files:
             return None
         candidates = []
+        ticker = _Ticker(self.progress)
         for i, f in enumerate(files):
+            ticker.tick(lambda i=i: f"{label}: keys of {i}/{len(files)} files read")
             pf = pq.ParquetFile(source.open(f.path))
             stats.files_read += 1
             stats.row_groups += pf.metadata.num_row_groups
             for g in range(pf.metadata.num_row_groups):
-                keys = _unify(pf.read_row_group(g, columns=pk))
+                keys = _unify(pf.read_row_group(g, columns=pk, use_threads=False))
                 index = pc.select_k_unstable(keys, k=min(limit, keys.num_rows), sort_keys=order)
                 candidates.append(
                     keys.take(index)
@@ -831,9 +845,7 @@ class FastReader:
         for (i, g), rows in sorted(wanted.items()):
             pf = pq.ParquetFile(source.open(files[i].path))
             stats.row_groups_read += 1
-            parts.append(
-                _unify(pf.read_row_group(g, columns=list(spec.column_names))).take(pa.array(rows, pa.int64()))
-            )
+            parts.append(_unify(_rows_at(pf, g, list(spec.column_names), rows)))
         return pa.concat_tables(parts).sort_by(order)
 
     # --- changelog ------------------------------------------------------------------------------------
@@ -1013,6 +1025,25 @@ def _may_contain(metadata: pq.FileMetaData, group: int, where: dict[str, Any]) -
     return True
 
 
+_BATCH_ROWS = 16_384
+
+
+def _rows_at(pf: pq.ParquetFile, group: int, columns: list[str], rows: list[int]) -> pa.Table:
+    """The rows at positions ``rows`` of one row group, decoding batches only up to the last one needed
+    (a lookup's row sits anywhere in its file: on average half the row group is never decoded)."""
+    rows, parts, start = sorted(rows), [], 0
+    batches = pf.iter_batches(batch_size=_BATCH_ROWS, row_groups=[group], columns=columns, use_threads=False)
+    for batch in batches:
+        end = start + batch.num_rows
+        inside = [r - start for r in rows if start <= r < end]
+        if inside:
+            parts.append(pa.Table.from_batches([batch]).take(pa.array(inside, pa.int64())))
+        start = end
+        if start > rows[-1]:
+            break
+    return pa.concat_tables(parts)
+
+
 def _matches(keys: pa.Table, where: dict[str, Any]) -> pa.ChunkedArray:
     mask = None
     for name, value in where.items():
@@ -1043,29 +1074,3 @@ def _cast(table: pa.Table | None, schema: pa.Schema) -> pa.Table:
 
 def stderr_progress(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
-
-
-class _NoPandas:
-    """An import hook that refuses pandas (used for one call only, see :func:`skip_pandas_probe`)."""
-
-    def find_spec(self, name: str, path: Any = None, target: Any = None) -> None:
-        if name == "pandas":
-            raise ImportError("pandas is not needed by changelake's fast reads")
-
-
-def skip_pandas_probe() -> None:
-    """Let pyarrow settle that pandas is absent without importing it (1-2 s on a small machine).
-
-    pyarrow imports pandas the first time it converts Python values, only to recognise pandas objects;
-    the read commands never give it any. Its shim then remembers "no pandas" for that recognition and
-    still imports pandas the moment something asks for it (``to_pandas``). For command-line processes:
-    in a notebook a pandas object handed to pyarrow afterwards would be taken for a plain sequence.
-    """
-    if "pandas" in sys.modules:
-        return
-    hook = _NoPandas()
-    sys.meta_path.insert(0, hook)
-    try:
-        pa.array([], pa.int8())
-    finally:
-        sys.meta_path.remove(hook)
