@@ -282,7 +282,9 @@ def test_unsupported_changes_are_refused_naming_what_and_the_rule(plain_lake, ch
     with pytest.raises(SpecError) as refused:
         lake.apply("e.refuse", [], batch_id=1)  # opening the table for a write refuses before any work
     assert message in str(refused.value)
-    assert "Table e.refuse exists and the given spec differs from its stored spec" in str(refused.value)
+    assert "Table e.refuse already exists with a different spec: the given spec changes what" in str(
+        refused.value
+    )
     assert stored(lake, "e.refuse") == before == stored(lake, "e.refuse", changelog=True)
 
 

@@ -18,11 +18,12 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from changelake import tables
+from changelake import evolution, tables
 from changelake.apply import Applier, BatchResult, Progress, landed_batches, stderr_progress
 from changelake.config import Settings, load_settings
 from changelake.errors import ChangelakeError
 from changelake.fastread import FastReader, changelog_order, json_default
+from changelake.identifiers import split_table_name
 from changelake.spec import TableSpec, load_specs
 from changelake.storage import Storage
 
@@ -66,18 +67,31 @@ class ChangeLake:
         return load_specs(self.settings.tables_dir)
 
     def spec(self, table: str) -> TableSpec:
-        """The table's spec from the tables directory (its source settings may change over time), else the
-        one stored in the catalog when the table was created."""
-        return self.reader.spec(table)
+        """The spec reads and writes of ``table`` use (:func:`changelake.evolution.resolve`): the layout
+        stored with the table plus the spec file's source/datagen/comment sections; the spec file alone for
+        a table not created yet. A spec file that differs in layout is noted on the progress log."""
+        namespace, name = split_table_name(table)
+        file_spec = self.specs().get(table)
+        stored = self.storage.stored_spec(namespace, name)
+        if file_spec is None and stored is None:
+            raise ChangelakeError(
+                f"Unknown table {table}: not in the catalog and no spec in {self.settings.tables_dir} "
+                f"(known: {sorted(self.specs()) or 'none'})"
+            )
+        note = evolution.difference_note(table, file_spec, stored)
+        if note:
+            self.progress(note)
+        return evolution.resolve(table, file_spec, stored)
 
     def create_table(self, spec: TableSpec | dict | str | Path) -> TableSpec:
-        """Create a PK table and its changelog table from a spec (TableSpec, dict, or YAML path). Idempotent."""
+        """Create a PK table and its changelog table from a spec (TableSpec, dict, or YAML path), or apply
+        the spec's supported changes to the existing table (:func:`changelake.evolution.plan`; anything else
+        is refused). Idempotent. Returns the spec the table now has."""
         if isinstance(spec, dict):
             spec = TableSpec.from_dict(spec)
         elif isinstance(spec, str | Path):
             spec = TableSpec.from_yaml(spec)
-        self.storage.create(spec)
-        return spec
+        return self.storage.create(spec, self.progress)
 
     def create_all(self) -> list[TableSpec]:
         return [self.create_table(s) for s in self.specs().values()]
@@ -86,10 +100,10 @@ class ChangeLake:
         self.storage.drop(self.spec(table))
 
     def _ensure(self, table: str) -> TableSpec:
-        """The table's spec, creating whatever part of it is missing (idempotent, safe against racing creators)."""
-        spec = self.spec(table)
-        self.storage.create(spec)
-        return spec
+        """The table's spec for a write: creates whatever part of the table is missing and applies the spec
+        file's supported changes, refusing any other difference (idempotent, safe against racing creators)."""
+        file_spec = self.specs().get(table)
+        return self.storage.create(file_spec if file_spec is not None else self.spec(table), self.progress)
 
     # --- writes ----------------------------------------------------------------------------------------
     def apply(

@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from changelake.columnar import merge_records
+from changelake.errors import ChangelakeError
 from changelake.spec import TableSpec
 
 COUNTERS = ("records", "inserted", "updated", "deleted", "ignored", "dropped_update_before")
@@ -107,11 +108,30 @@ def merge_bucket(key: tuple, records: pa.Table, ctx: BucketContext) -> pa.Table:
     bucket = key[-1].as_py()
     values = [c.name for c in spec.columns]
 
+    schema = pa.schema([pa.field(c.name, c.type.arrow_type()) for c in spec.columns])
     parts = []
     for path in ctx.files_by_partition.get(partition, []):
         with io.new_input(path).open() as stream:
-            parts.append(pq.read_table(stream, columns=values))
-    schema = pa.schema([pa.field(c.name, c.type.arrow_type()) for c in spec.columns])
+            parquet = pq.ParquetFile(stream)
+            present = set(parquet.schema_arrow.names)
+            unknown = present - set(values) - {"_bucket"}
+            if unknown:  # rewriting the bucket without them would drop their values
+                raise ChangelakeError(
+                    f"{spec.full_name}: stored file {path} has columns {sorted(unknown)} that the spec in use "
+                    "lacks; the table was altered after this apply began. Apply again to use its new spec"
+                )
+            stored_part = parquet.read(columns=[v for v in values if v in present])
+        # Files written before a column was added lack it: null, as Iceberg's name mapping reads them.
+        parts.append(
+            pa.table(
+                {
+                    v: stored_part.column(v)
+                    if v in present
+                    else pa.nulls(stored_part.num_rows, schema.field(v).type)
+                    for v in values
+                }
+            )
+        )
     stored = pa.concat_tables([p.cast(schema) for p in parts]) if parts else schema.empty_table()
 
     records, source = order_and_dedup(records, ctx)

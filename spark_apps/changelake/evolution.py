@@ -130,9 +130,9 @@ def plan(stored: TableSpec, wanted: TableSpec, origin: str = "the spec file") ->
             set_options[key] = new
     if problems:
         raise SpecError(
-            f"Table {stored.full_name} exists and {origin} differs from its stored spec in what cannot be "
-            f"altered: {'; '.join(problems)}. The table keeps its stored spec; {_SUPPORTED}. Restore the "
-            "spec, or drop the table and create it again."
+            f"Table {stored.full_name} already exists with a different spec: {origin} changes what Fluss's "
+            f"ALTER TABLE cannot: {'; '.join(problems)}. The table keeps its stored spec; {_SUPPORTED}. "
+            "Restore the spec, or drop the table and create it again."
         )
     return Evolution(tuple(added), set_options, tuple(reset))
 

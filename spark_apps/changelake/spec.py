@@ -34,11 +34,37 @@ MERGE_ENGINES = ("first_row", "versioned", "aggregation")
 
 # Options accepted for Fluss compatibility that do not change changelake's behaviour.
 _PASSTHROUGH_OPTIONS = {
-    "table.kv.format": ("compacted", "indexed"),
-    "table.log.format": ("arrow", "indexed", "compacted"),
-    "table.kv.format-version": None,
     "sink.producer-id": None,
     "lookup.async": ("true", "false"),
+}
+# Fluss's table options (``ConfigOptions``, ``table.*``) that apply to a primary-key table and do not change
+# changelake's behaviour: accepted and validated as Fluss's ``TableDescriptorValidation`` does, with its
+# messages. A value kind is a tuple of enum values (case-insensitive), "int", "bool", "duration" or "string".
+_FLUSS_TABLE_OPTIONS: dict[str, tuple[str, ...] | str] = {
+    "table.replication.factor": "int",
+    "table.log.format": ("arrow", "indexed", "compacted"),
+    "table.log.arrow.compression.type": ("none", "lz4_frame", "zstd"),
+    "table.log.arrow.compression.zstd.level": "int",
+    "table.kv.format": ("compacted", "indexed"),
+    "table.kv.format-version": "int",
+    "table.kv.standby-replica.enabled": "bool",
+    "table.log.ttl": "duration",
+    "table.log.tiered.local-segments": "int",
+    "table.log.local-ttl": "duration",
+    "table.datalake.enabled": "bool",
+    "table.datalake.historical-partition.enabled": "bool",
+    "table.datalake.format": ("paimon", "lance", "iceberg", "hudi"),
+    "table.datalake.freshness": "duration",
+    "table.datalake.auto-compaction": "bool",
+    "table.datalake.auto-expire-snapshot": "bool",
+    "table.auto-partition.enabled": "bool",
+    "table.auto-partition.key": "string",
+    "table.auto-partition.time-unit": ("hour", "day", "month", "quarter", "year"),
+    "table.auto-partition.time-format": "string",
+    "table.auto-partition.time-zone": "string",
+    "table.auto-partition.num-precreate": "int",
+    "table.auto-partition.num-retention": "int",
+    "table.statistics.columns": "string",
 }
 _KNOWN_OPTIONS = {
     "bucket.num",
@@ -51,6 +77,7 @@ _KNOWN_OPTIONS = {
     "table.merge-engine",
     "sink.ignore-delete",
     *_PASSTHROUGH_OPTIONS,
+    *_FLUSS_TABLE_OPTIONS,
 }
 _SPEC_KEYS = {
     "name",
@@ -420,7 +447,7 @@ def _build(data: dict[str, Any]) -> TableSpec:
     if not 1 <= bucket_num <= 1024:
         raise SpecError(f"Option 'bucket.num' must be between 1 and 1024, got {bucket_num}")
 
-    _validate_options(options, columns, primary_key)
+    _validate_options(options, columns, primary_key, partition_keys)
     source = data.get("source") or {}
     if not isinstance(source, dict):
         raise SpecError("'source' must be a mapping")
@@ -443,8 +470,18 @@ def _build(data: dict[str, Any]) -> TableSpec:
     )
 
 
-def _validate_options(options: dict[str, str], columns: list[Column], primary_key: tuple[str, ...]) -> None:
+def _validate_options(
+    options: dict[str, str],
+    columns: list[Column],
+    primary_key: tuple[str, ...],
+    partition_keys: tuple[str, ...] = (),
+) -> None:
     for key in list(options):
+        if key not in _KNOWN_OPTIONS and key.startswith("table."):
+            raise SpecError(
+                f"'{key}' is not a recognized Fluss table property in the current cluster version. "
+                "You may be using an older Fluss cluster that does not support this property."
+            )
         if key not in _KNOWN_OPTIONS and not key.startswith("fields."):
             raise SpecError(
                 f"Unsupported table option '{key}'; supported: {sorted(_KNOWN_OPTIONS)} and fields.*"
@@ -467,8 +504,107 @@ def _validate_options(options: dict[str, str], columns: list[Column], primary_ke
                     f"Invalid value '{options[key]}' for '{key}'; expected one of {list(allowed)}{hint}"
                 )
             options[key] = value
+    _validate_fluss_table_options(options, partition_keys)
     _validate_engine(options, columns, primary_key)
     _validate_auto_increment(options, columns, primary_key)
+
+
+_JAVA_INT = re.compile(r"[+-]?[0-9]{1,10}")
+# Fluss's duration units (``TimeUtils``) in nanoseconds; a duration is digits and one of these labels.
+_DURATION_UNITS = {
+    **dict.fromkeys(("d", "day", "days"), 86_400 * 10**9),
+    **dict.fromkeys(("h", "hour", "hours"), 3_600 * 10**9),
+    **dict.fromkeys(("min", "m", "minute", "minutes"), 60 * 10**9),
+    **dict.fromkeys(("s", "sec", "secs", "second", "seconds"), 10**9),
+    **dict.fromkeys(("ms", "milli", "millis", "millisecond", "milliseconds"), 10**6),
+    **dict.fromkeys(("\u00b5s", "micro", "micros", "microsecond", "microseconds"), 10**3),
+    **dict.fromkeys(("ns", "nano", "nanos", "nanosecond", "nanoseconds"), 1),
+}
+_DURATION = re.compile(r"([0-9]+)(.*)", re.DOTALL)
+
+
+def _fluss_value(key: str, value: str) -> int | bool | str | None:
+    """Parse a Fluss table option as Fluss's ``Configuration`` does (ints, booleans, durations in
+    nanoseconds, enums lower-cased); None when it cannot be parsed."""
+    kind = _FLUSS_TABLE_OPTIONS[key]
+    if isinstance(kind, tuple):
+        return value.lower() if value.lower() in kind else None
+    if kind == "int":
+        number = int(value) if _JAVA_INT.fullmatch(value) else None
+        return number if number is not None and -(2**31) <= number < 2**31 else None
+    if kind == "bool":
+        return {"true": True, "false": False}.get(value.lower())
+    if kind == "duration":
+        match = _DURATION.fullmatch(value.strip())
+        unit = _DURATION_UNITS.get(match.group(2).strip().lower()) if match else None
+        return None if unit is None or len(match.group(1)) > 18 else int(match.group(1)) * unit
+    return value
+
+
+def _validate_fluss_table_options(options: dict[str, str], partition_keys: tuple[str, ...]) -> None:
+    """Fluss's create-time checks of its table options on a primary-key table, in Fluss's order and with
+    its messages (``TableDescriptorValidation.validateTableDescriptor``)."""
+    parsed: dict[str, int | bool | str] = {}
+    for key in [k for k in options if k in _FLUSS_TABLE_OPTIONS]:
+        value = _fluss_value(key, options[key])
+        if value is None:
+            raise SpecError(
+                f"Invalid value for config '{key}'. Reason: Could not parse value '{options[key]}' for key '{key}'."
+            )
+        parsed[key] = value
+        if isinstance(_FLUSS_TABLE_OPTIONS[key], tuple):
+            options[key] = str(value)
+    if parsed.get("table.replication.factor", 1) <= 0:
+        raise SpecError("'table.replication.factor' must be greater than 0.")
+    if parsed.get("table.kv.format", "compacted") == "compacted" and parsed.get(
+        "table.log.format", "arrow"
+    ) not in ("arrow", "compacted"):
+        raise SpecError(
+            "Currently, Primary Key Table supports ARROW or COMPACTED log format when kv format is COMPACTED."
+        )
+    level = parsed.get("table.log.arrow.compression.zstd.level", 3)
+    if not 1 <= level <= 22:
+        raise SpecError(f"Invalid ZSTD compression level: {level}. Expected a value between 1 and 22.")
+    if parsed.get("table.log.tiered.local-segments", 2) <= 0:
+        raise SpecError("'table.log.tiered.local-segments' must be greater than 0.")
+    local_ttl, ttl = parsed.get("table.log.local-ttl", 0), parsed.get("table.log.ttl", 7 * 86_400 * 10**9)
+    if local_ttl > 0 and ttl > 0 and local_ttl > ttl:
+        raise SpecError("'table.log.local-ttl' must be less than or equal to 'table.log.ttl'.")
+    if parsed.get("table.datalake.historical-partition.enabled", False):
+        unmet = [
+            f"'{key}' must be set to true"
+            for key in ("table.auto-partition.enabled", "table.datalake.enabled")
+            if not parsed.get(key, False)
+        ]
+        lake = parsed.get("table.datalake.format")
+        if lake != "paimon":
+            unmet.append(
+                "'table.datalake.format' must be set to 'paimon' "
+                + (f"(currently '{lake}')" if lake else "(currently not set)")
+            )
+        if len(partition_keys) != 1:
+            unmet.append(f"the table must define exactly one partition key (found {len(partition_keys)})")
+        if unmet:
+            raise SpecError(
+                "'table.datalake.historical-partition.enabled' has unmet requirements: "
+                + "; ".join(unmet)
+                + "."
+            )
+    if parsed.get("table.auto-partition.enabled", False):
+        if not partition_keys:
+            raise SpecError(
+                "Currently, auto partition is only supported for partitioned table, please set table property "
+                "'table.auto-partition.enabled' to false."
+            )
+        raise SpecError(
+            "Option 'table.auto-partition.enabled' = true is not supported by changelake: a partition is created "
+            "when its first row is written and is never expired by time (set it to false or remove it)."
+        )
+    if "table.statistics.columns" in options:
+        raise SpecError(
+            "Statistics columns are not supported for primary key tables. Please remove the "
+            "'table.statistics.columns' property."
+        )
 
 
 def _validate_auto_increment(

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -31,6 +32,7 @@ from pyiceberg.table.snapshots import Snapshot, ancestors_of
 from pyiceberg.transforms import IdentityTransform
 from pyiceberg.types import IntegerType, LongType, NestedField, StringType, TimestamptzType
 
+from changelake import evolution
 from changelake.config import Settings
 from changelake.errors import ChangelakeError
 from changelake.spec import TableSpec
@@ -123,8 +125,15 @@ class Storage:
         return Schema(*fields)
 
     # --- tables ----------------------------------------------------------------------------------------
-    def create(self, spec: TableSpec) -> None:
-        """Create the PK table and its changelog table (idempotent; refuses a different existing spec)."""
+    def create(self, spec: TableSpec, progress: Callable[[str], None] | None = None) -> TableSpec:
+        """Create the PK table and its changelog table, or bring existing ones to ``spec``; idempotent.
+
+        An existing table keeps its stored spec unless ``spec`` differs from it only by changes Fluss's
+        ALTER TABLE allows (:func:`changelake.evolution.plan`; anything else is refused, saying what differs):
+        those are applied as one Iceberg schema update per table, the changelog table first and then the PK
+        table, whose stored spec is the commit point (a crash in between converges on the next call).
+        Returns the spec reads and writes use: the stored layout with ``spec``'s source/datagen/comment.
+        """
         if CHANGELOG_SUFFIX in spec.table:
             raise ChangelakeError(
                 f"Table name {spec.table!r} may not contain '{CHANGELOG_SUFFIX}' (reserved)"
@@ -134,15 +143,19 @@ class Storage:
         except Exception:  # already there, or a racing creator just made it
             if spec.namespace not in {ns[0] for ns in self.catalog.list_namespaces()}:
                 raise
-        spec_json = json.dumps(spec.to_dict(), sort_keys=True)
+        spec_json = _spec_json(spec)
         existing = self._load(spec.namespace, spec.table)
         if existing is not None:
-            stored = existing.properties.get(P + "spec")
-            if stored and _table_defining(json.loads(stored)) != _table_defining(json.loads(spec_json)):
-                raise ChangelakeError(
-                    f"Table {spec.full_name} already exists with a different spec; changing a table's schema, keys "
-                    f"or options is not supported (drop it first). Stored: {stored}"
-                )
+            stored_json = existing.properties.get(P + "spec")
+            stored = evolution.stored_spec(stored_json, spec.full_name) if stored_json else spec
+            change = evolution.plan(stored, spec, origin="the given spec")
+            if change:
+                if progress is not None:
+                    progress(f"[{spec.full_name}] altering the table: {change.describe()}")
+                for name in (spec.table + CHANGELOG_SUFFIX, spec.table):
+                    self.evolve_table(spec, name)
+            else:
+                spec = evolution.with_sections(stored, spec)
         else:
             schema = self.pk_schema(spec)
             fields = [schema.find_field(k) for k in spec.partition_keys] + [schema.find_field("_bucket")]
@@ -154,12 +167,54 @@ class Storage:
             )
             self._create(spec, spec.table, schema, partition_spec, spec_json)
         if self._load(spec.namespace, spec.table + CHANGELOG_SUFFIX) is None:
-            schema = self.changelog_schema(spec)
-            batch_field = schema.find_field("_batch_id")
-            partition_spec = PartitionSpec(
-                PartitionField(batch_field.field_id, 1000, IdentityTransform(), "_batch_id")
-            )
-            self._create(spec, spec.table + CHANGELOG_SUFFIX, schema, partition_spec, spec_json)
+            self._create_changelog(spec)
+        return spec
+
+    def _create_changelog(self, spec: TableSpec) -> None:
+        schema = self.changelog_schema(spec)
+        batch_field = schema.find_field("_batch_id")
+        partition_spec = PartitionSpec(
+            PartitionField(batch_field.field_id, 1000, IdentityTransform(), "_batch_id")
+        )
+        self._create(spec, spec.table + CHANGELOG_SUFFIX, schema, partition_spec, _spec_json(spec))
+
+    def evolve_table(self, spec: TableSpec, name: str) -> None:
+        """Bring table ``name`` (``spec.table`` or its changelog table) to ``spec`` in one commit: add the
+        columns it lacks (before the hidden columns, where a new table has them), the name mapping for them,
+        and the ``changelake.spec`` property. Idempotent; a missing changelog table is created."""
+        spec_json = _spec_json(spec)
+        for _attempt in range(3):
+            table = self._load(spec.namespace, name)
+            if table is None and name != spec.table:
+                self._create_changelog(spec)
+                return
+            if table is None:
+                raise ChangelakeError(f"Table {spec.namespace}.{name} disappeared while being altered")
+            have = {f.name: f for f in table.schema().fields}
+            for c in spec.columns:
+                if c.name in have and have[c.name].field_type != c.type.iceberg_type():
+                    raise ChangelakeError(
+                        f"Table {spec.namespace}.{name} already has a column '{c.name}' of type "
+                        f"{have[c.name].field_type}, not {c.type} as the spec says"
+                    )
+            missing = [c for c in spec.columns if c.name not in have]
+            if not missing and table.properties.get(P + "spec") == spec_json:
+                return
+            first_hidden = "_bucket" if name == spec.table else "_change_type"
+            try:
+                with table.transaction() as tx:
+                    if missing:
+                        # The name mapping (files carry no field ids) follows the added fields in this update.
+                        with tx.update_schema() as update:
+                            for c in missing:
+                                update.add_column(c.name, c.type.iceberg_type(), required=False)
+                            for c in missing:
+                                update.move_before(c.name, first_hidden)
+                    tx.set_properties({P + "spec": spec_json})
+                return
+            except CommitFailedException:
+                continue  # another writer committed first: re-read and redo what is still missing
+        raise ChangelakeError(f"Could not alter table {spec.namespace}.{name}: lost 3 commit races; retry")
 
     def _create(
         self, spec: TableSpec, name: str, schema: Schema, partition_spec: PartitionSpec, spec_json: str
@@ -305,6 +360,6 @@ class Storage:
             return json.loads(stream.read())
 
 
-def _table_defining(spec_dict: dict) -> dict:
-    """The parts of a spec that fix the stored table; source settings, datagen and comment may change."""
-    return {k: v for k, v in spec_dict.items() if k not in ("source", "datagen", "comment")}
+def _spec_json(spec: TableSpec) -> str:
+    """The ``changelake.spec`` property: the whole spec (its layout and the sections that may change)."""
+    return json.dumps(spec.to_dict(), sort_keys=True)
