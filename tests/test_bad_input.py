@@ -500,3 +500,28 @@ def test_timestamps_from_debezium_stay_exact(tmp_path):
     assert read_batch([path], spec({"format": "debezium-json"})).records.column("ts").to_pylist() == [
         dt.datetime(2024, 1, 2, 3, 4, 5, 678901)
     ]
+
+
+@pytest.mark.parametrize(
+    ("profile", "message"),
+    [
+        ({"records": "x"}, "'records' must be an integer"),
+        ({"redelivery": True}, "'redelivery' must be a number"),
+        ({"mix": {"insert": "a"}}, "'mix' must be non-negative shares"),
+        ({"mix": {"upsert": 1}}, "'mix' must be a mapping of insert/update/delete"),
+        ({"partial": "id"}, "'partial' must be a list of column-name lists"),
+        ({"columns": {"s": {"template": "{0.__class__}"}}}, "template contains '{}' once"),
+        ({"columns": {"s": {"template": "{:>999999999}"}}}, "template contains '{}' once"),
+        ({"columns": {"id": {"min": 1.5}}}, "min and max are integers"),
+        ({"columns": {"id": {"min": 5, "max": 1}}}, "min <= max"),
+        ({"columns": {"s": {"values": []}}}, "values is a non-empty list"),
+        ({"envelope": "yes"}, "'envelope' must be true or false"),
+    ],
+)
+def test_datagen_profiles_of_the_wrong_types_are_changelake_errors(tmp_path, profile, message):
+    from changelake.datagen import generate
+
+    s = TableSpec.from_dict({"name": "t.x", "columns": COLUMNS, "primary_key": ["id"], "datagen": profile})
+    with pytest.raises(ChangelakeError, match=message):
+        generate(s, tmp_path, 1)
+    assert not (tmp_path / "t.x").exists() or not list((tmp_path / "t.x").iterdir())

@@ -27,6 +27,7 @@ import base64
 import datetime as dt
 import decimal
 import json
+import math
 import random
 import zlib
 from dataclasses import dataclass, field
@@ -36,7 +37,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from changelake.errors import ChangelakeError
+from changelake.errors import ChangelakeError, short_repr
 from changelake.sources import FORMATS
 from changelake.spec import TableSpec
 
@@ -64,9 +65,10 @@ class Profile:
     @classmethod
     def of(cls, spec: TableSpec, **overrides: Any) -> Profile:
         data = {**spec.datagen, **{k: v for k, v in overrides.items() if v is not None}}
-        unknown = sorted(set(data) - _PROFILE_KEYS)
+        unknown = sorted(map(str, set(data) - _PROFILE_KEYS))
         if unknown:
             raise ChangelakeError(f"{spec.full_name}: unknown datagen setting '{unknown[0]}'")
+        _check_types(spec, data)
         profile = cls(**data)
         if profile.mode not in ("cdc", "events"):
             raise ChangelakeError(
@@ -83,6 +85,79 @@ class Profile:
         for column in profile.columns:
             spec.column(column)
         return profile
+
+
+_HINT_KEYS = {"min", "max", "values", "template"}
+
+
+def _check_types(spec: TableSpec, data: dict[str, Any]) -> None:
+    """The YAML types of a datagen profile, so a wrong one is a ChangelakeError, not a TypeError later."""
+
+    def fail(name: str, expected: str) -> None:
+        raise ChangelakeError(
+            f"{spec.full_name}: datagen setting '{name}' must be {expected}, got {short_repr(data[name])}"
+        )
+
+    for name in ("records", "keys", "partitions"):
+        if name in data and not (_integer(data[name]) and data[name] <= 10_000_000):
+            fail(name, "an integer up to 10,000,000")
+    for name in ("out_of_order", "redelivery"):
+        if name in data and not _number(data[name]):
+            fail(name, "a number")
+    if "mode" in data and not isinstance(data["mode"], str):
+        fail("mode", "cdc or events")
+    if "envelope" in data and not isinstance(data["envelope"], bool):
+        fail("envelope", "true or false")
+    if "format" in data and data["format"] not in FORMATS:
+        fail("format", f"one of {list(FORMATS)}")
+    mix = data.get("mix", {})
+    if not (isinstance(mix, dict) and set(mix) <= {"insert", "update", "delete"}):
+        fail("mix", "a mapping of insert/update/delete to shares")
+    if not all(_number(v) and v >= 0 for v in mix.values()) or (mix and sum(mix.values()) <= 0):
+        fail("mix", "non-negative shares, not all zero")
+    partial = data.get("partial", [])
+    if not (isinstance(partial, list) and all(isinstance(g, list) for g in partial)):
+        fail("partial", "a list of column-name lists")
+    if not all(isinstance(c, str) for g in partial for c in g):
+        fail("partial", "a list of column-name lists")
+    columns = data.get("columns", {})
+    if not isinstance(columns, dict):
+        fail("columns", "a mapping of column names to hints")
+    for name, hint in columns.items():
+        if not isinstance(name, str) or not isinstance(hint, dict) or not set(hint) <= _HINT_KEYS:
+            fail("columns", f"a mapping of column names to hints ({sorted(_HINT_KEYS)})")
+        if _hint_problem(spec, name, hint):
+            fail("columns", f"valid hints for '{name}': {_hint_problem(spec, name, hint)}")
+
+
+def _hint_problem(spec: TableSpec, name: str, hint: dict) -> str | None:
+    numeric = spec.column(name).type.name in ("FLOAT", "DOUBLE", "DECIMAL") and "template" not in hint
+    bounds = [hint[k] for k in ("min", "max") if k in hint]
+    if not all(_number(b) if numeric else _integer(b) for b in bounds):
+        return "min and max are " + ("numbers" if numeric else "integers")
+    if "min" in hint and "max" in hint and hint["min"] > hint["max"]:
+        return "min <= max"
+    if "values" in hint and not (isinstance(hint["values"], list) and hint["values"]):
+        return "values is a non-empty list"
+    template = hint.get("template")
+    # Exactly one '{}' and no other brace: str.format would otherwise read attributes or pad to any width.
+    if template is not None and not (
+        isinstance(template, str)
+        and template.count("{}") == 1
+        and template.replace("{}", "").isprintable()
+        and "{" not in template.replace("{}", "")
+        and "}" not in template.replace("{}", "")
+    ):
+        return "template contains '{}' once and no other brace"
+    return None
+
+
+def _integer(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 @dataclass
