@@ -13,6 +13,21 @@ TIMESTAMP(p)        timestamp             microseconds; p > 6 is accepted and tr
 TIMESTAMP_LTZ(p)    timestamptz           an instant, kept in UTC
 BINARY, BYTES       binary                JSON inputs carry base64 strings
 ==================  ====================  ==================================================================
+
+Decoding (one set of rules for every input path: :meth:`DataType.decode_json` for JSON values,
+:meth:`DataType.from_arrow` for Parquet columns, which decodes strings with ``decode_json`` and checks the
+rest with :meth:`DataType.check_value`'s rules):
+
+* numbers: integers must fit the type; DECIMAL values are rounded HALF_UP to the scale in a 100-digit context
+  and refused beyond the precision; a finite number beyond FLOAT's or DOUBLE's range is refused (never stored
+  as infinity); numeric text is ASCII digits (other scripts' digits are refused), at most 1000 characters.
+* NaN and infinities: JSON has no such numbers, so the literals ``NaN``/``Infinity`` are malformed JSON (as
+  for Jackson's default parser); the strings ``"NaN"``, ``"Infinity"``, ``"-Infinity"`` decode to the IEEE
+  values for FLOAT/DOUBLE, as Flink's JSON format reads them (``Double.parseDouble``). Parquet floats may
+  hold them. Primary-key columns refuse NaN and infinities (NaN never equals itself, so it names no row).
+* text: valid Unicode (a lone surrogate such as ``"\\ud800"`` is refused); CHAR(n)/BINARY(n) lengths apply.
+* time: TIME is a time of day without a zone; TIMESTAMP refuses a zone (use TIMESTAMP_LTZ), TIMESTAMP_LTZ
+  takes a zone-less value as UTC; every value is within 0001-01-01..9999-12-31 (in UTC for TIMESTAMP_LTZ).
 """
 
 from __future__ import annotations
