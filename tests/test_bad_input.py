@@ -525,3 +525,24 @@ def test_datagen_profiles_of_the_wrong_types_are_changelake_errors(tmp_path, pro
     with pytest.raises(ChangelakeError, match=message):
         generate(s, tmp_path, 1)
     assert not (tmp_path / "t.x").exists() or not list((tmp_path / "t.x").iterdir())
+
+
+def test_the_per_line_path_validates_for_every_caller():
+    """Executors decode byte ranges through ``_JsonReader._entry``: it takes bytes or text and applies every
+    rule itself (UTF-8, the Parquet check, the catch-all), so no caller has to repeat one."""
+    from changelake import formats
+    from changelake.readers import DecodedBatch, _JsonReader, batch_arrow_schema
+
+    s = spec()
+    reader = _JsonReader(
+        s, "changelog-json", s.source_options, DecodedBatch(batch_arrow_schema(s).empty_table())
+    )
+    assert reader._entry("f", 1, b'{"op": "+I", "data": {"id": 1}}\n').changes[0][1][0] == 1
+    assert reader._entry("f", 2, '{"op": "+I", "data": {"id": 2}}').changes[0][1][0] == 2
+    for line in (b"PAR1\x15\x04", "PAR1 text"):
+        with pytest.raises(BadRecordError, match="this is a Parquet file"):
+            reader._entry("f", 1, line)
+    with pytest.raises(formats.FieldError, match="invalid UTF-8 at byte 2"):
+        reader._entry("f", 3, b"{\xc3(")
+    with pytest.raises(formats.FieldError, match="the key appears twice"):
+        reader._entry("f", 4, b'{"op": "+I", "op": "-D", "data": {"id": 1}}')

@@ -266,11 +266,12 @@ class _JsonReader:
         """Decode one line (bytes or text). A problem with the record raises FieldError (the caller adds
         file and line, and quarantines or refuses); a file that is not JSON lines at all raises
         BadRecordError, which refuses the batch even under quarantine."""
+        # Pass bytes: the UTF-8 check and the Parquet check below then happen here, for every caller.
+        if line_no == 1 and line[:4] in (PARQUET_MAGIC, PARQUET_MAGIC.decode()):
+            raise BadRecordError(
+                file, 1, None, f"this is a Parquet file, but the table reads {self.fmt} (JSON lines)"
+            )
         if isinstance(line, bytes):
-            if line_no == 1 and line.startswith(PARQUET_MAGIC):
-                raise BadRecordError(
-                    file, 1, None, f"this is a Parquet file, but the table reads {self.fmt} (JSON lines)"
-                )
             try:
                 line = line.decode("utf-8")
             except UnicodeDecodeError as e:
