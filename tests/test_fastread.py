@@ -339,3 +339,11 @@ def test_cli_reads_every_type_as_the_api_does(events):
     assert cli("lookup", "f.events", "day=2024-01-01", "k=5", "--prefix") == api(
         reader.lookup("f.events", {"day": "2024-01-01", "k": 5}, prefix=True)
     )
+
+
+def test_changelog_order_is_per_bucket_when_the_changelog_has_buckets():
+    spec = TableSpec.from_dict({**SPEC, "name": "f.order"})
+    per_bucket = ["day", "k", "sub", "_change_type", "_batch_id", "_bucket", "_log_offset"]
+    assert fastread.changelog_order(per_bucket, spec) == ["_batch_id", "day", "_bucket", "_log_offset"]
+    table_wide = [c for c in per_bucket if c != "_bucket"]  # a changelog written before per-bucket offsets
+    assert fastread.changelog_order(table_wide, spec) == ["_log_offset"]

@@ -343,23 +343,106 @@ _AVRO_PRIMITIVES: dict[str, Callable[[_Buf], Any]] = {
 }
 
 
-def _avro_decoder(schema: Any, named: dict[str, Callable[[_Buf], Any]]) -> Callable[[_Buf], Any]:
-    """A decoding function for an Avro writer schema (logical types are left as their base values)."""
+def _skip_long(b: _Buf) -> None:
+    data, pos = b.data, b.pos
+    while data[pos] & 0x80:
+        pos += 1
+    b.pos = pos + 1
+
+
+def _skip_bytes(b: _Buf) -> None:
+    size = b.long()
+    b.pos += size
+
+
+_AVRO_SKIPS: dict[str, Callable[[_Buf], None]] = {
+    "null": lambda b: None,
+    "boolean": lambda b: setattr(b, "pos", b.pos + 1),
+    "int": _skip_long,
+    "long": _skip_long,
+    "float": lambda b: setattr(b, "pos", b.pos + 4),
+    "double": lambda b: setattr(b, "pos", b.pos + 8),
+    "bytes": _skip_bytes,
+    "string": _skip_bytes,
+}
+
+
+def _avro_skipper(schema: Any, named: dict[str, Callable[[_Buf], None]]) -> Callable[[_Buf], None]:
+    """A function that moves past one value of an Avro schema without building it."""
+    if isinstance(schema, str):
+        return _AVRO_SKIPS.get(schema) or (lambda b: named[schema](b))
+    if isinstance(schema, list):
+        branches = [_avro_skipper(s, named) for s in schema]
+        return lambda b: branches[b.long()](b)
+    kind = schema["type"]
+    if kind == "record":
+        fields = [_avro_skipper(f["type"], named) for f in schema["fields"]]
+
+        def record(b: _Buf) -> None:
+            for skip in fields:
+                skip(b)
+
+        named[schema.get("name", "")] = record
+        return record
+    if kind in ("array", "map"):
+        item = _avro_skipper(schema["items"] if kind == "array" else schema["values"], named)
+
+        def blocks(b: _Buf) -> None:
+            while True:
+                count = b.long()
+                if count == 0:
+                    return
+                if count < 0:  # the block carries its byte size: jump over it
+                    b.pos += b.long()
+                    continue
+                for _ in range(count):
+                    if kind == "map":
+                        _skip_bytes(b)
+                    item(b)
+
+        return blocks
+    if kind in ("fixed", "enum"):
+        size = schema.get("size")
+        skip = (lambda b: setattr(b, "pos", b.pos + size)) if kind == "fixed" else _skip_long
+        named[schema["name"]] = skip
+        return skip
+    return _avro_skipper(kind, named)
+
+
+def _avro_decoder(
+    schema: Any, named: dict[str, Callable[[_Buf], Any]], fields: dict[str, Any] | None = None
+) -> Callable[[_Buf], Any]:
+    """A decoding function for an Avro writer schema (logical types are left as their base values).
+
+    ``fields`` projects a record: ``{name: None}`` decodes that field whole, ``{name: {...}}`` projects it in
+    turn, and every other field is skipped unbuilt (a manifest's column statistics are most of its bytes).
+    """
     if isinstance(schema, str):
         if schema in _AVRO_PRIMITIVES:
             return _AVRO_PRIMITIVES[schema]
         return lambda b: named[schema](b)
     if isinstance(schema, list):
-        branches = [_avro_decoder(s, named) for s in schema]
+        branches = [_avro_decoder(s, named, fields) for s in schema]
         return lambda b: branches[b.long()](b)
     kind = schema["type"]
     if kind == "record":
-        fields = [(f["name"], _avro_decoder(f["type"], named)) for f in schema["fields"]]
+        steps: list[tuple[str | None, Callable[[_Buf], Any]]] = []
+        for f in schema["fields"]:
+            if fields is not None and f["name"] not in fields:
+                steps.append((None, _avro_skipper(f["type"], {})))
+            else:
+                steps.append((f["name"], _avro_decoder(f["type"], named, fields and fields[f["name"]])))
 
         def record(b: _Buf) -> dict[str, Any]:
-            return {name: read(b) for name, read in fields}
+            out = {}
+            for name, step in steps:
+                value = step(b)
+                if name is not None:
+                    out[name] = value
+            return out
 
-        named[schema.get("name", "")] = record
+        if fields is None:
+            named[schema.get("name", "")] = record
         return record
     if kind == "array":
         item = _avro_decoder(schema["items"], named)
@@ -381,14 +464,15 @@ def _avro_decoder(schema: Any, named: dict[str, Callable[[_Buf], Any]]) -> Calla
     return _avro_decoder(kind, named)
 
 
-def read_avro(data: bytes) -> list[dict[str, Any]]:
-    """The records of an Avro object container file (codecs null and deflate; zstandard if installed)."""
+def read_avro(data: bytes, fields: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """The records of an Avro object container file (codecs null and deflate; zstandard if installed),
+    projected to ``fields`` (see :func:`_avro_decoder`)."""
     if data[:4] != b"Obj\x01":
         raise _Unsupported("not an Avro object container file")
     buf = _Buf(data, 4)
     meta = {buf.take(buf.long()).decode(): buf.take(buf.long()) for c in buf.blocks() for _ in range(c)}
     buf.take(16)  # sync marker
-    decode = _avro_decoder(json.loads(meta["avro.schema"]), {})
+    decode = _avro_decoder(json.loads(meta["avro.schema"]), {}, fields)
     codec = meta.get("avro.codec", b"null").decode()
     out: list[dict[str, Any]] = []
     while buf.pos < len(data):
@@ -408,6 +492,19 @@ def read_avro(data: bytes) -> list[dict[str, Any]]:
         block_buf = _Buf(block)
         out += [decode(block_buf) for _ in range(count)]
     return out
+
+
+# What the direct way reads of a manifest entry: the rest (column statistics) is skipped.
+_ENTRY_FIELDS = {
+    "status": None,
+    "data_file": {
+        "content": None,
+        "file_path": None,
+        "file_format": None,
+        "partition": None,
+        "record_count": None,
+    },
+}
 
 
 # --- the two ways to a table's metadata -------------------------------------------------------------------
@@ -530,7 +627,9 @@ class _DirectSource(_Source):
             raise _Unsupported("a v1 snapshot with inline manifests")
         out = []
         for manifest in read_avro(self._read(snap["manifest-list"])):
-            entries = read_avro(self._read(manifest["manifest_path"]))
+            if manifest.get("added_files_count") == 0 and manifest.get("existing_files_count") == 0:
+                continue  # only entries this snapshot deleted (v2 manifest lists count them)
+            entries = read_avro(self._read(manifest["manifest_path"]), _ENTRY_FIELDS)
             if manifest.get("content", 0) != 0:
                 if any(e["status"] != 2 for e in entries):
                     raise _Unsupported("delete files")
@@ -818,11 +917,12 @@ class FastReader:
         order = [(k, "ascending") for k in pk]
         if limit <= 0 or not files:
             return None
-        candidates = []
+        candidates, opened = [], []
         ticker = _Ticker(self.progress)
         for i, f in enumerate(files):
             ticker.tick(lambda i=i: f"{label}: keys of {i}/{len(files)} files read")
             pf = pq.ParquetFile(source.open(f.path))
+            opened.append(pf)
             stats.files_read += 1
             stats.row_groups += pf.metadata.num_row_groups
             for g in range(pf.metadata.num_row_groups):
@@ -843,9 +943,8 @@ class FastReader:
             wanted.setdefault((i, g), []).append(row)
         parts = []
         for (i, g), rows in sorted(wanted.items()):
-            pf = pq.ParquetFile(source.open(files[i].path))
             stats.row_groups_read += 1
-            parts.append(_unify(_rows_at(pf, g, list(spec.column_names), rows)))
+            parts.append(_unify(_rows_at(opened[i], g, list(spec.column_names), rows)))
         return pa.concat_tables(parts).sort_by(order)
 
     # --- changelog ------------------------------------------------------------------------------------
