@@ -56,6 +56,13 @@ spark-cluster: setup ## Start a Spark standalone master + worker on 127.0.0.1:70
 spark-cluster-stop: ## Stop the standalone cluster
 	@infra/spark_cluster.sh stop
 
+.PHONY: sql sql-stop
+sql: setup ## Start the warm SQL endpoint (Spark Connect + Thrift/JDBC, loopback) in the background; print URLs
+	@SPARK_MASTER="$(SPARK_MASTER)" infra/spark_server.sh start
+
+sql-stop: ## Stop the SQL endpoint started by `make sql`
+	@infra/spark_server.sh stop
+
 apply: setup ## spark-submit the apply app for all pending batches (SPARK_MASTER=spark://127.0.0.1:7077 for the cluster)
 	PYSPARK_PYTHON=$(CURDIR)/.venv/bin/python .venv/bin/spark-submit $(if $(SPARK_MASTER),--master $(SPARK_MASTER)) \
 		--conf spark.pyspark.python=$(CURDIR)/.venv/bin/python spark_apps/apply_app.py

@@ -1,0 +1,303 @@
+"""The warm Spark SQL endpoint: one long-lived Spark application that serves changelake's views over both
+Spark Connect (``sc://host:port``, for Python clients and the pipeline) and the Thrift/JDBC protocol
+(``jdbc:hive2://host:port/default``, for plain ``dbt --target thrift``, PyHive, beeline and BI tools).
+
+Both servers run on the application's own SparkContext, so every session they open sees the same global
+temp views: ``global_temp.<ns>__<t>``, ``…__changelog`` and ``…__input``, registered by
+:meth:`changelake.api.ChangeLake.register_views` as the dbt app registers them. dbt's own tables live in
+the Hive (Derby) metastore under ``$CHANGELAKE_HOME/metastore``, as with ``changelake dbt``; embedded Derby
+admits one JVM, so while the endpoint runs, dbt and the quality app go through it.
+
+Freshness: the driver polls each table's current snapshot id (one catalog read per table) every
+``poll_seconds`` and re-registers the three views of a table whose snapshot changed. Each view is a fixed
+list of Parquet files of one snapshot, so a query sees a whole batch or none of it; a table's views are
+re-registered until its snapshot did not move while they were built, so its rows, changelog and input
+views name the same batch.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from changelake.config import Settings
+from changelake.errors import ChangelakeError
+from changelake.spec import TableSpec
+from changelake.storage import Storage, TableState
+
+if TYPE_CHECKING:
+    from changelake.api import ChangeLake
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_THRIFT_PORT = 10000
+DEFAULT_CONNECT_PORT = 15002
+DEFAULT_POLL_SECONDS = 1.0
+CONNECT_PLUGIN = "org.apache.spark.sql.connect.SparkConnectPlugin"
+# Keys that say where the endpoint listens: the environment decides them, not the config file's spark_conf.
+_LISTENING = ("spark.plugins", "spark.connect.grpc.binding.", "spark.hadoop.hive.server2.thrift.")
+MAX_PIN_ATTEMPTS = 5  # a table committing faster than its views register is re-polled, not waited for
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where the endpoint listens and clients connect: one host, a Thrift port and a Spark Connect port."""
+
+    host: str = DEFAULT_HOST
+    thrift_port: int = DEFAULT_THRIFT_PORT
+    connect_port: int = DEFAULT_CONNECT_PORT
+
+    @classmethod
+    def from_env(cls, environ: dict[str, str] | None = None) -> Endpoint:
+        """``SPARK_THRIFT_HOST`` / ``SPARK_THRIFT_PORT`` (shared with dbt's ``thrift`` target) and
+        ``SPARK_CONNECT_PORT``; unset or empty values take the defaults."""
+        env = os.environ if environ is None else environ
+        try:
+            return cls(
+                host=env.get("SPARK_THRIFT_HOST") or DEFAULT_HOST,
+                thrift_port=int(env.get("SPARK_THRIFT_PORT") or DEFAULT_THRIFT_PORT),
+                connect_port=int(env.get("SPARK_CONNECT_PORT") or DEFAULT_CONNECT_PORT),
+            )
+        except ValueError as e:
+            raise ChangelakeError(f"SPARK_THRIFT_PORT and SPARK_CONNECT_PORT must be integers: {e}") from e
+
+    @property
+    def connect_url(self) -> str:
+        return f"sc://{self.host}:{self.connect_port}"
+
+    @property
+    def jdbc_url(self) -> str:
+        return f"jdbc:hive2://{self.host}:{self.thrift_port}/default"
+
+
+def server_conf(settings: Settings, endpoint: Endpoint) -> dict[str, str]:
+    """Spark settings of the server application: modest memory, both servers bound to ``endpoint``, Hive's
+    scratch and operation-log directories under ``$CHANGELAKE_HOME/spark-server`` instead of /tmp."""
+    work = settings.home / "spark-server"
+    hive = {
+        "hive.server2.thrift.bind.host": endpoint.host,
+        "hive.server2.thrift.port": str(endpoint.thrift_port),
+        "hive.server2.transport.mode": "binary",
+        "hive.exec.scratchdir": str(work / "hive-scratch"),
+        "hive.exec.local.scratchdir": str(work / "hive-local-scratch"),
+        "hive.downloaded.resources.dir": str(work / "hive-resources"),
+        "hive.server2.logging.operation.log.location": str(work / "operation-logs"),
+        "hive.querylog.location": str(work / "query-logs"),
+    }
+    return {
+        "spark.driver.memory": "2g",
+        # Closing a Thrift session calls System.gc(): a stop-the-world full GC of ~1 s per dbt node on
+        # 2 cores, unless G1 runs it as a concurrent cycle. (defaultJavaOptions: extraJavaOptions is
+        # session.py's, with the Derby home and log4j config.)
+        "spark.driver.defaultJavaOptions": "-XX:+ExplicitGCInvokesConcurrent",
+        # dbt's incremental insert_overwrite replaces only the partitions a run writes (as the dbt app sets).
+        "spark.sql.sources.partitionOverwriteMode": "dynamic",
+        # A statement's RPC returns when it has finished: dbt-spark polls an unfinished statement every
+        # `poll_interval` (5 s), which made each dbt node wait ~5 s for a query of well under a second.
+        "spark.sql.hive.thriftServer.async": "false",
+        "spark.plugins": CONNECT_PLUGIN,
+        "spark.connect.grpc.binding.address": endpoint.host,
+        "spark.connect.grpc.binding.port": str(endpoint.connect_port),
+        # HiveThriftServer2.startWithContext builds its HiveConf from the Hadoop configuration.
+        **{f"spark.hadoop.{k}": v for k, v in hive.items()},
+    }
+
+
+def pk_state(lake: ChangeLake, spec: TableSpec) -> TableState | None:
+    """The PK table's current state (snapshot id, last batch), or None if the table does not exist."""
+    try:
+        return Storage.state(lake.storage.pk_table(spec))
+    except ChangelakeError:
+        return None
+
+
+def table_snapshots(lake: ChangeLake, specs: dict[str, TableSpec]) -> dict[str, int | None]:
+    """Current PK snapshot id of every table in ``specs`` that exists in the catalog (one catalog read per
+    table; only a commit changes the id)."""
+    states = {name: pk_state(lake, spec) for name, spec in sorted(specs.items())}
+    return {name: state.snapshot_id for name, state in states.items() if state is not None}
+
+
+class ViewRefresher:
+    """Keeps the global temp views of every table at its current snapshot."""
+
+    def __init__(self, lake: ChangeLake, progress=print):
+        self.lake = lake
+        self.progress = progress
+        self.registered: dict[str, int | None] = {}  # table -> snapshot id its views show
+        self._failures: dict[str, str] = {}  # table (or "" for the whole poll) -> last failure reported
+
+    def poll(self) -> list[str]:
+        """Re-register the views of tables whose snapshot changed (or that appeared); drop the views of
+        tables that disappeared. Returns the tables refreshed."""
+        specs = self.lake.specs()  # read once per poll: parsing the YAML specs is most of an idle poll
+        current = table_snapshots(self.lake, specs)
+        for name in sorted(set(self.registered) - set(current)):
+            self._drop(name)
+        changed = [n for n, snap in current.items() if n not in self.registered or self.registered[n] != snap]
+        refreshed = []
+        for name in changed:
+            try:
+                self.refresh(specs[name])
+            except Exception as e:  # one broken table must not keep the others stale; retried next poll
+                self.report_failure(
+                    name, f"[server] {name}: refresh failed, retrying: {type(e).__name__}: {e}"
+                )
+                continue
+            self.clear_failure(name)
+            refreshed.append(name)
+        return refreshed
+
+    def report_failure(self, key: str, message: str) -> None:
+        """Report a failure once, not on every poll while it lasts."""
+        if self._failures.get(key) != message:
+            self._failures[key] = message
+            self.progress(message)
+
+    def clear_failure(self, key: str) -> None:
+        self._failures.pop(key, None)
+
+    def refresh(self, spec: TableSpec) -> int | None:
+        """Register the table's three views and return the snapshot id they show.
+
+        Pinned: if the table committed while its views were being built, they are built again, so rows,
+        changelog and input name the same batch (bounded; a table still moving is caught by the next poll,
+        and each view on its own is always one whole snapshot).
+        """
+        name = spec.full_name
+        started = time.monotonic()
+        for _attempt in range(MAX_PIN_ATTEMPTS):
+            before = pk_state(self.lake, spec)
+            self.lake.register_views([name])
+            after = pk_state(self.lake, spec)
+            if after == before:
+                break
+        snap = after.snapshot_id if after else None
+        self.registered[name] = snap
+        batch = after.last_batch if after else 0
+        self.progress(
+            f"[server] {name}: views at batch {batch} (snapshot {snap}) in {time.monotonic() - started:.2f}s"
+        )
+        return snap
+
+    def _drop(self, name: str) -> None:
+        namespace, table = name.split(".", 1)
+        view = f"{namespace}__{table}"
+        for suffix in ("", "__changelog", "__input"):
+            self.lake.spark.catalog.dropGlobalTempView(view + suffix)
+        self.registered.pop(name, None)
+        self.progress(f"[server] {name}: table gone, views dropped")
+
+
+class Server:
+    """The running endpoint: a SparkSession with the Spark Connect plugin, HiveThriftServer2 on its
+    context, and the view refresher."""
+
+    def __init__(self, settings: Settings, endpoint: Endpoint, progress=print):
+        self.settings = settings
+        self.endpoint = endpoint
+        self.progress = progress
+        self.spark = None
+        self.refresher: ViewRefresher | None = None
+        self._thrift = None
+
+    def start(self) -> None:
+        """Build the session (Connect starts with the context), start the Thrift server, register views."""
+        from changelake.api import ChangeLake
+        from changelake.session import get_spark
+
+        conf = server_conf(self.settings, self.endpoint)
+        (self.settings.home / "spark-server").mkdir(parents=True, exist_ok=True)
+        # The config file's spark_conf wins over the server's defaults, but not over where it listens.
+        pinned = {k: v for k, v in conf.items() if k.startswith(_LISTENING)}
+        merged = {**conf, **self.settings.spark_conf, **pinned}
+        settings = replace(self.settings, spark_conf=merged)
+        self.spark = get_spark(settings, app_name="changelake-sql-server", hive=True)
+        jvm = self.spark._jvm
+        thrift = jvm.org.apache.spark.sql.hive.thriftserver.HiveThriftServer2
+        self._thrift = thrift.startWithContext(self.spark._jsparkSession.sqlContext())
+        lake = ChangeLake(settings=settings, spark=self.spark, progress=lambda _m: None)
+        self.refresher = ViewRefresher(lake, self.progress)
+        self.refresher.poll()
+
+    def jvm_pid(self) -> int:
+        return int(self.spark._jvm.java.lang.ProcessHandle.current().pid())
+
+    def serve(self, stop: threading.Event, poll_seconds: float = DEFAULT_POLL_SECONDS) -> None:
+        """Poll for new snapshots until ``stop`` is set; a failing poll is reported and retried."""
+        while not stop.wait(poll_seconds):
+            try:
+                self.refresher.poll()
+            except Exception as e:  # a bad spec or a catalog hiccup must not take the endpoint down
+                self.refresher.report_failure("", f"[server] poll failed, retrying: {type(e).__name__}: {e}")
+            else:
+                self.refresher.clear_failure("")
+
+    def stop(self) -> None:
+        if self._thrift is not None:
+            self._thrift.stop()
+            self._thrift = None
+        if self.spark is not None:
+            self.spark.stop()  # stops the Spark Connect service with the context
+            self.spark = None
+
+
+def connect_session(endpoint: Endpoint | None = None, url: str | None = None):
+    """A Spark Connect SparkSession on the running endpoint (``url``, else ``endpoint``, else
+    :meth:`Endpoint.from_env`). Needs the pyspark ``connect`` extra (grpcio, grpcio-status,
+    googleapis-common-protos, zstandard), which the data env installs."""
+    from pyspark.sql import SparkSession
+
+    return SparkSession.builder.remote(url or (endpoint or Endpoint.from_env()).connect_url).getOrCreate()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the endpoint in the foreground until SIGTERM/SIGINT; ``infra/spark_server.sh`` runs it in the
+    background. Writes ``$CHANGELAKE_HOME/spark-server/ready`` (URLs and pids) once both servers listen and
+    the views are registered."""
+    import argparse
+    import json
+
+    from changelake.config import load_settings
+
+    parser = argparse.ArgumentParser(prog="server_app.py", description=main.__doc__)
+    parser.add_argument("--poll-seconds", type=float, default=None, help="snapshot poll interval")
+    args = parser.parse_args(argv)
+    poll = args.poll_seconds or float(
+        os.environ.get("CHANGELAKE_SERVER_POLL_SECONDS") or DEFAULT_POLL_SECONDS
+    )
+    settings = load_settings()
+    endpoint = Endpoint.from_env()
+    ready = settings.home / "spark-server" / "ready"
+    ready.unlink(missing_ok=True)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    started = time.monotonic()
+    server = Server(settings, endpoint, progress=_stderr)
+    try:
+        server.start()
+        info: dict[str, Any] = {
+            "connect_url": endpoint.connect_url,
+            "jdbc_url": endpoint.jdbc_url,
+            "pid": os.getpid(),
+            "jvm_pid": server.jvm_pid(),
+            "views": sorted(server.refresher.registered),
+            "start_seconds": round(time.monotonic() - started, 2),
+        }
+        ready.write_text(json.dumps(info, indent=2) + "\n")
+        _stderr(f"[server] ready in {info['start_seconds']}s: {endpoint.connect_url} {endpoint.jdbc_url}")
+        server.serve(stop, poll)
+    finally:
+        ready.unlink(missing_ok=True)
+        server.stop()
+        _stderr("[server] stopped")
+    return 0
+
+
+def _stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
