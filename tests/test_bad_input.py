@@ -121,7 +121,7 @@ def test_decimal_38_with_more_than_28_digits_is_valid_data(tmp_path):
         (cj({"id": 2, "d": "1" * 2000}), "d", "exceeds the limit of 1000"),
         ('{"op": "+I", "op": "-D", "data": {"id": 2}}', "op", "the key appears twice"),
         ('{"op": "+I", "data": {"id": 2, "s": "a", "s": "b"}}', "s", "the key appears twice"),
-        ('{"op": "+I", "data": {"id": 2}} {"op": "-D"}', None, "malformed JSON: Extra data"),
+        ('{"op": "+I", "data": {"id": 2}} {"op": "-D"}', None, "malformed JSON at column 33: Extra data"),
     ],
 )
 def test_changelog_json_bad_values(tmp_path, bad, field, reason):

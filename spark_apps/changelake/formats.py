@@ -79,7 +79,7 @@ def parse_line(text: str) -> Any:
     try:
         return _DECODER.decode(text)
     except json.JSONDecodeError as e:
-        raise FieldError(None, f"malformed JSON: {e.msg} at column {e.colno}") from None
+        raise FieldError(None, f"malformed JSON at column {e.colno}: {e.msg}") from None
     except RecursionError:
         raise FieldError(None, f"JSON nested deeper than {MAX_DEPTH} levels") from None
     except ValueError:
@@ -399,7 +399,9 @@ def _scale(value: Any) -> int:
         return value
     if isinstance(value, str) and _SCALE.fullmatch(value):
         return int(value)
-    raise ValueError(f"the connect schema's decimal scale {short_repr(value)} is not an integer")
+    raise ValueError(
+        f"the connect schema's decimal scale must be an integer in ±9999, got {short_repr(value)}"
+    )
 
 
 def _unscaled(text: str, scale: int) -> decimal.Decimal:
