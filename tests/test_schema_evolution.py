@@ -175,6 +175,7 @@ def test_alterable_options_and_free_sections_change_without_refusal(plain_lake):
     write_spec(lake, alterable)
     assert lake.create_table(lake.settings.tables_dir / "e.orders.yaml").ignore_delete
     assert stored(lake, "e.orders")["options"]["table.log.ttl"] == "3d"
+    assert stored(lake, "e.orders", changelog=True) == stored(lake, "e.orders")  # altered together
     write_spec(lake, changed)  # RESET
     lake.create_table(lake.settings.tables_dir / "e.orders.yaml")
     assert "table.log.ttl" not in stored(lake, "e.orders")["options"]
@@ -487,3 +488,26 @@ def test_valid_fluss_table_options_are_accepted_and_enums_normalised():
     assert TableSpec.from_dict({**PK, "options": {"table.log.format": "compacted"}}).options == {
         "table.log.format": "compacted"
     }
+
+
+def test_an_applier_with_a_stale_spec_refuses_to_rewrite_a_bucket_holding_newer_columns(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from changelake.buckets import BucketContext, merge_bucket
+
+    path = tmp_path / "written-after-the-alter.parquet"
+    pq.write_table(
+        pa.table({"id": [1], "amount": [1], "note": ["n"], "_bucket": pa.array([0], pa.int32())}), path
+    )
+    ctx = BucketContext(
+        spec=TableSpec.from_dict(ORDERS),  # the spec before the column was added
+        partition_columns=("_bucket",),
+        files_by_partition={(0,): [str(path)]},
+        io_properties={},
+        out_dir=str(tmp_path),
+        log_dir=str(tmp_path),
+        batch_id=2,
+        commit_micros=0,
+    )
+    with pytest.raises(ChangelakeError, match=r"has columns \['note'\] that the spec in use lacks"):
+        merge_bucket((pa.scalar(0, pa.int32()),), pa.table({}), ctx)
