@@ -22,8 +22,14 @@ SPEC = TableSpec.from_dict(
         "options": {"table.delete.behavior": "allow"},
     }
 )
-LOG = "k long, v string, _change_type string, _log_offset long"
-CLEAN_LOG = [(1, "a", "+I", 0), (2, "b", "+I", 1), (1, "a", "-U", 2), (1, "a2", "+U", 3), (2, "b", "-D", 4)]
+LOG = "k long, v string, _change_type string, _bucket int, _log_offset long"
+CLEAN_LOG = [
+    (1, "a", "+I", 0, 0),
+    (2, "b", "+I", 0, 1),
+    (1, "a", "-U", 0, 2),
+    (1, "a2", "+U", 0, 3),
+    (2, "b", "-D", 0, 4),
+]
 
 
 def validate(lake, check) -> dict:
@@ -55,9 +61,24 @@ def test_tombstone_suite_passes_clean_and_names_a_resurrected_key_and_an_orphan_
     rows = spark.createDataFrame([(1, "a2")], "k long, v string")
     log = spark.createDataFrame(CLEAN_LOG, LOG)
     assert all(validate(lake, c)["success"] for c in suites.tombstone_handling(SPEC, rows, log))
+    # Two buckets, two logs: each -U is followed by its +U in its own bucket's log, while the offsets of the
+    # two logs interleave (ordered by offset alone, a -U would be followed by the other bucket's -U).
+    two_logs = [
+        (1, "a", "+I", 0, 0),
+        (2, "b", "+I", 1, 0),
+        (1, "a", "-U", 0, 1),
+        (2, "b", "-U", 1, 1),
+        (1, "a2", "+U", 0, 2),
+        (2, "b2", "+U", 1, 2),
+    ]
+    both = spark.createDataFrame([(1, "a2"), (2, "b2")], "k long, v string")
+    two = spark.createDataFrame(two_logs, LOG)
+    assert all(validate(lake, c)["success"] for c in suites.tombstone_handling(SPEC, both, two))
 
     resurrected = spark.createDataFrame([(1, "a2"), (2, "b")], "k long, v string")  # 2's latest change is -D
-    orphan = spark.createDataFrame([*CLEAN_LOG, (3, "c", "+I", 5), (3, "c", "-U", 6), (1, "x", "+U", 7)], LOG)
+    orphan = spark.createDataFrame(
+        [*CLEAN_LOG, (3, "c", "+I", 0, 5), (3, "c", "-U", 0, 6), (1, "x", "+U", 0, 7)], LOG
+    )
     state = validate(lake, suites.tombstone_handling(SPEC, resurrected, log)[0])
     assert [k["k"] for k in failures(state)[0]["offending_keys"]] == [2]
     by_asset = {c.asset: validate(lake, c) for c in suites.tombstone_handling(SPEC, rows, orphan)[1:]}
@@ -65,7 +86,7 @@ def test_tombstone_suite_passes_clean_and_names_a_resurrected_key_and_an_orphan_
     assert [(k["k"], k["_log_offset"]) for k in pairs[0]["offending_keys"]] == [(3, 6)]
     assert by_asset["q.kv changelog"]["success"]
 
-    bad_types = spark.createDataFrame([*CLEAN_LOG, (4, "d", "+X", 5)], LOG)
+    bad_types = spark.createDataFrame([*CLEAN_LOG, (4, "d", "+X", 0, 5)], LOG)
     log_check = suites.tombstone_handling(SPEC, rows, bad_types)[2]
     assert [k["k"] for k in failures(validate(lake, log_check))[0]["offending_keys"]] == [4]
 
@@ -73,9 +94,9 @@ def test_tombstone_suite_passes_clean_and_names_a_resurrected_key_and_an_orphan_
 def test_ignore_delete_tables_must_keep_tombstoned_rows(lake, spark):
     ignoring = TableSpec.from_dict({**SPEC.to_dict(), "options": {"table.delete.behavior": "ignore"}})
     rows = spark.createDataFrame([(1, "a")], "k long, v string")
-    log = spark.createDataFrame([(1, "a", "+I", 0)], LOG)
+    log = spark.createDataFrame([(1, "a", "+I", 0, 0)], LOG)
     assert all(validate(lake, c)["success"] for c in suites.tombstone_handling(ignoring, rows, log))
-    leaked = spark.createDataFrame([(1, "a", "+I", 0), (1, "a", "-D", 1)], LOG)
+    leaked = spark.createDataFrame([(1, "a", "+I", 0, 0), (1, "a", "-D", 0, 1)], LOG)
     result = validate(
         lake, suites.tombstone_handling(ignoring, spark.createDataFrame([], "k long, v string"), leaked)[2]
     )
