@@ -353,10 +353,6 @@ def test_an_edited_bucket_num_is_refused_and_reads_keep_the_stored_layout(lake):
     assert rows_of(lake.rows("e.orders")) == [(k, k) for k in range(1, 5)]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="needs FastReader.spec to resolve through changelake.evolution.resolve (fastread.py; see report)",
-)
 def test_lookups_hash_with_the_stored_bucket_num_after_the_file_is_edited(lake):
     write_spec(lake, ORDERS)
     land(lake, "e.orders", 1, [debezium("c", {"id": k, "amount": k}) for k in range(1, 5)])
@@ -365,10 +361,6 @@ def test_lookups_hash_with_the_stored_bucket_num_after_the_file_is_edited(lake):
     assert lake.lookup("e.orders", {"id": 2}) == [{"id": 2, "amount": 2}]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="needs FastReader._read to give nulls for columns an old file lacks (fastread.py; see report)",
-)
 def test_spark_free_reads_give_null_for_a_column_old_files_lack(lake, tmp_path):
     write_spec(lake, ORDERS)
     land(lake, "e.orders", 1, [debezium("c", {"id": k, "amount": k}) for k in range(1, 5)])
