@@ -798,20 +798,24 @@ class FastReader:
         return load_specs(self.settings.tables_dir)
 
     def spec(self, table: str, source: _Source | None = None) -> TableSpec:
-        """The table's spec from the tables directory (its source settings may change over time), else the
-        one stored in the catalog when the table was created."""
+        """The spec reads of ``table`` use (:func:`changelake.evolution.resolve`, as :meth:`ChangeLake.spec`):
+        the layout stored with the table plus the spec file's other sections; the spec file alone for a
+        table not created yet. A spec file that differs in layout is noted on the progress log."""
+        from changelake import evolution
+
         namespace, name = split_table_name(table)
         specs = self.specs()
-        if table in specs:
-            return specs[table]
         source = source or self._source(namespace, name)
         stored = source.properties.get(_P + "spec") if source else None
-        if stored:
-            return TableSpec.from_dict(json.loads(stored), origin=f"catalog table {table}")
-        raise ChangelakeError(
-            f"Unknown table {table}: not in the catalog and no spec in {self.settings.tables_dir} "
-            f"(known: {sorted(specs) or 'none'})"
-        )
+        if table not in specs and not stored:
+            raise ChangelakeError(
+                f"Unknown table {table}: not in the catalog and no spec in {self.settings.tables_dir} "
+                f"(known: {sorted(specs) or 'none'})"
+            )
+        note = evolution.difference_note(table, specs.get(table), stored)
+        if note:
+            self.progress(note)
+        return evolution.resolve(table, specs.get(table), stored)
 
     def _pk(self, table: str) -> tuple[TableSpec, _Source]:
         namespace, name = split_table_name(table)
@@ -843,18 +847,20 @@ class FastReader:
         self,
         source: _Source,
         files: list[_File],
-        columns: list[str],
+        schema: pa.Schema,
         where: dict[str, Any] | None = None,
         stats: _Stats | None = None,
         label: str = "",
     ) -> pa.Table:
-        """Read ``columns`` of ``files``; with ``where`` (column -> storage value) only matching rows, skipping
-        row groups whose statistics exclude a value and reading other columns only where a key matched."""
+        """The rows of ``files`` in ``schema``; with ``where`` (column -> storage value) only matching rows,
+        skipping row groups whose statistics exclude a value and reading other columns only where a key
+        matched."""
         stats = stats or _Stats()
         parts: list[pa.Table] = []
         ticker = _Ticker(self.progress if label else None)
         for i, f in enumerate(files, start=1):
             pf = pq.ParquetFile(source.open(f.path))
+            columns = _present(pf, schema)
             stats.files_read += 1
             groups = list(range(pf.metadata.num_row_groups))
             stats.row_groups += len(groups)
@@ -866,15 +872,15 @@ class FastReader:
                     stats.row_groups_read += 1
                     hits = pc.indices_nonzero(_matches(keys, where)).to_pylist()
                     if hits:
-                        parts.append(_rows_at(pf, g, columns, hits))
+                        parts.append(_conform(_rows_at(pf, g, columns, hits), schema))
             elif groups:
                 stats.row_groups_read += len(groups)
-                parts.append(pf.read_row_groups(groups, columns=columns))
+                parts.append(_conform(pf.read_row_groups(groups, columns=columns), schema))
             ticker.tick(
                 lambda i=i: f"{label}: read {i}/{len(files)} files, {sum(p.num_rows for p in parts):,} rows"
             )
-        table = pa.concat_tables([_unify(p) for p in parts]) if parts else None
-        stats.rows += table.num_rows if table is not None else 0
+        table = pa.concat_tables(parts) if parts else schema.empty_table()
+        stats.rows += table.num_rows
         return table
 
     # --- rows -----------------------------------------------------------------------------------------
@@ -896,12 +902,11 @@ class FastReader:
         self.progress(f"{label}: {len(files)} file(s), {sum(f.record_count for f in files):,} rows planned")
         schema = view_schema(spec)
         if limit is None:
-            out = self._read(source, files, list(spec.column_names), stats=stats, label=label)
-            if by_key and out is not None:
+            out = self._read(source, files, schema, stats=stats, label=label)
+            if by_key:
                 out = out.sort_by([(k, "ascending") for k in spec.primary_key])
         else:
             out = self._first_rows(spec, source, files, limit, stats, label)
-        out = _cast(out, schema)
         self.last_stats = stats
         self.progress(
             f"{label}: read {stats.files_read} file(s), {stats.row_groups_read} of {stats.row_groups} row "
@@ -911,12 +916,13 @@ class FastReader:
 
     def _first_rows(
         self, spec: TableSpec, source: _Source, files: list[_File], limit: int, stats: _Stats, label: str
-    ) -> pa.Table | None:
+    ) -> pa.Table:
         """The first ``limit`` rows by primary key: each row group's smallest keys, then the rows themselves."""
         pk = list(spec.primary_key)
         order = [(k, "ascending") for k in pk]
+        schema = view_schema(spec)
         if limit <= 0 or not files:
-            return None
+            return schema.empty_table()
         candidates, opened = [], []
         ticker = _Ticker(self.progress)
         for i, f in enumerate(files):
@@ -935,7 +941,7 @@ class FastReader:
                     .append_column("_row", index)
                 )
         if not candidates:
-            return None
+            return schema.empty_table()
         keys = pa.concat_tables(candidates)
         top = keys.take(pc.select_k_unstable(keys, k=min(limit, keys.num_rows), sort_keys=order))
         wanted: dict[tuple[int, int], list[int]] = {}
@@ -944,7 +950,7 @@ class FastReader:
         parts = []
         for (i, g), rows in sorted(wanted.items()):
             stats.row_groups_read += 1
-            parts.append(_unify(_rows_at(opened[i], g, list(spec.column_names), rows)))
+            parts.append(_conform(_rows_at(opened[i], g, _present(opened[i], schema), rows), schema))
         return pa.concat_tables(parts).sort_by(order)
 
     # --- changelog ------------------------------------------------------------------------------------
@@ -982,10 +988,8 @@ class FastReader:
         order = [(c, "ascending") for c in changelog_order(source.columns, spec)]
         parts, rows = [], 0
         for batch in sorted(by_batch):
-            part = self._read(source, by_batch[batch], schema.names, stats=stats, label=label)
-            if part is None:
-                continue
-            parts.append(_cast(part, schema).sort_by(order))
+            part = self._read(source, by_batch[batch], schema, stats=stats, label=label)
+            parts.append(part.sort_by(order))
             rows += part.num_rows
             if limit is not None and rows >= limit:
                 break
@@ -1018,8 +1022,8 @@ class FastReader:
         files = self._files(source, None)
         hits = [f for f in files if f.partition == target]
         stats = _Stats(files_planned=len(files))
-        found = self._read(source, hits, list(spec.column_names), where=values, stats=stats)
-        out = _cast(found, view_schema(spec)).sort_by([(k, "ascending") for k in spec.primary_key])
+        found = self._read(source, hits, view_schema(spec), where=values, stats=stats)
+        out = found.sort_by([(k, "ascending") for k in spec.primary_key])
         self.last_stats = stats
         self.progress(
             f"[{spec.full_name}] lookup: partition/bucket {target}: {len(hits)} of {len(files)} file(s), "
@@ -1165,10 +1169,22 @@ def _unify(table: pa.Table) -> pa.Table:
     return table if schema == table.schema else table.cast(schema)
 
 
-def _cast(table: pa.Table | None, schema: pa.Schema) -> pa.Table:
-    if table is None:
-        return schema.empty_table()
-    return table.select(schema.names).cast(schema)
+def _present(pf: pq.ParquetFile, schema: pa.Schema) -> list[str]:
+    """The columns of ``schema`` a file has (a file written before a column was added lacks it)."""
+    names = set(pf.schema_arrow.names)
+    return [n for n in schema.names if n in names]
+
+
+def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``table`` in ``schema``: its columns in order and types, nulls for those the file lacked (as Spark
+    reads a file written before a column was added)."""
+    arrays = [
+        table.column(f.name).cast(f.type)
+        if f.name in table.column_names
+        else pa.nulls(table.num_rows, f.type)
+        for f in schema
+    ]
+    return pa.Table.from_arrays(arrays, schema=schema)
 
 
 def stderr_progress(message: str) -> None:
