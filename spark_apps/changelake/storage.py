@@ -56,14 +56,16 @@ class TableState:
 
 def _open_catalog(name: str, props: dict[str, str]) -> Catalog:
     """Open the catalog; a SQL catalog creates its own tables on first use, and two processes opening a new
-    one at once race on that (the loser gets "table ... already exists"), so the loser simply opens again."""
-    from sqlalchemy.exc import OperationalError
+    one at once race on that (the loser gets "table ... already exists", or on PostgreSQL a duplicate key), so
+    the loser simply opens again."""
+    from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
 
     for attempt in range(3):
         try:
             return load_catalog(name, **props)
-        except OperationalError as e:
-            if "already exists" not in str(e) or attempt == 2:
+        except (OperationalError, ProgrammingError, IntegrityError) as e:
+            # SQLite says "already exists"; PostgreSQL "already exists" or a duplicate key in pg_type.
+            if not any(s in str(e) for s in ("already exists", "duplicate key value")) or attempt == 2:
                 raise
     raise AssertionError("unreachable")
 
