@@ -247,12 +247,16 @@ class Server:
 
 
 def connect_session(endpoint: Endpoint | None = None, url: str | None = None):
-    """A Spark Connect SparkSession on the running endpoint (``url``, else ``endpoint``, else
-    :meth:`Endpoint.from_env`). Needs the pyspark ``connect`` extra (grpcio, grpcio-status,
-    googleapis-common-protos, zstandard), which the data env installs."""
-    from pyspark.sql import SparkSession
+    """A new Spark Connect SparkSession on the running endpoint (``url``, else ``endpoint``, else
+    :meth:`Endpoint.from_env`); the caller keeps it and ``stop()``s it.
 
-    return SparkSession.builder.remote(url or (endpoint or Endpoint.from_env()).connect_url).getOrCreate()
+    Works beside a classic SparkSession in the same process (pyspark's generic builder refuses that).
+    Needs the pyspark ``connect`` extra (grpcio, grpcio-status, googleapis-common-protos, zstandard),
+    which the data env installs.
+    """
+    from pyspark.sql.connect.session import SparkSession as RemoteSparkSession
+
+    return RemoteSparkSession.builder.remote(url or (endpoint or Endpoint.from_env()).connect_url).create()
 
 
 def main(argv: list[str] | None = None) -> int:
