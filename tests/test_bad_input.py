@@ -546,3 +546,26 @@ def test_the_per_line_path_validates_for_every_caller():
         reader._entry("f", 3, b"{\xc3(")
     with pytest.raises(formats.FieldError, match="the key appears twice"):
         reader._entry("f", 4, b'{"op": "+I", "op": "-D", "data": {"id": 1}}')
+
+
+def test_a_parquet_row_with_several_problems_gets_its_first_one(tmp_path):
+    """Checks run in one order (op, the columns in spec order, required columns); a row failing several
+    gets the first, whether the batch is refused or the row quarantined, and whatever the other rows hold."""
+    columns = [
+        {"name": "id", "type": "BIGINT"},
+        {"name": "c", "type": "CHAR(1)"},
+        {"name": "t", "type": "TINYINT"},
+    ]
+    path = tmp_path / "1.parquet"
+    pq.write_table(
+        pa.table({"op": ["+I", "??", "+I", "+I"], "id": [1, None, None, 4], "c": ["a", "bb", "cc", "d"],
+                  "t": [1, 500, 500, 600]}),
+        path,
+    )  # fmt: skip
+    expected = [(2, "op"), (3, "c"), (4, "t")]
+    with pytest.raises(BadRecordError) as e:
+        read_batch([path], spec(columns=columns))
+    assert (e.value.line, e.value.field) == expected[0]
+    batch = read_batch([path], spec({"on-bad-record": "quarantine"}, columns=columns))
+    assert [(d["line"], d["field"]) for d in batch.dead_letters] == expected
+    assert batch.records.column("id").to_pylist() == [1]

@@ -29,7 +29,7 @@ from changelake import formats
 from changelake.errors import BadRecordError, ChangelakeError, short_repr
 from changelake.sources import SourceOptions
 from changelake.spec import TableSpec
-from changelake.types import ColumnTypeError, ColumnValueError
+from changelake.types import ColumnTypeError
 
 OPS = formats.OPS
 JSON_FORMATS = tuple(formats.DECODERS)
@@ -164,16 +164,16 @@ class ColumnRules:
                     return col.name, str(e)
         return None
 
-    def validate_arrow(self, name: str, array: pa.Array) -> tuple[int, str] | None:
-        """The first row (0-based) of a storage-typed column that breaks a rule, and the reason."""
+    def validate_arrow(self, name: str, array: pa.Array) -> list[tuple[int, str]]:
+        """Every row (0-based, in order) of a storage-typed column that breaks a rule, and the reason."""
         check = self.checks.get(name)
         if check is None:
-            return None
+            return []
         if check is _finite_key:
-            candidates = pc.fill_null(pc.invert(pc.is_finite(array)), False)
-            rows = [pc.index(candidates, True).as_py()] if pc.any(candidates).as_py() else []
+            rows = pc.indices_nonzero(pc.fill_null(pc.invert(pc.is_finite(array)), False)).to_pylist()
         else:
             rows = range(len(array))  # bitmaps: each value is deserialized
+        out = []
         for row in rows:
             value = array[row].as_py()
             if value is None:
@@ -181,8 +181,8 @@ class ColumnRules:
             try:
                 check(value)
             except ValueError as e:
-                return row, str(e)
-        return None
+                out.append((row, str(e)))
+        return out
 
 
 def _finite_key(value: float) -> None:
@@ -452,49 +452,10 @@ def _read_parquet(path: Path, spec: TableSpec, opts: SourceOptions, out: Decoded
     table = table.select([c for c in table.column_names if c == "op" or c in names])
     out.messages += table.num_rows
     rows = pa.array(range(1, table.num_rows + 1), pa.int64())  # original row numbers (1-based)
-    if not opts.quarantine:
-        try:
-            return _decode_parquet(table, path, spec, rows)
-        except BadRecordError as e:
-            raise _first_error(table, path, spec, rows, e) from None
-    pieces = _decode_quarantined(table, path, spec, rows, out, opts)
-    return pa.concat_tables(pieces) if pieces else batch_arrow_schema(spec).empty_table()
-
-
-def _first_error(table: pa.Table, path: Path, spec: TableSpec, rows: pa.Array, error: BadRecordError):
-    """The error of the first bad row: ``error`` came from the first check that failed, which may be about
-    a later row than another check would find; the rows before it are decoded again until none fails."""
-    while error.line >= 1:
-        position = pc.index(rows, error.line).as_py()
-        if position == 0:
-            break
-        table, rows = table.slice(0, position), rows.slice(0, position)
-        try:
-            _decode_parquet(table, path, spec, rows)
-            break
-        except BadRecordError as earlier:
-            error = earlier
-    return error
-
-
-def _decode_quarantined(
-    table: pa.Table, path: Path, spec: TableSpec, rows: pa.Array, out: DecodedBatch, opts: SourceOptions
-) -> list[pa.Table]:
-    """Decode, setting bad rows aside: a part that fails is halved until the bad row stands alone, so a
-    file with many bad rows costs O(n log n), not a full decode per bad row. Problems of the whole file
-    (line 0) are not quarantined."""
-    try:
-        return [_decode_parquet(table, path, spec, rows)]
-    except BadRecordError as e:
-        if e.line < 1:
-            raise
-        if table.num_rows == 1:
-            out.reject(e, _raw_row(table, 0), opts)
-            return []
-    half = table.num_rows // 2
-    return _decode_quarantined(table.slice(0, half), path, spec, rows.slice(0, half), out, opts) + (
-        _decode_quarantined(table.slice(half), path, spec, rows.slice(half), out, opts)
-    )
+    result, bad = _decode_rows(table, path, spec, rows)
+    for error in bad:  # the first raises under on-bad-record: fail
+        out.reject(error, _raw_row(table, error.line - 1), opts)  # rows are 1..n here
+    return result
 
 
 def _raw_row(table: pa.Table, position: int) -> str:
@@ -511,50 +472,55 @@ def _raw_row(table: pa.Table, position: int) -> str:
 
 
 def _decode_parquet(table: pa.Table, path: Path, spec: TableSpec, rows: pa.Array) -> pa.Table:
-    """Decode a validated-schema Parquet table; errors name the original row number.
+    """Decode a Parquet table (or row group) whose columns are the table's; raise BadRecordError for its
+    first bad row (``rows`` holds the original 1-based row numbers) or, with line 0, for a schema problem."""
+    result, bad = _decode_rows(table, path, spec, rows)
+    if bad:
+        raise bad[0]
+    return result
 
-    Each column goes through its type's :meth:`~changelake.types.DataType.from_arrow` (the rules the JSON
-    path applies through ``decode_json``), then the table's :class:`ColumnRules` and required columns."""
+
+def _decode_rows(
+    table: pa.Table, path: Path, spec: TableSpec, rows: pa.Array
+) -> tuple[pa.Table, list[BadRecordError]]:
+    """Decode every column at once; return the good rows and an error for every bad row, in row order.
+
+    Each bad row gets the error it would get alone: the first failing check in the order op, the columns
+    in spec order (valid data, then the type's rules through
+    :meth:`~changelake.types.DataType.convert_arrow` -- the JSON path's rules -- then the table's
+    :class:`ColumnRules`), then required columns. One pass, however many rows are bad. A problem of the
+    file's schema raises BadRecordError with line 0 (not quarantined)."""
+    _check_schema(table, path, spec)
     n = table.num_rows
-    op_type = table.schema.field("op").type
-    if pa.types.is_dictionary(op_type):
-        op_type = op_type.value_type
-    if not (pa.types.is_null(op_type) or pa.types.is_string(op_type) or pa.types.is_large_string(op_type)):
-        raise BadRecordError(
-            str(path), 0, "op", f"expected a string column, got {table.schema.field('op').type}"
-        )
-    for col in spec.columns:  # the file's schema first: its problems are not any row's
-        if col.name in table.column_names:
-            problem = col.type.arrow_type_problem(table.schema.field(col.name).type)
-            if problem is not None:
-                raise BadRecordError(str(path), 0, col.name, problem)
-    ops = _ops(table.column("op"), path, rows)
-    bad = pc.invert(pc.fill_null(pc.is_in(ops, pa.array(OPS)), False))
-    if pc.any(bad).as_py():
-        row = pc.index(bad, True).as_py()
-        raise BadRecordError(
-            str(path),
-            rows[row].as_py(),
-            "op",
-            f"unknown op {short_repr(ops[row].as_py())}; expected one of {list(OPS)}",
-        )
+    flagged: dict[int, tuple[str, str]] = {}
+
+    def flag(problems, field: str) -> None:
+        for row, reason in problems:
+            flagged.setdefault(row, (field, reason))
+
+    ops, invalid = _valid_array(table.column("op"), path, "op")
+    flag(invalid, "op")
+    if pa.types.is_dictionary(ops.type):
+        ops = ops.dictionary_decode()
+    ops = pa.nulls(n, pa.string()) if pa.types.is_null(ops.type) else ops.cast(pa.string())
+    unknown = pc.indices_nonzero(pc.invert(pc.fill_null(pc.is_in(ops, pa.array(OPS)), False))).to_pylist()
+    flag(
+        ((r, f"unknown op {short_repr(ops[r].as_py())}; expected one of {list(OPS)}") for r in unknown), "op"
+    )
     rules = ColumnRules(spec)
     arrays = [pa.array(range(n), pa.int64()), ops]
     for col in spec.columns:
-        target = col.type.arrow_type()
         if col.name not in table.column_names:
-            arrays.append(pa.nulls(n, target))
+            arrays.append(pa.nulls(n, col.type.arrow_type()))
             continue
-        source = _valid_column(table.column(col.name), path, rows, col.name)
+        array, invalid = _valid_array(table.column(col.name), path, col.name)
+        flag(invalid, col.name)
         try:
-            cast = col.type.from_arrow(source)
-        except ColumnTypeError as e:
-            raise BadRecordError(str(path), 0, col.name, e.reason) from None  # the file's schema
-        except ColumnValueError as e:
-            raise BadRecordError(str(path), rows[e.row].as_py(), col.name, e.reason) from None
-        problem = rules.validate_arrow(col.name, cast)
-        if problem is not None:
-            raise BadRecordError(str(path), rows[problem[0]].as_py(), col.name, problem[1])
+            cast, problems = col.type.convert_arrow(array)
+        except ColumnTypeError as e:  # checked with the schema; kept for a type only values reveal
+            raise BadRecordError(str(path), 0, col.name, e.reason) from None
+        flag(problems, col.name)
+        flag(rules.validate_arrow(col.name, cast), col.name)
         arrays.append(cast)
     result = pa.Table.from_arrays(arrays, schema=batch_arrow_schema(spec))
     not_delete = pc.not_equal(result.column("_op"), "-D")
@@ -565,39 +531,70 @@ def _decode_parquet(table: pa.Table, path: Path, spec: TableSpec, rows: pa.Array
             missing = pc.and_(pc.is_null(result.column(col.name)), not_delete)
         else:
             continue
-        if pc.any(missing).as_py():
-            row = pc.index(missing, True).as_py()
-            what = "primary key" if col.name in spec.primary_key else "NOT NULL"
-            raise BadRecordError(str(path), rows[row].as_py(), col.name, f"{what} column is missing or null")
-    return result
+        what = "primary key" if col.name in spec.primary_key else "NOT NULL"
+        rows_missing = pc.indices_nonzero(pc.fill_null(missing, False)).to_pylist()
+        flag(((r, f"{what} column is missing or null") for r in rows_missing), col.name)
+    if not flagged:
+        return result, []
+    bad = [BadRecordError(str(path), rows[r].as_py(), *flagged[r]) for r in sorted(flagged)]
+    result = result.filter(pa.array([r not in flagged for r in range(n)], pa.bool_()))
+    return result.set_column(0, "_seq", pa.array(range(result.num_rows), pa.int64())), bad
 
 
-def _ops(column: pa.ChunkedArray, path: Path, rows: pa.Array) -> pa.Array:
-    """The ``op`` column as strings (its type, string or dictionary of strings, is checked before)."""
-    t = column.type.value_type if pa.types.is_dictionary(column.type) else column.type
-    if pa.types.is_null(t):
-        return pa.nulls(len(column), pa.string())
-    column = _valid_column(column, path, rows, "op")
-    if pa.types.is_dictionary(column.type):
-        column = column.dictionary_decode()
-    return column.cast(pa.string())
+def _check_schema(table: pa.Table, path: Path, spec: TableSpec) -> None:
+    """Problems of the file's schema (an ``op`` column that is not text, a column type that cannot hold
+    the column's type): BadRecordError with line 0, since they are not any row's."""
+    op_type = table.schema.field("op").type
+    value_type = op_type.value_type if pa.types.is_dictionary(op_type) else op_type
+    if not (
+        pa.types.is_null(value_type) or pa.types.is_string(value_type) or pa.types.is_large_string(value_type)
+    ):
+        raise BadRecordError(str(path), 0, "op", f"expected a string column, got {op_type}")
+    for col in spec.columns:
+        if col.name in table.column_names:
+            problem = col.type.arrow_type_problem(table.schema.field(col.name).type)
+            if problem is not None:
+                raise BadRecordError(str(path), 0, col.name, problem)
 
 
-def _valid_column(column: pa.ChunkedArray, path: Path, rows: pa.Array, name: str) -> pa.Array:
-    """The column as one array, fully validated (Parquet readers do not check that strings are UTF-8)."""
-    array = column.combine_chunks()
+def _valid_array(column: pa.ChunkedArray, path: Path, name: str) -> tuple[pa.Array, list[tuple[int, str]]]:
+    """The column as one fully validated array (Parquet readers do not check that strings are UTF-8): the
+    invalid rows are found by halves, reported, and set to null."""
+    try:
+        return _valid_values(column.combine_chunks())
+    except pa.ArrowInvalid as e:
+        raise BadRecordError(str(path), 0, name, f"invalid column data: {e}") from None
+
+
+def _valid_values(array: pa.Array) -> tuple[pa.Array, list[tuple[int, str]]]:
     try:
         array.validate(full=True)
+        return array, []
     except pa.ArrowInvalid as e:
-        lo, hi = 0, len(array)  # bisect to the first invalid value, so quarantine can set it aside
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            try:
-                array.slice(lo, mid - lo).validate(full=True)
-                lo = mid
-            except pa.ArrowInvalid:
-                hi = mid
-        raise BadRecordError(
-            str(path), rows[lo].as_py() if len(rows) else 0, name, f"invalid data: {e}"
-        ) from None
-    return array
+        whole = e
+
+    def invalid(lo: int, hi: int) -> list[int]:
+        try:
+            array.slice(lo, hi - lo).validate(full=True)
+            return []
+        except pa.ArrowInvalid:
+            if hi - lo == 1:
+                return [lo]
+        mid = (lo + hi) // 2
+        return invalid(lo, mid) + invalid(mid, hi)
+
+    bad = invalid(0, len(array))
+    if not bad:
+        raise whole  # invalid as a whole, no value to blame: a problem of the file
+    reasons = []
+    for row in bad:
+        try:
+            array.slice(row, 1).validate(full=True)
+            reasons.append((row, f"invalid {array.type} data"))
+        except pa.ArrowInvalid as e:  # the value's own message (a one-value slice: no position in it)
+            reasons.append((row, f"invalid data: {e}"))
+    flags = [False] * len(array)
+    for row in bad:
+        flags[row] = True
+    nulled = pc.if_else(pa.array(flags, pa.bool_()), pa.scalar(None, array.type), array)
+    return nulled, reasons

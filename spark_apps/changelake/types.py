@@ -384,11 +384,22 @@ class DataType:
     def from_arrow(self, source):
         """Convert a Parquet column to this type's storage array with the rules :meth:`decode_json` applies.
 
+        Raises :class:`ColumnTypeError` for :meth:`arrow_type_problem`, else :class:`ColumnValueError` for
+        the first bad row (see :meth:`convert_arrow`)."""
+        cast, problems = self.convert_arrow(source)
+        if problems:
+            raise ColumnValueError(*problems[0])
+        return cast
+
+    def convert_arrow(self, source) -> tuple[Any, list[tuple[int, str]]]:
+        """A Parquet column in this type's storage type, with every bad row set to null, and the bad rows
+        (0-based, in row order) with the reason each would get alone. One pass whatever the number of bad
+        rows, so quarantining many rows stays linear.
+
         Strings into non-string types and inexact numbers into DECIMAL go value by value through
         :meth:`decode_json` itself; everything else is an Arrow cast (``safe``) followed by
-        :meth:`validate_arrow`. A zone-less timestamp is taken as UTC for TIMESTAMP_LTZ (as a zone-less JSON
-        string is). Raises :class:`ColumnTypeError` for :meth:`arrow_type_problem`, else
-        :class:`ColumnValueError` naming the first bad row.
+        :meth:`validate_arrow_all`. A zone-less timestamp is taken as UTC for TIMESTAMP_LTZ (as a zone-less
+        JSON string is). Raises :class:`ColumnTypeError` for :meth:`arrow_type_problem`.
         """
         import pyarrow as pa
         import pyarrow.compute as pc
@@ -402,7 +413,7 @@ class DataType:
         target = self.arrow_type()
         t = array.type
         if pa.types.is_null(t):
-            return pa.nulls(len(array), target)
+            return pa.nulls(len(array), target), []
         if self.name == "TIME" and _is_time(t):
             return self._time_from_arrow(array)
         if _is_text(t) and (self.storage_kind != "string" or self.name == "TIME"):
@@ -411,22 +422,34 @@ class DataType:
             return self._from_python(array)  # rounding HALF_UP to the scale, or a float's shortest text
         if pa.types.is_timestamp(t) and t.unit == "ns":
             array = pc.floor_temporal(array, 1, "microsecond")  # precision > 6 is truncated, as in JSON
+        problems: dict[int, str] = {}
         try:
             cast = array.cast(target, safe=True)
-        except pa.ArrowInvalid as e:
-            raise ColumnValueError(_first_uncastable(array, target), f"does not fit {self}: {e}") from None
+        except pa.ArrowInvalid:
+            for row in _uncastable_rows(array, target):
+                try:
+                    array.slice(row, 1).cast(target, safe=True)
+                except pa.ArrowInvalid as e:
+                    problems[row] = f"does not fit {self}: {e}"
+            array = _null_at(array, problems)
+            cast = array.cast(target, safe=True)
         if self.name == "FLOAT" and pa.types.is_floating(t):
             overflow = pc.fill_null(pc.and_(pc.is_inf(cast), pc.invert(pc.is_inf(array))), False)
-            if pc.any(overflow).as_py():
-                row = pc.index(overflow, True).as_py()
-                raise ColumnValueError(row, f"{short_repr(array[row].as_py())} is out of range for FLOAT")
-        problem = self.validate_arrow(cast)
-        if problem is not None:
-            raise ColumnValueError(*problem)
-        return cast
+            for row in pc.indices_nonzero(overflow).to_pylist():
+                problems[row] = f"{short_repr(array[row].as_py())} is out of range for FLOAT"
+        for row, reason in self.validate_arrow_all(cast):
+            problems.setdefault(row, reason)
+        if problems:
+            cast = _null_at(cast, problems)
+        return cast, sorted(problems.items())
 
     def validate_arrow(self, array) -> tuple[int, str] | None:
-        """The first row (0-based) of a storage-typed Arrow array that breaks this type's rules, and why.
+        """The first row (0-based) of a storage-typed Arrow array that breaks this type's rules, and why."""
+        problems = self.validate_arrow_all(array)
+        return problems[0] if problems else None
+
+    def validate_arrow_all(self, array) -> list[tuple[int, str]]:
+        """Every row (0-based, in order) of a storage-typed Arrow array that breaks this type's rules, and why.
 
         Candidates are found column-wise; the reason is the one :meth:`check_value` gives for that value, so
         both input paths refuse the same values with the same words. DATE and TIMESTAMP values outside
@@ -438,7 +461,7 @@ class DataType:
         if isinstance(array, pa.ChunkedArray):
             array = array.combine_chunks()
         if len(array) == 0 or array.null_count == len(array):
-            return None
+            return []
         n = self.name
         if n in ("TINYINT", "SMALLINT"):
             lo, hi = _INT_RANGES[n]
@@ -453,53 +476,52 @@ class DataType:
             lo, hi = _TEMPORAL_BOUNDS["date" if n == "DATE" else "timestamp"]
             raw = array.view(pa.int32() if n == "DATE" else pa.int64())
             bad = pc.fill_null(pc.or_(pc.less(raw, lo), pc.greater(raw, hi)), False)
-            if pc.any(bad).as_py():
-                row = pc.index(bad, True).as_py()
-                unit = "days" if n == "DATE" else "microseconds"
-                return row, (
-                    f"{raw[row].as_py()} {unit} since 1970-01-01 is out of range for {self} "
-                    "(0001-01-01 to 9999-12-31)"
+            unit = "days" if n == "DATE" else "microseconds"
+            return [
+                (
+                    row,
+                    f"{raw[row].as_py()} {unit} since 1970-01-01 is out of range for {self} (0001-01-01 to 9999-12-31)",
                 )
-            return None
+                for row in pc.indices_nonzero(bad).to_pylist()
+            ]
         else:
-            return None
-        bad = pc.fill_null(bad, False)
-        if not pc.any(bad).as_py():
-            return None
-        row = pc.index(bad, True).as_py()
-        try:
-            self.check_value(array[row].as_py())
-        except ValueError as e:
-            return row, str(e)
-        raise AssertionError(f"validate_arrow and check_value disagree on {array[row]} for {self}")
+            return []
+        out = []
+        for row in pc.indices_nonzero(pc.fill_null(bad, False)).to_pylist():
+            try:
+                self.check_value(array[row].as_py())
+            except ValueError as e:
+                out.append((row, str(e)))
+                continue
+            raise AssertionError(f"validate_arrow and check_value disagree on {array[row]} for {self}")
+        return out
 
-    def _from_python(self, array):
+    def _from_python(self, array) -> tuple[Any, list[tuple[int, str]]]:
         """Decode an Arrow array value by value with :meth:`decode_json` (exactly the JSON path's rules)."""
         import pyarrow as pa
 
-        out = []
+        out, problems = [], []
         for row, value in enumerate(array.to_pylist()):
             try:
                 out.append(self.decode_json(value))
             except ValueError as e:
-                raise ColumnValueError(row, str(e)) from None
-        return pa.array(out, self.arrow_type())
+                out.append(None)
+                problems.append((row, str(e)))
+        return pa.array(out, self.arrow_type()), problems
 
-    def _time_from_arrow(self, array):
+    def _time_from_arrow(self, array) -> tuple[Any, list[tuple[int, str]]]:
         """Arrow time32/time64 values as ``HH:MM:SS.ffffff`` (sub-microsecond digits are truncated)."""
         import pyarrow as pa
 
         per_second = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}[array.type.unit]
-        out = []
+        out, problems = [], []
         for row, ticks in enumerate(array.cast(pa.int64()).to_pylist()):
-            if ticks is None:
-                out.append(None)
-                continue
-            micros = ticks * 1_000_000 // per_second
-            if not 0 <= micros < MICROS_PER_DAY:
-                raise ColumnValueError(row, f"{ticks} {array.type.unit} is not a time of day (0 to 24 h)")
-            out.append(format_time(time_from_micros(micros)))
-        return pa.array(out, pa.string())
+            micros = None if ticks is None else ticks * 1_000_000 // per_second
+            if micros is not None and not 0 <= micros < MICROS_PER_DAY:
+                problems.append((row, f"{ticks} {array.type.unit} is not a time of day (0 to 24 h)"))
+                micros = None
+            out.append(None if micros is None else format_time(time_from_micros(micros)))
+        return pa.array(out, pa.string()), problems
 
 
 class ColumnValueError(ValueError):
@@ -642,17 +664,33 @@ def _first_valid(array) -> int:
     return pc.index(valid, True).as_py() if pc.any(valid).as_py() else 0
 
 
-def _first_uncastable(array, target) -> int:
-    """The first row whose cast fails, by bisection (a cast per half, never one per row)."""
-    lo, hi = 0, len(array)
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
+def _uncastable_rows(array, target) -> list[int]:
+    """Rows whose safe cast to ``target`` fails: one cast of the whole array when none does, else halves
+    cast recursively, so a few bad rows cost a few casts and many cost O(n log n) values cast."""
+    import pyarrow as pa
+
+    def bad(lo: int, hi: int) -> list[int]:
         try:
-            array.slice(lo, mid - lo).cast(target, safe=True)
-            lo = mid
-        except Exception:
-            hi = mid
-    return lo
+            array.slice(lo, hi - lo).cast(target, safe=True)
+            return []
+        except pa.ArrowInvalid:
+            if hi - lo == 1:
+                return [lo]
+        mid = (lo + hi) // 2
+        return bad(lo, mid) + bad(mid, hi)
+
+    return bad(0, len(array)) if len(array) else []
+
+
+def _null_at(array, rows) -> Any:
+    """``array`` with the given rows set to null."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    flags = [False] * len(array)
+    for row in rows:
+        flags[row] = True
+    return pc.if_else(pa.array(flags, pa.bool_()), pa.scalar(None, array.type), array)
 
 
 def parse_type(text: object, column: str = "?") -> DataType:
