@@ -62,6 +62,7 @@ def run_quality(
     for name, spec in sorted(lake.specs().items()):
         if not lake.storage.exists(spec) or (tables is not None and name not in tables):
             continue
+        spec = lake.spec(name)  # the stored layout: keys and delete behaviour as the table was written
         rows, changelog = lake.rows(name), lake.changelog(name)
         checks.append(suites.pk_uniqueness(name, rows, list(spec.primary_key)))
         checks += suites.tombstone_handling(spec, rows, changelog)
