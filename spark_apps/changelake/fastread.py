@@ -50,6 +50,7 @@ import pyarrow.parquet as pq
 from changelake.config import Settings
 from changelake.errors import ChangelakeError
 from changelake.identifiers import split_table_name
+from changelake.landing import scan_landing
 from changelake.spec import TableSpec, load_specs
 from changelake.types import DataType
 
@@ -57,7 +58,6 @@ Progress = Callable[[str], None]
 
 _P = "changelake."  # prefix of the snapshot-summary and table properties changelake writes
 _CHANGELOG_SUFFIX = "__changelog"
-_LANDED_BATCH = ("jsonl", "json", "parquet")  # landing file extensions (as changelake.apply.landed_batches)
 _SOURCE_TOTALS = ("quarantined", "redelivered", "deduplicated")
 _TEXTUAL = ("CHAR", "STRING", "DATE", "TIME", "TIMESTAMP", "TIMESTAMP_LTZ", "BINARY", "BYTES", "DECIMAL")
 
@@ -1037,7 +1037,8 @@ class FastReader:
         and the quarantined / redelivered / deduplicated totals of its batches."""
         out = []
         for name, spec in sorted(self.specs().items()):
-            landed = _landed_batch_ids(self.settings.landing_dir, spec)
+            # Usable landed batches; a bad file name blocks its table from that batch on, not the status.
+            landed = list(scan_landing(self.settings.landing_dir, spec).batches)
             source = self._source(spec.namespace, spec.table)
             if source is None:
                 out.append(
@@ -1094,19 +1095,6 @@ class FastReader:
                     text = fh.read().decode()
             out += [json.loads(line) for line in text.splitlines() if line.strip()]
         return out
-
-
-def _landed_batch_ids(landing_dir: Path, spec: TableSpec) -> list[int]:
-    """Ids of the batches landed for a table (``<landing>/<ns>.<table>/<id>.<ext>``)."""
-    directory = landing_dir / spec.full_name
-    if not directory.is_dir():
-        return []
-    ids = []
-    for path in directory.iterdir():
-        stem, _, ext = path.name.partition(".")
-        if ext in _LANDED_BATCH and stem.isdigit() and int(stem) > 0:
-            ids.append(int(stem))
-    return sorted(ids)
 
 
 def _may_contain(metadata: pq.FileMetaData, group: int, where: dict[str, Any]) -> bool:
