@@ -3,16 +3,16 @@ Spark Connect (``sc://host:port``, for Python clients and the pipeline) and the 
 (``jdbc:hive2://host:port/default``, for plain ``dbt --target thrift``, PyHive, beeline and BI tools).
 
 Both servers run on the application's own SparkContext, so every session they open sees the same global
-temp views: ``global_temp.<ns>__<t>``, ``…__changelog`` and ``…__input``, registered by
-:meth:`changelake.api.ChangeLake.register_views` as the dbt app registers them. dbt's own tables live in
+temp views: ``global_temp.<ns>__<t>``, ``…__changelog`` and ``…__input``, the views
+:meth:`changelake.api.ChangeLake.register_views` registers for the dbt app. dbt's own tables live in
 the Hive (Derby) metastore under ``$CHANGELAKE_HOME/metastore``, as with ``changelake dbt``; embedded Derby
 admits one JVM, so while the endpoint runs, dbt and the quality app go through it.
 
 Freshness: the driver polls each table's current snapshot id (one catalog read per table) every
 ``poll_seconds`` and re-registers the three views of a table whose snapshot changed. Each view is a fixed
 list of Parquet files of one snapshot, so a query sees a whole batch or none of it; a table's views are
-re-registered until its snapshot did not move while they were built, so its rows, changelog and input
-views name the same batch.
+rebuilt until its snapshot did not move while they were built, so its rows, changelog and input views name
+the same batch, and are swapped in together once built.
 """
 
 from __future__ import annotations
@@ -172,10 +172,12 @@ class ViewRefresher:
         started = time.monotonic()
         for _attempt in range(MAX_PIN_ATTEMPTS):
             before = pk_state(self.lake, spec)
-            self.lake.register_views([name])
+            frames = self.frames(spec)
             after = pk_state(self.lake, spec)
             if after == before:
                 break
+        for view, frame in frames.items():
+            frame.createOrReplaceGlobalTempView(view)
         snap = after.snapshot_id if after else None
         self.registered[name] = snap
         batch = after.last_batch if after else 0
@@ -183,6 +185,18 @@ class ViewRefresher:
             f"[server] {name}: views at batch {batch} (snapshot {snap}) in {time.monotonic() - started:.2f}s"
         )
         return snap
+
+    def frames(self, spec: TableSpec) -> dict[str, Any]:
+        """The table's views as :meth:`ChangeLake.register_views` names them, built but not yet registered:
+        building takes a second or two (changelog roll-forward, input decoding), swapping them in takes
+        milliseconds, so a table's three views change together."""
+        view = f"{spec.namespace}__{spec.table}"
+        name = spec.full_name
+        return {
+            view: self.lake.rows(name),
+            f"{view}__changelog": self.lake.changelog(name),
+            f"{view}__input": self.lake.input_records(name),
+        }
 
     def _drop(self, name: str) -> None:
         namespace, table = name.split(".", 1)

@@ -1,0 +1,301 @@
+"""The warm SQL endpoint (infra/spark_server.sh, changelake.server).
+
+Without Spark: the endpoint's settings and the view refresher's decisions (which tables to re-register, a
+broken table not blocking the others, gone tables dropped).
+
+End to end (slow): the script starts the server on the demo tables; plain `dbt build --target thrift`
+passes and its marts equal the `session` target's (read over Spark Connect); a SQL client (PyHive) reads a
+PK table, its changelog and a mart and answers a point query; a batch applied through the Python API shows
+up in the next queries whole (never half a batch); `stop` leaves no process or port behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from changelake.server import Endpoint, ViewRefresher, server_conf
+
+from tests.conftest import REPO
+
+DEMO = sorted(p.stem for p in (REPO / "tables").glob("*.yaml"))
+MARTS = {
+    "orders_per_shop": ["shop_id"],
+    "pageviews_per_region": ["region"],
+    "user_clicks_hourly": ["user_id", "window_start"],
+    "shop_user_stats_drift": ["shop_id", "user_id"],
+}
+
+
+# --- without Spark ----------------------------------------------------------------------------------------
+def test_endpoint_from_env_and_server_conf(tmp_path):
+    assert Endpoint.from_env({}) == Endpoint("127.0.0.1", 10000, 15002)
+    endpoint = Endpoint.from_env(
+        {"SPARK_THRIFT_HOST": "10.0.0.5", "SPARK_THRIFT_PORT": "10123", "SPARK_CONNECT_PORT": "15123"}
+    )
+    assert endpoint.connect_url == "sc://10.0.0.5:15123"
+    assert endpoint.jdbc_url == "jdbc:hive2://10.0.0.5:10123/default"
+    from changelake.config import load_settings
+
+    conf = server_conf(load_settings(home=tmp_path), endpoint)
+    assert conf["spark.plugins"] == "org.apache.spark.sql.connect.SparkConnectPlugin"
+    assert conf["spark.connect.grpc.binding.address"] == "10.0.0.5"
+    assert conf["spark.connect.grpc.binding.port"] == "15123"
+    assert conf["spark.hadoop.hive.server2.thrift.bind.host"] == "10.0.0.5"
+    assert conf["spark.hadoop.hive.server2.thrift.port"] == "10123"
+    assert conf["spark.hadoop.hive.exec.scratchdir"].startswith(str(tmp_path))
+    with pytest.raises(Exception, match="must be integers"):
+        Endpoint.from_env({"SPARK_THRIFT_PORT": "ten"})
+
+
+class _FakeLake:
+    """specs / storage.pk_table / rows / changelog / input_records / spark.catalog, as ViewRefresher uses
+    them; a frame records the view it is registered as."""
+
+    def __init__(self):
+        self.snapshots: dict[str, int | None] = {}
+        self.broken: set[str] = set()
+        self.built: list[str] = []  # tables whose frames were built
+        self.registered: list[str] = []  # views registered, in order
+        self.dropped: list[str] = []
+        self.storage = SimpleNamespace(pk_table=self._pk_table)
+        self.spark = SimpleNamespace(catalog=SimpleNamespace(dropGlobalTempView=self.dropped.append))
+
+    def specs(self):
+        return {
+            n: SimpleNamespace(full_name=n, namespace=n.split(".")[0], table=n.split(".")[1])
+            for n in self.snapshots
+        }
+
+    def _pk_table(self, spec):
+        snap = self.snapshots[spec.full_name]
+        current = None if snap is None else SimpleNamespace(snapshot_id=snap, summary=None)
+        return SimpleNamespace(current_snapshot=lambda: current)
+
+    def _frame(self, name):
+        return SimpleNamespace(createOrReplaceGlobalTempView=self.registered.append)
+
+    def rows(self, name):
+        if name in self.broken:
+            raise RuntimeError(f"cannot read {name}")
+        self.built.append(name)
+        return self._frame(name)
+
+    changelog = input_records = _frame
+
+
+def _tables(views: list[str]) -> list[str]:
+    return [v.replace("__", ".") for v in views if not v.endswith(("__changelog", "__input"))]
+
+
+def test_refresher_registers_only_what_changed_and_isolates_failures():
+    lake = _FakeLake()
+    lake.snapshots = {"a.x": 1, "a.y": None, "b.z": 7}
+    messages: list[str] = []
+    refresher = ViewRefresher(lake, messages.append)
+    assert refresher.poll() == ["a.x", "a.y", "b.z"]  # first poll: everything, empty tables too
+    assert lake.registered[:3] == ["a__x", "a__x__changelog", "a__x__input"]
+    assert refresher.poll() == [] and _tables(lake.registered) == ["a.x", "a.y", "b.z"]  # nothing new
+
+    lake.snapshots["a.x"] = 2  # a commit
+    lake.snapshots["a.y"] = 3
+    lake.broken = {"a.y"}
+    assert refresher.poll() == ["a.x"]  # a.y fails, a.x still refreshed
+    assert sum("a.y: refresh failed" in m for m in messages) == 1
+    assert refresher.poll() == [] and sum("a.y: refresh failed" in m for m in messages) == 1  # once
+    lake.broken = set()
+    assert refresher.poll() == ["a.y"]  # retried until it works
+    assert refresher.registered == {"a.x": 2, "a.y": 3, "b.z": 7}
+
+    del lake.snapshots["b.z"]  # dropped table: its three views go
+    assert refresher.poll() == []
+    assert lake.dropped == ["b__z", "b__z__changelog", "b__z__input"] and "b.z" not in refresher.registered
+
+
+def test_refresher_rebuilds_views_when_the_table_commits_meanwhile():
+    """The views of one table must name one snapshot: a commit while they are built means build again,
+    and only the frames of the settled snapshot are registered."""
+    lake = _FakeLake()
+    lake.snapshots = {"a.x": 1}
+    commits = iter([2])  # a commit lands while the first frames are built
+    build = lake.rows
+
+    def rows_then_commit(name):
+        frame = build(name)
+        lake.snapshots["a.x"] = next(commits, lake.snapshots["a.x"])
+        return frame
+
+    lake.rows = rows_then_commit
+    refresher = ViewRefresher(lake, lambda _m: None)
+    refresher.poll()
+    assert lake.built == ["a.x", "a.x"] and refresher.registered == {"a.x": 2}
+    assert lake.registered == ["a__x", "a__x__changelog", "a__x__input"]
+
+
+# --- end to end --------------------------------------------------------------------------------------------
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}").exists() and "Z" not in Path(f"/proc/{pid}/stat").read_text().split()[2]
+
+
+@pytest.fixture
+def demo(lake):
+    for name in DEMO:
+        shutil.copy(REPO / "tables" / f"{name}.yaml", lake.settings.tables_dir)
+    from changelake.datagen import generate
+
+    specs = lake.specs()
+    for name in DEMO:
+        generate(specs[name], lake.settings.landing_dir, batches=2, records=30)
+    lake.apply_pending()
+    return lake
+
+
+@pytest.fixture
+def endpoint(demo, tmp_path):
+    """The server started by the script on free loopback ports, stopped (and checked) at the end."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CHANGELAKE_", "SPARK_"))}
+    env.update(
+        CHANGELAKE_HOME=str(demo.settings.home),
+        CHANGELAKE_TABLES=str(demo.settings.tables_dir),
+        SPARK_THRIFT_PORT=str(_free_port()),
+        SPARK_CONNECT_PORT=str(_free_port()),
+    )
+    script = REPO / "infra" / "spark_server.sh"
+    started = time.monotonic()
+    subprocess.run([str(script), "start"], env=env, check=True, timeout=600)
+    print(f"\nserver start (script, until both ports answer): {time.monotonic() - started:.1f}s")
+    info = json.loads((demo.settings.home / "spark-server" / "ready").read_text())
+    info["env"] = env
+    try:
+        yield info
+    finally:
+        subprocess.run([str(script), "stop"], env=env, timeout=120)
+    for pid in (info["pid"], info["jvm_pid"]):
+        assert not _alive(pid), f"process {pid} of the server is still running"
+    for port in (env["SPARK_THRIFT_PORT"], env["SPARK_CONNECT_PORT"]):
+        assert not _listening(int(port)), f"port {port} still answers after stop"
+
+
+def _hive(info):
+    from pyhive import hive
+
+    return hive.connect(host="127.0.0.1", port=int(info["env"]["SPARK_THRIFT_PORT"]), username="test")
+
+
+def _query(cursor, sql: str) -> list[tuple]:
+    cursor.execute(sql)
+    return cursor.fetchall()
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+@pytest.mark.timeout(2400)
+def test_endpoint_serves_dbt_sql_clients_and_new_batches(demo, spark, endpoint, tmp_path, monkeypatch):
+    from changelake.dbt_runner import run_dbt
+    from changelake.server import connect_session
+
+    # The session target's marts, built in this process's SparkSession (as `changelake dbt build` does).
+    monkeypatch.setenv("CHANGELAKE_DBT_SCHEMA", "analytics_session")
+    assert run_dbt(["build"], demo.settings, progress=lambda m: None) == 0
+    monkeypatch.delenv("CHANGELAKE_DBT_SCHEMA")
+
+    # Plain dbt in the project directory, as a dbt user runs it.
+    env = {**endpoint["env"], "DBT_PROFILES_DIR": ".", "DBT_SEND_ANONYMOUS_USAGE_STATS": "false"}
+    started = time.monotonic()
+    dbt = subprocess.run(
+        [str(Path(sys.executable).with_name("dbt")), "build", "--target", "thrift",
+         "--target-path", str(tmp_path / "dbt-target"), "--log-path", str(tmp_path / "dbt-logs")],
+        cwd=REPO / "dbt_project", env=env, capture_output=True, text=True, timeout=1800,
+    )  # fmt: skip
+    print(f"dbt build --target thrift: {time.monotonic() - started:.1f}s")
+    assert dbt.returncode == 0, dbt.stdout[-3000:]
+    results = json.loads((tmp_path / "dbt-target" / "run_results.json").read_text())["results"]
+    assert len(results) > 40 and all(r["status"] in ("pass", "success") for r in results)
+
+    remote = connect_session(url=endpoint["connect_url"])
+    try:
+        for mart, keys in MARTS.items():
+            got = [tuple(r) for r in remote.table(f"analytics.{mart}").orderBy(*keys).collect()]
+            want = [tuple(r) for r in spark.table(f"analytics_session.{mart}").orderBy(*keys).collect()]
+            assert got == want and got, mart
+    finally:
+        remote.stop()
+        spark.sql("drop database if exists analytics_session cascade")
+
+    cursor = _hive(endpoint).cursor()
+    # A PK table, its changelog and a mart through a SQL client.
+    orders = demo.rows("shop.orders")
+    assert sorted(_query(cursor, "select order_id from global_temp.shop__orders")) == sorted(
+        (r.order_id,) for r in orders.select("order_id").collect()
+    )
+    log = demo.changelog("shop.orders")
+    assert _query(
+        cursor,
+        "select _change_type, count(*) from global_temp.shop__orders__changelog group by 1 order by 1",
+    ) == [tuple(r) for r in log.groupBy("_change_type").count().orderBy("_change_type").collect()]
+    per_shop = dict(_query(cursor, "select shop_id, order_count from analytics.orders_per_shop"))
+    assert per_shop == {r.shop_id: r["count"] for r in orders.groupBy("shop_id").count().collect()}
+
+    key = orders.select("order_id").first().order_id
+    point = f"select order_id, shop_id from global_temp.shop__orders where order_id = {key}"
+    _query(cursor, point)
+    started = time.monotonic()
+    row = _query(cursor, point)
+    print(f"point query over JDBC/Thrift: {(time.monotonic() - started) * 1000:.0f} ms")
+    assert row == [(key, demo.lookup("shop.orders", {"order_id": key})[0]["shop_id"])]
+
+    # A new batch, applied through the Python API: the next queries see it whole, each view before or after.
+    def seen() -> tuple[frozenset, tuple]:
+        keys = frozenset(k for (k,) in _query(cursor, "select order_id from global_temp.shop__orders"))
+        batches = _query(
+            cursor,
+            "select _batch_id, count(*) from global_temp.shop__orders__changelog group by 1 order by 1",
+        )
+        return keys, tuple(batches)
+
+    def changelog_batches() -> tuple:
+        counts = log.groupBy("_batch_id").count().orderBy("_batch_id").collect()
+        return tuple((r["_batch_id"], r["count"]) for r in counts)
+
+    before = (frozenset(r.order_id for r in orders.select("order_id").collect()), changelog_batches())
+    assert seen() == before
+    from changelake.datagen import generate
+
+    generate(demo.spec("shop.orders"), demo.settings.landing_dir, batches=1, records=40)
+    assert [r.status for r in demo.apply_pending("shop.orders")] == ["applied"]
+    committed = time.monotonic()
+    new_keys = frozenset(demo.rows_arrow("shop.orders").column("order_id").to_pylist())
+    log = demo.changelog("shop.orders")
+    after = (new_keys, changelog_batches())
+    assert after[0] != before[0] and after[1][:2] == before[1] and after[1][-1][0] == 3
+    observed = [seen()]
+    while observed[-1] != after and time.monotonic() - committed < 120:
+        observed.append(seen())
+    print(f"new batch visible over JDBC {time.monotonic() - committed:.2f}s after its commit")
+    assert observed[-1] == after
+    # Whole batches only: every answer of each view is the state before the batch or after it.
+    assert {keys for keys, _ in observed} <= {before[0], after[0]}
+    assert {batches for _, batches in observed} <= {before[1], after[1]}
