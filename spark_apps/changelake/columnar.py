@@ -216,8 +216,6 @@ class _BucketMerge:
             for i in self.target:
                 if i not in self.key_index:
                     new[:, i] = self.NULL
-                    if self.agg and i in self.agg:
-                        self.agg[i].set_null(g[kept])
             self.idx[g[kept]] = new
             self.counts.updated += int(kept.sum())
             self._emit_update(r[kept], old[kept], new)
@@ -236,9 +234,6 @@ class _BucketMerge:
             self.takes_id[r] = True
         self.idx[g] = new
         self.exists[g] = True
-        if self.agg:
-            for column in self.agg.values():
-                column.load_record(g, r)
         self.counts.inserted += len(r)
         self._emit(r, 0, UPDATE_AFTER if self.m.wal_shortcut else INSERT, new)
 
@@ -265,7 +260,7 @@ class _BucketMerge:
             for i in self.key_index:
                 new[:, i] = self.H + r
             for i, column in self.agg.items():
-                new[:, i] = column.fold(g, r)
+                new[:, i] = column.fold(old[:, i], r)
         elif self.target is None:
             new[:] = (self.H + r)[:, None]
         else:
@@ -455,48 +450,51 @@ class _AggColumn:
         self.type = bm.schema.field(i).type
         self.name = spec.agg_function(column.name)
         self.type_name = column.type.name
-        self.base = bm.values(i)
         self.scalar = None
         if self.name not in _VECTOR_FUNCTIONS or self.type_name == "DECIMAL":
             self.scalar = np.frompyfunc(
                 _refusals_as_values(merge.aggregate_function(spec, column.name)), 2, 1
             )
-        # Current value per key (starts from the stored row; first writes load the record's value).
-        start = np.where(bm.stored_of_group >= 0, bm.stored_of_group, bm.NULL)
-        self.cur, self.cur_null = self.base.at(start)
-        self.cur = self.cur.copy()
-        self.cur_null = self.cur_null.copy()
+        # A key's current value is where its idx points: the stored row, a record, the null slot or a value
+        # a fold computed. Only the positions a fold reads are converted to numpy (an initial load folds
+        # nothing and converts nothing).
+        self.i = i
         self.offset = bm.ID_BASE + bm.n  # computed values come after the id slots in the store
         self.computed: list[tuple[np.ndarray, np.ndarray]] = []
+        self._base: pa.Array | None = None
 
-    def load_record(self, g: np.ndarray, r: np.ndarray) -> None:
-        self.cur[g], self.cur_null[g] = self.base.at(self.bm.H + r)
-
-    def set_null(self, g: np.ndarray) -> None:
-        self.cur_null[g] = True
+    def value_at(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        if self._base is None:
+            bm = self.bm
+            parts = ([bm.stored.column(self.i)] if bm.stored is not None else []) + [bm.recs.column(self.i)]
+            chunks = [c.cast(self.type) for p in parts for c in p.chunks] + [pa.nulls(1, self.type)]
+            self._base = pa.concat_arrays(chunks)
+        low = positions < self.offset
+        values, nulls = _to_numpy(self._base.take(pa.array(np.where(low, positions, 0))))
+        if (~low).any():
+            values = values.astype(np.result_type(values.dtype, self.computed[0][0].dtype))  # a copy
+            nulls = nulls.copy()
+            all_values = np.concatenate([v for v, _ in self.computed])
+            all_nulls = np.concatenate([z for _, z in self.computed])
+            values[~low] = all_values[positions[~low] - self.offset]
+            nulls[~low] = all_nulls[positions[~low] - self.offset]
+        return values, nulls
 
     def null_at(self, positions: np.ndarray) -> np.ndarray:
-        out = np.zeros(len(positions), bool)
-        low = positions < self.offset
-        out[low] = self.base.nulls[np.minimum(positions[low], len(self.base.nulls) - 1)]
-        if (~low).any():
-            all_nulls = np.concatenate([z for _, z in self.computed])
-            out[~low] = all_nulls[positions[~low] - self.offset]
-        return out
+        return self.value_at(positions)[1]
 
-    def fold(self, g: np.ndarray, r: np.ndarray) -> np.ndarray:
-        """Aggregate record ``r``'s value into key ``g``'s; returns the new values' store positions."""
-        old, old_null = self.cur[g], self.cur_null[g]
-        new, new_null = self.base.at(self.bm.H + r)
+    def fold(self, old_positions: np.ndarray, r: np.ndarray) -> np.ndarray:
+        """Aggregate record ``r``'s value into the values at ``old_positions``; returns the new positions."""
+        old, old_null = self.value_at(old_positions)
+        new, new_null = self.value_at(self.bm.H + r)
         value, null = self._apply(old, old_null, new, new_null)
         failed = np.flatnonzero([isinstance(v, _Refused) for v in value]) if value.dtype == object else []
         for j in failed:
             self.bm.failures.append((int(self.bm.seq[r[j]]), value[j].message))
             value[j], null[j] = None, True
-        self.cur[g], self.cur_null[g] = value, null
         start = self.offset + sum(len(v) for v, _ in self.computed)
         self.computed.append((value, null))
-        return np.arange(start, start + len(g))
+        return np.arange(start, start + len(r))
 
     def computed_arrays(self) -> list[pa.Array]:
         # The id slots sit between the null slot and the computed values (an id column never aggregates).

@@ -16,6 +16,7 @@ order of a key's records matters and a key's records all meet in one bucket task
 from __future__ import annotations
 
 import decimal
+import functools
 import hashlib
 import json
 import os
@@ -91,8 +92,12 @@ def plan_batch(
         start = offset = 0
         lines = 0
         first_line = 1
-        with open(path, "rb") as fh:
-            for chunk in iter(lambda: fh.read(1 << 20), b""):
+        try:
+            fh = open(path, "rb")  # closed by the with below
+        except OSError as e:
+            raise ChangelakeError(f"{path}: cannot read the landed file: {e.strerror or e}") from None
+        with fh:
+            for chunk in iter(functools.partial(fh.read, 1 << 20), b""):
                 h.update(chunk)
                 if name == "changelog-parquet":
                     offset += len(chunk)
@@ -192,16 +197,11 @@ def _decode_lines(r: Range, spec: TableSpec, out: readers.DecodedBatch) -> pa.Ta
             continue
         out.messages += 1
         try:
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as e:
-                raise formats.FieldError(None, f"not valid UTF-8 at byte {e.start} of the line") from None
-            entry = reader._entry(r.path, line_no, line)
+            # Bytes: _entry checks UTF-8 (and that the file is not Parquet) for every caller alike.
+            entry = reader._entry(r.path, line_no, raw)
             number, text = (None, None) if entry is None else _order_values(entry.order, opts.ordering)
         except formats.FieldError as e:
-            out.reject(
-                BadRecordError(r.path, line_no, e.field, e.reason), raw.decode("utf-8", "replace"), opts
-            )
+            out.reject(BadRecordError(r.path, line_no, e.field, e.reason), readers.raw_text(raw), opts)
             continue
         if entry is None:
             out.skipped += 1

@@ -350,7 +350,9 @@ def _arith(column, op):
     context = decimal.Context(prec=80)
 
     def dec(a, b):
-        result = context.create_decimal(op(a, b)).quantize(
+        with decimal.localcontext(context):  # exact: the default 28 digits would round DECIMAL(38)
+            exact = op(a, b)
+        result = context.create_decimal(exact).quantize(
             quantum, rounding=decimal.ROUND_HALF_UP, context=context
         )
         return None if len(result.as_tuple().digits) > t.precision and result != 0 else result
