@@ -287,6 +287,7 @@ def test_status_views_and_dataframe_batches(lake, spark):
         "snapshots": 1,
         "changelog_records": 2,
         "pending_batches": 0,
+        "problem": None,
         "quarantined": 0,
         "redelivered": 0,
         "deduplicated": 0,

@@ -1038,7 +1038,9 @@ class FastReader:
         out = []
         for name, spec in sorted(self.specs().items()):
             # Usable landed batches; a bad file name blocks its table from that batch on, not the status.
-            landed = list(scan_landing(self.settings.landing_dir, spec).batches)
+            scan = scan_landing(self.settings.landing_dir, spec)
+            landed = list(scan.batches)
+            problem = str(scan.error()) if scan.problems else None  # shown; the other tables go on
             source = self._source(spec.namespace, spec.table)
             if source is None:
                 out.append(
@@ -1050,6 +1052,7 @@ class FastReader:
                         "snapshots": 0,
                         "changelog_records": 0,
                         "pending_batches": len(landed),
+                        "problem": problem,
                         **dict.fromkeys(_SOURCE_TOTALS, 0),
                     }
                 )
@@ -1069,6 +1072,7 @@ class FastReader:
                     "snapshots": len(summaries),
                     "changelog_records": int(summary.get(_P + "log-end-offset", 0)),
                     "pending_batches": sum(1 for b in landed if b > last),
+                    "problem": problem,
                     **{k: sum(int(s.get(f"{_P}source.{k}", 0)) for s in summaries) for k in _SOURCE_TOTALS},
                 }
             )
