@@ -298,13 +298,19 @@ class _BucketMerge:
         supply = [np.arange(lo, hi + 1, dtype=np.int64) for lo, hi in self.id_ranges if lo <= hi]
         ids = np.concatenate(supply) if supply else np.zeros(0, np.int64)
         max_id = _INT_MAX.get(self.spec.columns[self.ai].type.name, 2**63 - 1)
+        takers = np.flatnonzero(self.takes_id)  # record order = _seq order
         over = np.flatnonzero(ids[:needed] > max_id)
         if len(over):
-            raise WriteRefusedError(f"Reached maximum value of sequence: {max_id}")
-        if needed > len(ids):
-            raise WriteRefusedError(
-                "auto-increment ids ran out for this bucket (the driver allocates too few)"
-            )
+            failing, message = takers[over[0]], f"Reached maximum value of sequence: {max_id}"
+        elif needed > len(ids):
+            failing = takers[len(ids)]
+            message = "auto-increment ids ran out for this bucket (the driver allocates too few)"
+        else:
+            failing = None
+        if failing is not None:
+            # Raised by run() unless an earlier record failed first (the sequential merge stops there).
+            self.failures.append((int(self.seq[failing]), message))
+            return
         self.id_values = np.zeros(self.n, np.int64)
         self.id_values[np.flatnonzero(self.takes_id)] = ids[:needed]
         self.ids_remaining = _remaining_after(self.id_ranges, needed)
