@@ -295,7 +295,12 @@ class _BucketMerge:
         if self.ai is None:
             return
         needed = int(self.takes_id.sum())
-        supply = [np.arange(lo, hi + 1, dtype=np.int64) for lo, hi in self.id_ranges if lo <= hi]
+        supply, left = [], needed
+        for lo, hi in self.id_ranges:  # only the ids this bucket hands out (a range may be huge)
+            take = min(left, max(0, hi - lo + 1))
+            if take:
+                supply.append(np.arange(lo, lo + take, dtype=np.int64))
+                left -= take
         ids = np.concatenate(supply) if supply else np.zeros(0, np.int64)
         max_id = _INT_MAX.get(self.spec.columns[self.ai].type.name, 2**63 - 1)
         takers = np.flatnonzero(self.takes_id)  # record order = _seq order
