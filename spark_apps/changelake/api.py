@@ -14,16 +14,18 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from changelake import evolution, tables
-from changelake.apply import Applier, BatchResult, Progress, landed_batches, stderr_progress
+from changelake.apply import Applier, BatchResult, Progress, stderr_progress
 from changelake.config import Settings, load_settings
 from changelake.errors import ChangelakeError
 from changelake.fastread import FastReader, changelog_order, json_default
 from changelake.identifiers import split_table_name
+from changelake.landing import scan_landing
 from changelake.spec import TableSpec, load_specs
 from changelake.storage import Storage
 
@@ -155,7 +157,8 @@ class ChangeLake:
         directory.mkdir(parents=True, exist_ok=True)
         if isinstance(records, list):
             payload = "".join(
-                json.dumps(r, default=json_default, sort_keys=True) + "\n" for r in records
+                json.dumps(_finite(r), default=json_default, sort_keys=True, allow_nan=False) + "\n"
+                for r in records
             ).encode()
             path = directory / f"api-{hashlib.sha256(payload).hexdigest()[:20]}.jsonl"
             path.write_bytes(payload)
@@ -260,5 +263,19 @@ class ChangeLake:
 
         spec = self._ensure(table)
         last = Storage.state(self.storage.pk_table(spec)).last_batch
-        applied = {b: p for b, p in landed_batches(self.settings.landing_dir, spec).items() if b <= last}
+        # The usable batches: a bad landed file blocks its own table's later batches, not every view.
+        landed = scan_landing(self.settings.landing_dir, spec).batches
+        applied = {b: p for b, p in landed.items() if b <= last}
         return tables.to_view_types(spec, self.spark.createDataFrame(delivered_records(applied, spec)))
+
+
+def _finite(value: Any) -> Any:
+    """NaN and infinities as the strings the JSON readers accept ("NaN", "Infinity", "-Infinity"): the bare
+    literals json.dumps would write are not JSON, and the readers refuse them."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if value != value else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value

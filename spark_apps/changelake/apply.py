@@ -37,7 +37,7 @@ from changelake import buckets, decode, merge, tables
 from changelake.buckets import COUNTERS, BucketContext, merge_bucket
 from changelake.buckets import SOURCE_COUNTERS as TASK_SOURCE_COUNTERS
 from changelake.errors import BatchRefusedError, ChangelakeError
-from changelake.landing import landed_batches, read_manifest, scan_landing  # noqa: F401 (api imports it here)
+from changelake.landing import read_manifest, scan_landing
 from changelake.spec import TableSpec
 from changelake.storage import CommitFailedException, Storage
 
