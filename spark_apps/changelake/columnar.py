@@ -30,8 +30,6 @@ from changelake.spec import TableSpec
 
 CHANGE_TYPES = ("+I", "-U", "+U", "-D")
 INSERT, UPDATE_BEFORE, UPDATE_AFTER, DELETE = range(4)
-_INT_BITS = {"TINYINT": 8, "SMALLINT": 16, "INT": 32, "BIGINT": 64}
-_INT_MAX = {"INT": 2**31 - 1, "BIGINT": 2**63 - 1}
 # Functions computed with numpy arrays; the others call merge.aggregate_function per value.
 _VECTOR_FUNCTIONS = {
     "sum",
@@ -302,7 +300,7 @@ class _BucketMerge:
                 supply.append(np.arange(lo, lo + take, dtype=np.int64))
                 left -= take
         ids = np.concatenate(supply) if supply else np.zeros(0, np.int64)
-        max_id = _INT_MAX.get(self.spec.columns[self.ai].type.name, 2**63 - 1)
+        max_id = 2 ** (merge.INT_BITS[self.spec.columns[self.ai].type.name] - 1) - 1  # INT or BIGINT
         takers = np.flatnonzero(self.takes_id)  # record order = _seq order
         over = np.flatnonzero(ids[:needed] > max_id)
         if len(over):
@@ -542,9 +540,9 @@ class _AggColumn:
 
     def _arith(self, a, b, both, name):
         with np.errstate(over="ignore", invalid="ignore"):
-            if self.type_name in _INT_BITS:
+            if self.type_name in merge.INT_BITS:
                 x = a + b if name == "sum" else a * b
-                bits = _INT_BITS[self.type_name]
+                bits = merge.INT_BITS[self.type_name]
                 return x if bits == 64 else _wrap(x, bits)
             if self.type_name == "FLOAT":
                 a32, b32 = a.astype(np.float32), b.astype(np.float32)

@@ -305,7 +305,7 @@ def check_target_columns(spec: TableSpec, target_columns: list[str] | None) -> t
 
 
 # --- aggregate functions (spec §4.2) ---------------------------------------------------------------------
-_INT_BITS = {"TINYINT": 8, "SMALLINT": 16, "INT": 32, "BIGINT": 64}
+INT_BITS = {"TINYINT": 8, "SMALLINT": 16, "INT": 32, "BIGINT": 64}
 
 
 def _wrap(value: int, bits: int) -> int:
@@ -336,8 +336,8 @@ def _sort_key(type_name: str):
 
 def _arith(column, op):
     t = column.type
-    if t.name in _INT_BITS:
-        bits = _INT_BITS[t.name]
+    if t.name in INT_BITS:
+        bits = INT_BITS[t.name]
         return lambda a, b: _wrap(op(a, b), bits)
     if t.name == "FLOAT":
         import numpy as np
