@@ -105,3 +105,21 @@ def changelog_of(lake, table: str) -> list[tuple]:
     for bucket, offsets in logs.items():
         assert sorted(offsets) == list(range(len(offsets))), f"bucket {bucket}: offsets {sorted(offsets)}"
     return [(r["_log_offset"], r["_change_type"], *[r[c] for c in cols]) for r in rows]
+
+
+DEMO_TABLES = sorted(p.stem for p in (REPO / "tables").glob("*.yaml"))
+
+
+def land_and_apply_demo(lake, batches: int = 2, records: int = 30):
+    """Every demo table's spec copied into ``lake``, ``batches`` datagen batches landed per table, applied."""
+    import shutil
+
+    from changelake.datagen import generate
+
+    for name in DEMO_TABLES:
+        shutil.copy(REPO / "tables" / f"{name}.yaml", lake.settings.tables_dir)
+    specs = lake.specs()
+    for name in DEMO_TABLES:
+        generate(specs[name], lake.settings.landing_dir, batches=batches, records=records)
+    lake.apply_pending()
+    return lake

@@ -5,17 +5,16 @@ incremental mart equals a full rebuild after a new batch, and a duplicated key m
 from __future__ import annotations
 
 import decimal
-import shutil
 
 import pytest
 from changelake.datagen import generate
 from changelake.dbt_runner import dbt_dirs, run_dbt, summarize
 from pyspark.sql import functions as F
 
-from tests.conftest import REPO
+from tests.conftest import DEMO_TABLES, REPO, land_and_apply_demo
 
 pytestmark = pytest.mark.integration
-DEMO = sorted(p.stem for p in (REPO / "tables").glob("*.yaml"))  # the sources name every demo table
+DEMO = DEMO_TABLES  # the sources name every demo table
 
 
 def mart(spark, name: str, order_by: list[str]) -> list[tuple]:
@@ -24,13 +23,7 @@ def mart(spark, name: str, order_by: list[str]) -> list[tuple]:
 
 @pytest.fixture
 def demo(lake, spark):
-    for name in DEMO:
-        shutil.copy(REPO / "tables" / f"{name}.yaml", lake.settings.tables_dir)
-    specs = lake.specs()
-    for name in DEMO:
-        generate(specs[name], lake.settings.landing_dir, batches=2, records=30)
-    lake.apply_pending()
-    yield lake
+    yield land_and_apply_demo(lake)
     spark.sql("drop database if exists analytics cascade")
 
 

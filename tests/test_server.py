@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -24,9 +23,9 @@ from types import SimpleNamespace
 import pytest
 from changelake.server import Endpoint, ViewRefresher, server_conf
 
-from tests.conftest import REPO
+from tests.conftest import DEMO_TABLES, REPO, land_and_apply_demo
 
-DEMO = sorted(p.stem for p in (REPO / "tables").glob("*.yaml"))
+DEMO = DEMO_TABLES
 MARTS = {
     "orders_per_shop": ["shop_id"],
     "pageviews_per_region": ["region"],
@@ -162,15 +161,7 @@ def _alive(pid: int) -> bool:
 
 @pytest.fixture
 def demo(lake):
-    for name in DEMO:
-        shutil.copy(REPO / "tables" / f"{name}.yaml", lake.settings.tables_dir)
-    from changelake.datagen import generate
-
-    specs = lake.specs()
-    for name in DEMO:
-        generate(specs[name], lake.settings.landing_dir, batches=2, records=30)
-    lake.apply_pending()
-    return lake
+    return land_and_apply_demo(lake)
 
 
 @pytest.fixture
