@@ -26,8 +26,8 @@ from changelake.errors import ChangelakeError
 from changelake.fastread import FastReader, changelog_order, json_default
 from changelake.identifiers import split_table_name
 from changelake.landing import scan_landing
-from changelake.spec import TableSpec, load_specs
-from changelake.storage import Storage
+from changelake.spec import TableSpec, check_new_table, load_specs
+from changelake.storage import CHANGELOG_SUFFIX, Storage
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -93,7 +93,26 @@ class ChangeLake:
             spec = TableSpec.from_dict(spec)
         elif isinstance(spec, str | Path):
             spec = TableSpec.from_yaml(spec)
+        return self._create(spec)
+
+    def _create(self, spec: TableSpec) -> TableSpec:
+        """:meth:`Storage.create`, after the naming rule for a table that does not exist yet: the same rule
+        the spec directory obeys (:func:`changelake.spec.check_new_table`), against every table in the
+        catalog and every spec file, so a table created from a spec object cannot take another table's
+        view or changelog name either."""
+        if not self.storage.exists(spec):
+            check_new_table(spec, [*self._catalog_tables(), *self.specs()], f"table {spec.full_name}")
         return self.storage.create(spec, self.progress)
+
+    def _catalog_tables(self) -> list[str]:
+        """Full names of the PK tables in the catalog (their changelog tables are derived names)."""
+        catalog = self.storage.catalog
+        return [
+            ".".join(ident)
+            for (namespace, *_) in catalog.list_namespaces()
+            for ident in catalog.list_tables(namespace)
+            if len(ident) == 2 and not ident[1].endswith(CHANGELOG_SUFFIX)
+        ]
 
     def create_all(self) -> list[TableSpec]:
         return [self.create_table(s) for s in self.specs().values()]
@@ -105,7 +124,7 @@ class ChangeLake:
         """The table's spec for a write: creates whatever part of the table is missing and applies the spec
         file's supported changes, refusing any other difference (idempotent, safe against racing creators)."""
         file_spec = self.specs().get(table)
-        return self.storage.create(file_spec if file_spec is not None else self.spec(table), self.progress)
+        return self._create(file_spec if file_spec is not None else self.spec(table))
 
     # --- writes ----------------------------------------------------------------------------------------
     def apply(

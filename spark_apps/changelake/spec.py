@@ -17,6 +17,7 @@ Example (``$CHANGELAKE_TABLES/shop.orders.yaml``)::
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -293,6 +294,19 @@ def load_specs(tables_dir: str | Path) -> dict[str, TableSpec]:
             owners[name] = (spec.full_name, path)
         specs[spec.full_name] = spec
     return specs
+
+
+def check_new_table(spec: TableSpec, existing: Iterable[str], origin: str) -> None:
+    """The one naming rule for a table about to be created beside the tables ``existing`` (full names: those
+    in the catalog and those with spec files): a name that may be declared (no reserved suffix; a TableSpec
+    built by hand never went through :func:`check_table_name`), and no derived name another table has."""
+    check_table_name(spec.full_name)
+    taken: dict[str, str] = {}
+    for full_name in existing:
+        namespace, _, table = full_name.partition(".")
+        for name in derived_names(namespace, table):
+            taken.setdefault(name, full_name)
+    check_collisions(spec, taken, origin)
 
 
 def check_collisions(spec: TableSpec, taken: dict[str, str], origin: str) -> None:
