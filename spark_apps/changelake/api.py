@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -25,7 +26,7 @@ from changelake.config import Settings, load_settings
 from changelake.errors import ChangelakeError
 from changelake.fastread import FastReader, changelog_order, json_default
 from changelake.identifiers import split_table_name
-from changelake.landing import scan_landing
+from changelake.landing import INPUT_PROPERTY, read_manifest, scan_landing
 from changelake.spec import TableSpec, check_new_table, load_specs
 from changelake.storage import CHANGELOG_SUFFIX, Storage
 
@@ -250,10 +251,11 @@ class ChangeLake:
         return self.reader.dead_letters(table, batch_id)
 
     def register_views(self, names: list[str] | None = None) -> list[str]:
-        """Register each table's current snapshot and changelog as global temp views.
+        """Register each table's current snapshot, changelog and committed input as global temp views.
 
-        Views: ``global_temp.<namespace>__<table>`` and ``global_temp.<namespace>__<table>__changelog``
-        (dbt sources and GX suites read these).
+        Views: ``global_temp.<namespace>__<table>``, ``…__changelog`` and ``…__input`` (dbt sources and GX
+        suites read these). A table whose input cannot be given as committed gets an ``__input`` view that
+        raises the reason when read (:meth:`input_view`); the other views and tables are registered as usual.
         """
         registered = []
         for name in names or sorted(self.specs()):
@@ -263,7 +265,7 @@ class ChangeLake:
             view = f"{spec.namespace}__{spec.table}"
             self.rows(name).createOrReplaceGlobalTempView(view)
             self.changelog(name).createOrReplaceGlobalTempView(view + "__changelog")
-            self.input_records(name).createOrReplaceGlobalTempView(view + "__input")
+            self.input_view(name).createOrReplaceGlobalTempView(view + "__input")
             registered += [
                 f"global_temp.{view}",
                 f"global_temp.{view}__changelog",
@@ -272,20 +274,74 @@ class ChangeLake:
         return registered
 
     def input_records(self, table: str):
-        """Every record of the table's applied landed batches as delivered, redeliveries included.
+        """Every record the table's committed landed batches applied, as delivered (redeliveries included):
+        :meth:`input_arrow` as a DataFrame with the declared types. dbt recomputes aggregation tables exactly
+        from this (the ``__input`` view)."""
+        spec = self.spec(table)
+        return tables.to_view_types(spec, self.spark.createDataFrame(self._committed_input(spec)))
 
-        Columns: the table's columns, ``_op``, ``_batch_id``, ``_line`` and the Kafka ``_topic``,
-        ``_partition``, ``_offset`` (null for formats without them). Decoded by the same readers as the
-        apply; quarantined lines are left out. dbt recomputes aggregation tables exactly from this.
-        """
-        from changelake.readers import delivered_records
+    def input_arrow(self, table: str) -> pa.Table:
+        """The records :meth:`input_records` holds, without Spark: a pyarrow Table.
 
-        spec = self._ensure(table)
-        last = Storage.state(self.storage.pk_table(spec)).last_batch
-        # The usable batches: a bad landed file blocks its own table's later batches, not every view.
-        landed = scan_landing(self.settings.landing_dir, spec).batches
-        applied = {b: p for b, p in landed.items() if b <= last}
-        return tables.to_view_types(spec, self.spark.createDataFrame(delivered_records(applied, spec)))
+        Columns: the table's columns, ``_op``, ``_batch_id``, ``_line`` (line, or Parquet row) and the Kafka
+        ``_topic``, ``_partition``, ``_offset`` (null for formats without them), in batch and line order.
+        Each committed batch is read from its landed files **as it was applied**: with the columns and the
+        ``source:`` settings recorded in its snapshot (a spec file edited later changes nothing here), after
+        checking the files against the checksum its commit recorded. A landed file changed or missing since
+        its batch committed is a ChangelakeError naming the file and the batch: the exact recomputation must
+        not run on input the table never saw. Quarantined records are not part of the input. Batches that
+        did not come from landed files (API records, ``apply --file`` from elsewhere) have no landed input."""
+        return self._committed_input(self.spec(table))
+
+    def input_view(self, table: str):
+        """The ``__input`` view's DataFrame: :meth:`input_records`, or, if the table's committed input cannot
+        be given (a landed file changed or missing since its commit), a DataFrame with the same columns that
+        raises that error when it is read -- the dbt models reading this table's input fail with the message,
+        and every other view and model is unaffected. The error also goes to the progress log."""
+        spec = self.spec(table)
+        try:
+            return self.input_records(table)
+        except ChangelakeError as e:
+            self.progress(f"[{spec.full_name}] __input view: {e}")
+            return self._failing_input(spec, str(e))
+
+    def _failing_input(self, spec: TableSpec, message: str):
+        from pyspark.sql import functions as F
+
+        empty = tables.to_view_types(spec, self.spark.createDataFrame(_input_schema(spec).empty_table()))
+        # A filter, not a projection: a query that reads no column (count(*)) still evaluates it.
+        row = self.spark.range(1).select(*[F.lit(None).cast(f.dataType).alias(f.name) for f in empty.schema])
+        return empty.unionByName(row.where(F.raise_error(F.lit(message)).isNull()))
+
+    def _committed_input(self, spec: TableSpec) -> pa.Table:
+        """Read every committed landed batch of ``spec``'s table as it was applied (see :meth:`input_arrow`)."""
+        import pyarrow as pa
+
+        parts = []
+        landing = scan_landing(self.settings.landing_dir, spec)
+        directory = self.settings.landing_dir / spec.full_name
+        for snap in Storage.batch_snapshots(self.storage.pk_table(spec)):
+            summary = Storage.snapshot_summary(snap)
+            batch_id = int(summary["changelake.batch-id"])
+            recorded = summary.get(f"changelake.{INPUT_PROPERTY}")
+            if recorded is not None:
+                how = json.loads(recorded)
+                if not how.get("landed"):
+                    continue  # API records or a file from elsewhere: no landed input
+                paths = [directory / name for name in how["files"]]
+                batch_spec = _as_applied(spec, how, batch_id)
+                fmt, target_columns = how.get("format"), how.get("target_columns")
+            else:
+                # Committed before batches recorded how they were read: the landed file, today's source.
+                path = landing.batches.get(batch_id)
+                if path is None:
+                    continue
+                paths, batch_spec, fmt, target_columns = [path], spec, None, read_manifest(path)
+            _verify(
+                spec, batch_id, paths, batch_spec, fmt, target_columns, summary.get("changelake.checksum")
+            )
+            parts.append(_project(_batch_input(batch_id, paths, batch_spec, fmt), spec))
+        return pa.concat_tables(parts) if parts else _input_schema(spec).empty_table()
 
 
 def _finite(value: Any) -> Any:
@@ -298,3 +354,93 @@ def _finite(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_finite(v) for v in value]
     return value
+
+
+def _input_schema(spec: TableSpec) -> pa.Schema:
+    import pyarrow as pa
+
+    from changelake.readers import INPUT_META
+
+    return pa.schema(
+        [pa.field(c.name, c.type.arrow_type()) for c in spec.columns]
+        + [pa.field(n, t) for n, t in INPUT_META]
+    )
+
+
+def _as_applied(spec: TableSpec, how: dict, batch_id: int) -> TableSpec:
+    """The spec batch ``batch_id`` was decoded with: the columns it had then (columns are only ever added,
+    never retyped) and the ``source:`` section recorded with its commit."""
+    columns = tuple(c for c in spec.columns if c.name in set(how["columns"]))
+    if len(columns) != len(how["columns"]):
+        gone = sorted(set(how["columns"]) - set(spec.column_names))
+        raise ChangelakeError(
+            f"{spec.full_name}: batch {batch_id} was applied with columns {gone} the table no longer has"
+        )
+    return dataclasses.replace(spec, columns=columns, source=dict(how.get("source") or {}))
+
+
+def _verify(
+    spec: TableSpec,
+    batch_id: int,
+    paths: list[Path],
+    batch_spec: TableSpec,
+    fmt: str | None,
+    target_columns: list[str] | None,
+    checksum: str | None,
+) -> None:
+    """Refuse landed files that are not the ones batch ``batch_id`` committed (the checksum the apply
+    computed: contents, format and target columns)."""
+    from changelake.decode import plan_batch
+
+    names = ", ".join(str(p) for p in paths)
+    missing = [p for p in paths if not p.is_file()]
+    if missing:
+        raise ChangelakeError(
+            f"{spec.full_name}: landed file {missing[0]} of batch {batch_id} is missing; the batch was "
+            "committed from it, and its input cannot be shown without it (restore the file)"
+        )
+    if plan_batch(paths, batch_spec, fmt, target_columns).checksum != checksum:
+        raise ChangelakeError(
+            f"{spec.full_name}: landed file {names} of batch {batch_id} changed since the batch was committed "
+            f"(its checksum is not the committed {str(checksum)[:12]}…); the input view shows what each batch "
+            "applied, so restore the file as it was"
+        )
+
+
+def _batch_input(batch_id: int, paths: list[Path], spec: TableSpec, fmt: str | None) -> pa.Table:
+    """One batch's records as delivered, decoded with ``spec`` (the batch's own); quarantined ones left out."""
+    import pyarrow as pa
+
+    from changelake.readers import JSON_FORMATS, delivered_records, format_for, read_batch
+
+    if fmt is not None:
+        spec = dataclasses.replace(spec, source={**spec.source, "format": fmt})
+    if all(format_for(p, spec) in JSON_FORMATS for p in paths):
+        return pa.concat_tables(delivered_records({batch_id: p}, spec) for p in paths)
+    decoded = read_batch(paths, spec)  # Parquet: one file, in arrival order
+    bad = {d["line"] for d in decoded.dead_letters}
+    lines = [row for row in range(1, decoded.messages + 1) if row not in bad]
+    records = decoded.records
+    n = records.num_rows
+    columns = {c.name: records.column(c.name) for c in spec.columns}
+    meta = {
+        "_op": records.column("_op"),
+        "_batch_id": pa.array([batch_id] * n, pa.int64()),
+        "_line": pa.array(lines[:n], pa.int64()),
+    }
+    schema = _input_schema(spec)
+    return pa.table(
+        [columns.get(f.name, meta.get(f.name, pa.nulls(n, f.type))) for f in schema], schema=schema
+    )
+
+
+def _project(batch: pa.Table, spec: TableSpec) -> pa.Table:
+    """A batch's input in the table's current columns (columns added after the batch are null)."""
+    import pyarrow as pa
+
+    schema = _input_schema(spec)
+    n = batch.num_rows
+    have = set(batch.column_names)
+    return pa.table(
+        [batch.column(f.name) if f.name in have else pa.nulls(n, f.type) for f in schema], schema=schema
+    )

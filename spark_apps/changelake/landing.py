@@ -10,6 +10,7 @@ the other tables, and the batches below it can still be applied.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +22,9 @@ from changelake.spec import TableSpec
 BATCH_FILE = re.compile(r"([0-9]+)\.(jsonl|json|parquet)")
 MAX_BATCH_ID = 2**63 - 1  # batch ids are Iceberg longs
 MAX_MANIFEST_BYTES = 1 << 20
+#: Snapshot-summary property (``changelake.input``) in which the apply records how it read a batch
+#: (:func:`input_record`), so the batch's input can be read again as applied (``ChangeLake.input_records``).
+INPUT_PROPERTY = "input"
 
 
 @dataclass(frozen=True)
@@ -144,3 +148,32 @@ def read_manifest(path: Path) -> list[str] | None:
     if not isinstance(columns, list) or not all(isinstance(c, str) for c in columns):
         raise ChangelakeError(f'{manifest}: expected {{"target_columns": ["col", ...]}}')
     return columns
+
+
+def input_record(
+    spec: TableSpec,
+    paths: list[Path],
+    fmt: str | None,
+    target_columns: list[str] | None,
+    landing_dir: Path,
+) -> str:
+    """How a batch was read, as JSON for its snapshot summary (:data:`INPUT_PROPERTY`).
+
+    ``columns`` and ``source`` are what decoded it (the table's columns and its ``source:`` section at that
+    commit: the spec file's source may change later), ``format`` and ``target_columns`` the other inputs of
+    its checksum, ``files`` the file names and ``landed`` whether they all are this table's landed files
+    (a batch applied from API records or ``--file`` elsewhere is not landed input)."""
+    directory = (Path(landing_dir) / spec.full_name).resolve()
+    files = [Path(p) for p in paths]
+    return json.dumps(
+        {
+            "columns": list(spec.column_names),
+            "source": spec.source,
+            "format": fmt,
+            "target_columns": None if target_columns is None else list(target_columns),
+            "files": [p.name for p in files],
+            "landed": bool(files) and all(p.resolve().parent == directory for p in files),
+        },
+        sort_keys=True,
+        default=str,
+    )
