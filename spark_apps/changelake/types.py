@@ -9,10 +9,22 @@ TINYINT, SMALLINT   int                   Iceberg has no 8/16-bit ints; values a
 CHAR(n), STRING     string                CHAR values longer than n are refused
 TIME                string                ``HH:MM:SS.ffffff`` (fixed width, so it sorts); Spark 4.1 cannot
                                           write TIME to Parquet
-TIMESTAMP(p)        timestamp             microseconds; p > 6 is accepted and truncated to microseconds
-TIMESTAMP_LTZ(p)    timestamptz           an instant, kept in UTC
+TIMESTAMP(0..6)     timestamp             microseconds (digits beyond the sixth are dropped)
+TIMESTAMP_LTZ(0..6) timestamptz           an instant, kept in UTC, microseconds
+TIMESTAMP(7..9)     long                  exact: nanoseconds since 1970-01-01 00:00:00 (see below)
+TIMESTAMP_LTZ(7..9) long                  exact: nanoseconds since 1970-01-01 00:00:00 UTC
 BINARY, BYTES       binary                JSON inputs carry base64 strings
 ==================  ====================  ==================================================================
+
+TIMESTAMP(7..9) and TIMESTAMP_LTZ(7..9) keep every nanosecond, as Fluss does (its rows hold milliseconds plus a
+nano-of-millisecond): Iceberg's ``timestamp_ns`` needs table format v3, which pyiceberg 0.12 cannot write, so
+the value is a 64-bit count of nanoseconds (Iceberg ``long``, the field's doc says so, the type is in the stored
+spec). It covers 1677-09-21 00:12:43.145224192 to 2262-04-11 23:47:16.854775807; values outside are refused.
+Python storage values are ints; reads without Spark return Arrow ``timestamp[ns]`` (``pandas.Timestamp``
+values); Spark views show the TIMESTAMP floored to microseconds plus ``<column>__nanos`` (the exact long, see
+:meth:`DataType.view_spark_columns`). A value with more fraction digits than p (up to 9) is kept whole, as Fluss
+stores the nanos it is given whatever the precision; more than 9 digits are refused (Flink's timestamp formats
+parse at most 9).
 
 Decoding (one set of rules for every input path: :meth:`DataType.decode_json` for JSON values,
 :meth:`DataType.from_arrow` for Parquet columns, which decodes strings with ``decode_json`` and checks the
@@ -27,7 +39,9 @@ rest with :meth:`DataType.check_value`'s rules):
   hold them. Primary-key columns refuse NaN and infinities (NaN never equals itself, so it names no row).
 * text: valid Unicode (a lone surrogate such as ``"\\ud800"`` is refused); CHAR(n)/BINARY(n) lengths apply.
 * time: TIME is a time of day without a zone; TIMESTAMP refuses a zone (use TIMESTAMP_LTZ), TIMESTAMP_LTZ
-  takes a zone-less value as UTC; every value is within 0001-01-01..9999-12-31 (in UTC for TIMESTAMP_LTZ).
+  takes a zone-less value as UTC; every value is within 0001-01-01..9999-12-31 (in UTC for TIMESTAMP_LTZ), and
+  within the 64-bit nanosecond range above for precision 7..9. Parquet timestamps of any unit (and dates) are
+  converted exactly; a value that overflows nanoseconds is a bad record like any other.
 """
 
 from __future__ import annotations
@@ -109,11 +123,26 @@ class DataType:
     def is_integer(self) -> bool:
         return self.name in _INT_RANGES
 
+    @property
+    def is_nanos(self) -> bool:
+        """TIMESTAMP(7..9) or TIMESTAMP_LTZ(7..9): stored exactly as nanoseconds since the epoch in a long."""
+        return self.name in ("TIMESTAMP", "TIMESTAMP_LTZ") and (self.precision or 0) > 6
+
     # --- storage ---------------------------------------------------------------------------------------
     @property
     def storage_kind(self) -> str:
-        """How values are stored: one of the keys shared by the Spark, Iceberg and Arrow mappings below."""
-        return _STORAGE_KIND[self.name]
+        """How values are stored: one of the keys shared by the Spark, Iceberg and Arrow mappings below.
+
+        Nanosecond timestamps are ``long``: every path that only moves, hashes or compares stored values
+        (bucket hash, key equality, versioned order, max/min) treats them as the 64-bit integers they are."""
+        return "long" if self.is_nanos else _STORAGE_KIND[self.name]
+
+    def storage_doc(self) -> str | None:
+        """The Iceberg field doc of a column whose stored type does not say what it holds, else None."""
+        if self.is_nanos:
+            zone = " UTC" if self.name == "TIMESTAMP_LTZ" else ""
+            return f"{self}: nanoseconds since 1970-01-01 00:00:00{zone} (changelake)"
+        return None
 
     def spark_type(self):
         """The Spark type of this column in storage and in changelake's internal DataFrames."""
@@ -135,14 +164,40 @@ class DataType:
         }[self.storage_kind]()
 
     def view_spark_type(self):
-        """The Spark type shown in registered views (closest to the declared type)."""
+        """The Spark type shown in registered views (closest to the declared type; Spark's timestamps hold
+        microseconds, so a nanosecond timestamp is shown floored to them, see :meth:`view_spark_columns`)."""
         from pyspark.sql import types as T
 
         if self.name == "TINYINT":
             return T.ByteType()
         if self.name == "SMALLINT":
             return T.ShortType()
+        if self.is_nanos:
+            return T.TimestampType() if self.name == "TIMESTAMP_LTZ" else T.TimestampNTZType()
         return self.spark_type()
+
+    def view_spark_columns(self, name: str) -> list:
+        """The Spark columns a view shows for stored column ``name`` (storage -> declared type).
+
+        A nanosecond timestamp becomes two columns: ``name`` as Spark's TIMESTAMP_NTZ (TIMESTAMP) or TIMESTAMP
+        (TIMESTAMP_LTZ) floored to microseconds -- what Spark can hold, and what Fluss's own Iceberg tiering
+        shows Spark of a TIMESTAMP(9) -- and ``name__nanos``, the exact nanoseconds since the epoch as a BIGINT
+        (Spark's own reading of nanosecond Parquet, ``spark.sql.legacy.parquet.nanosAsLong``): order, compare
+        and join on it where the nanoseconds matter. No session time zone is involved in either.
+        """
+        from pyspark.sql import functions as F
+
+        if self.name in ("TINYINT", "SMALLINT"):
+            return [F.col(name).cast(self.view_spark_type()).alias(name)]
+        if not self.is_nanos:
+            return [F.col(name)]
+        # Floor division without overflow (x - pmod(x, 1000) overflows at the smallest long).
+        micros = f"(`{name}` div 1000) - IF(`{name}` % 1000 < 0, 1, 0)"
+        if self.name == "TIMESTAMP_LTZ":
+            shown = F.timestamp_micros(F.expr(micros))
+        else:
+            shown = F.expr(f"timestampadd(MICROSECOND, {micros}, TIMESTAMP_NTZ'1970-01-01 00:00:00')")
+        return [shown.alias(name), F.col(name).alias(name + NANOS_SUFFIX)]
 
     def iceberg_type(self):
         from pyiceberg import types as I
@@ -161,6 +216,17 @@ class DataType:
             "timestamp": I.TimestampType,
             "timestamptz": I.TimestamptzType,
         }[self.storage_kind]()
+
+    def view_arrow_type(self):
+        """The Arrow type reads without Spark return: the storage type, TINYINT/SMALLINT narrowed, nanosecond
+        timestamps as ``timestamp[ns]`` (UTC for TIMESTAMP_LTZ), which hold them exactly."""
+        import pyarrow as pa
+
+        if self.name in ("TINYINT", "SMALLINT"):
+            return pa.int8() if self.name == "TINYINT" else pa.int16()
+        if self.is_nanos:
+            return pa.timestamp("ns", tz="UTC" if self.name == "TIMESTAMP_LTZ" else None)
+        return self.arrow_type()
 
     def arrow_type(self):
         import pyarrow as pa
@@ -269,6 +335,8 @@ class DataType:
         n = self.name
         if not isinstance(value, str):
             raise ValueError(f"expected an ISO-8601 string for {self}, got {short_repr(value)}")
+        # Python's datetime holds microseconds: for precision 7..9 the fraction is read apart, exactly.
+        text, fraction = _split_fraction(value, self) if self.is_nanos else (value, None)
         try:
             if n == "DATE":
                 return dt.date.fromisoformat(value)
@@ -277,7 +345,7 @@ class DataType:
                 if t.tzinfo is not None:
                     raise ValueError(f"{short_repr(value)} has a time zone; TIME is zone-less")
                 return format_time(t)
-            parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00") if value.endswith("Z") else value)
+            parsed = dt.datetime.fromisoformat(text.replace("Z", "+00:00") if text.endswith("Z") else text)
         except ValueError as e:
             if "time zone" in str(e):
                 raise
@@ -287,8 +355,11 @@ class DataType:
                 raise ValueError(
                     f"{short_repr(value)} has a time zone; TIMESTAMP is zone-less (use TIMESTAMP_LTZ)"
                 )
-            return parsed
+            return parsed if fraction is None else self._nanos(value, parsed - _EPOCH, fraction)
         # TIMESTAMP_LTZ: an instant; a zone-less value is taken as UTC.
+        if fraction is not None:
+            aware = parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=dt.UTC)
+            return self._nanos(value, aware - _EPOCH_UTC, fraction)
         if parsed.tzinfo is None:
             return parsed.replace(tzinfo=dt.UTC)
         try:
@@ -297,6 +368,18 @@ class DataType:
             raise ValueError(
                 f"{short_repr(value)} is out of range for TIMESTAMP_LTZ (0001-01-01 to 9999-12-31 UTC)"
             ) from None
+
+    def _nanos(self, value: str, since_epoch: dt.timedelta, fraction: str) -> int:
+        """Nanoseconds since the epoch of a parsed value (whole seconds) and its fraction digits, range-checked."""
+        seconds = since_epoch.days * 86_400 + since_epoch.seconds
+        nanos = seconds * 1_000_000_000 + since_epoch.microseconds * 1_000 + int(fraction.ljust(9, "0"))
+        if not NANOS_MIN <= nanos <= NANOS_MAX:
+            raise ValueError(f"{short_repr(value)} is out of range for {self} ({self._nanos_range()})")
+        return nanos
+
+    def _nanos_range(self) -> str:
+        zone = " UTC" if self.name == "TIMESTAMP_LTZ" else ""
+        return f"{NANOS_RANGE}{zone}: nanoseconds since 1970 in 64 bits"
 
     def check_integer(self, value: int) -> int:
         lo, hi = _INT_RANGES[self.name]
@@ -329,6 +412,10 @@ class DataType:
         n = self.name
         if n in _INT_RANGES:
             return self.check_integer(value)
+        if self.is_nanos:
+            if not NANOS_MIN <= value <= NANOS_MAX:
+                raise ValueError(f"{value} nanoseconds since 1970 is out of range for {self}")
+            return value
         if n == "FLOAT" and math.isfinite(value):
             try:
                 struct.pack("<f", value)
@@ -369,14 +456,15 @@ class DataType:
             return None if ok else f"a Parquet column of type {t} cannot hold {self}"
         if pa.types.is_null(t) or (_is_text(t) and self.storage_kind != "string"):
             return None
-        if not _ACCEPTS[self.storage_kind](t):
+        accepts = _is_temporal if self.is_nanos else _ACCEPTS[self.storage_kind]
+        if not accepts(t):
             return f"a Parquet column of type {t} cannot hold {self}"
         if pa.types.is_timestamp(t) and t.tz is not None and self.name == "TIMESTAMP":
             return f"a timestamp with time zone {t.tz}; TIMESTAMP is zone-less (use TIMESTAMP_LTZ)"
         if self.name == "DECIMAL" and not _exact_decimal_cast(t, self):
             return None  # value by value
         try:
-            pa.array([], t).cast(self.arrow_type())
+            pa.array([], t).cast(self.view_arrow_type() if self.is_nanos else self.arrow_type())
         except pa.ArrowNotImplementedError as e:
             return f"a Parquet column of type {t} cannot hold {self}: {e}"
         return None
@@ -420,8 +508,10 @@ class DataType:
             return self._from_python(array)
         if self.name == "DECIMAL" and not _exact_decimal_cast(t, self):
             return self._from_python(array)  # rounding HALF_UP to the scale, or a float's shortest text
+        if self.is_nanos:
+            return self._nanos_from_arrow(array)
         if pa.types.is_timestamp(t) and t.unit == "ns":
-            array = pc.floor_temporal(array, 1, "microsecond")  # precision > 6 is truncated, as in JSON
+            array = pc.floor_temporal(array, 1, "microsecond")  # precision <= 6 keeps microseconds, as JSON
         problems: dict[int, str] = {}
         try:
             cast = array.cast(target, safe=True)
@@ -443,6 +533,24 @@ class DataType:
             cast = _null_at(cast, problems)
         return cast, sorted(problems.items())
 
+    def _nanos_from_arrow(self, array) -> tuple[Any, list[tuple[int, str]]]:
+        """Arrow timestamps of any unit (or dates) as exact nanoseconds since the epoch (int64); a value that
+        overflows nanoseconds is refused with the JSON path's words. A zone-less timestamp is taken as UTC
+        for TIMESTAMP_LTZ; a zoned one is an instant, which Arrow keeps in UTC already."""
+        import pyarrow as pa
+
+        target = self.view_arrow_type()  # Arrow casts a zone-less timestamp to a zoned one as UTC
+        problems: dict[int, str] = {}
+        try:
+            cast = array.cast(target, safe=True)
+        except pa.ArrowInvalid:
+            for row in _uncastable_rows(array, target):
+                problems[row] = (
+                    f"{_arrow_text(array[row])} is out of range for {self} ({self._nanos_range()})"
+                )
+            cast = _null_at(array, problems).cast(target, safe=True)
+        return cast.cast(pa.int64()), sorted(problems.items())
+
     def validate_arrow(self, array) -> tuple[int, str] | None:
         """The first row (0-based) of a storage-typed Arrow array that breaks this type's rules, and why."""
         problems = self.validate_arrow_all(array)
@@ -460,8 +568,8 @@ class DataType:
 
         if isinstance(array, pa.ChunkedArray):
             array = array.combine_chunks()
-        if len(array) == 0 or array.null_count == len(array):
-            return []
+        if len(array) == 0 or array.null_count == len(array) or self.is_nanos:
+            return []  # every int64 is a nanosecond timestamp in range
         n = self.name
         if n in ("TINYINT", "SMALLINT"):
             lo, hi = _INT_RANGES[n]
@@ -559,6 +667,40 @@ _TEMPORAL_BOUNDS = {
     "date": (-719_162, 2_932_896),
     "timestamp": (-62_135_596_800_000_000, 253_402_300_799_999_999),
 }
+
+
+#: Nanosecond timestamps (precision 7..9) are a signed 64-bit count of nanoseconds since 1970-01-01.
+NANOS_MIN, NANOS_MAX = -(2**63), 2**63 - 1
+NANOS_RANGE = "1677-09-21 00:12:43.145224192 to 2262-04-11 23:47:16.854775807"
+#: Suffix of the exact BIGINT column a Spark view adds for a nanosecond timestamp column.
+NANOS_SUFFIX = "__nanos"
+_EPOCH = dt.datetime(1970, 1, 1)
+_EPOCH_UTC = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+# The fraction of the time of day (``T12:00:00.f``, basic ``T120000.f``): digits and colons after the date's
+# separator, so never a fraction inside an offset.
+_TIME_FRACTION = re.compile(r"[T ][0-9:]*[0-9]([.,])([0-9]+)")
+
+
+def _split_fraction(value: str, dtype: DataType) -> tuple[str, str]:
+    """``value`` without the fraction of its seconds, and that fraction's digits ("" if none): at most 9,
+    as Flink's timestamp formats (``appendFraction(NANO_OF_SECOND, 0, 9, true)``) read."""
+    m = _TIME_FRACTION.search(value)
+    if m is None:
+        return value, ""
+    digits = m.group(2)
+    if len(digits) > 9:
+        raise ValueError(
+            f"{short_repr(value)} has {len(digits)} fraction digits; {dtype} holds at most 9 (nanoseconds)"
+        )
+    return value[: m.start(1)] + value[m.end(2) :], digits
+
+
+def format_timestamp_nanos(nanos: int, ltz: bool = False) -> str:
+    """ISO-8601 text of a nanosecond count since the epoch, all nine fraction digits (``Z`` for an instant);
+    raises OverflowError beyond year 9999."""
+    seconds, fraction = divmod(nanos, 1_000_000_000)
+    stamp = _EPOCH + dt.timedelta(seconds=seconds)
+    return f"{stamp.isoformat(timespec='seconds')}.{fraction:09d}" + ("Z" if ltz else "")
 
 
 def parse_number_text(text: str) -> int | decimal.Decimal | None:
@@ -662,6 +804,18 @@ def _first_valid(array) -> int:
 
     valid = pc.is_valid(array)
     return pc.index(valid, True).as_py() if pc.any(valid).as_py() else 0
+
+
+def _arrow_text(scalar) -> str:
+    """A temporal Arrow value as an error names it: its ISO text, or its raw ticks when Python cannot hold it."""
+    import pyarrow as pa
+
+    try:
+        value = scalar.as_py()
+    except (OverflowError, ValueError):
+        unit = scalar.type.unit if pa.types.is_timestamp(scalar.type) else "days"
+        return f"{scalar.cast(pa.int64()).as_py()} {unit} since 1970-01-01"
+    return short_repr(value.isoformat(sep=" ") if isinstance(value, dt.datetime) else str(value))
 
 
 def _uncastable_rows(array, target) -> list[int]:
