@@ -103,19 +103,13 @@ class Storage:
     # --- schemas ---------------------------------------------------------------------------------------
     @staticmethod
     def pk_schema(spec: TableSpec) -> Schema:
-        fields = [
-            NestedField(i + 1, c.name, c.type.iceberg_type(), required=False)
-            for i, c in enumerate(spec.columns)
-        ]
+        fields = _column_fields(spec)
         fields.append(NestedField(len(fields) + 1, "_bucket", IntegerType(), required=False))
         return Schema(*fields, identifier_field_ids=[])
 
     @staticmethod
     def changelog_schema(spec: TableSpec) -> Schema:
-        fields = [
-            NestedField(i + 1, c.name, c.type.iceberg_type(), required=False)
-            for i, c in enumerate(spec.columns)
-        ]
+        fields = _column_fields(spec)
         n = len(fields)
         fields += [
             NestedField(n + 1, "_change_type", StringType(), required=False),
@@ -150,6 +144,7 @@ class Storage:
         if existing is not None:
             stored_json = existing.properties.get(P + "spec")
             stored = evolution.stored_spec(stored_json, spec.full_name) if stored_json else spec
+            check_stored_types(existing, stored)
             change = evolution.plan(stored, spec, origin="the given spec")
             if change:
                 if progress is not None:
@@ -209,7 +204,9 @@ class Storage:
                         # The name mapping (files carry no field ids) follows the added fields in this update.
                         with tx.update_schema() as update:
                             for c in missing:
-                                update.add_column(c.name, c.type.iceberg_type(), required=False)
+                                update.add_column(
+                                    c.name, c.type.iceberg_type(), doc=c.type.storage_doc(), required=False
+                                )
                             for c in missing:
                                 update.move_before(c.name, first_hidden)
                     tx.set_properties({P + "spec": spec_json})
@@ -254,6 +251,7 @@ class Storage:
             raise ChangelakeError(
                 f"Table {spec.full_name} does not exist; create it first (changelake create)"
             )
+        check_stored_types(table, spec)
         return table
 
     def changelog_table(self, spec: TableSpec) -> Table:
@@ -262,6 +260,7 @@ class Storage:
             raise ChangelakeError(
                 f"Changelog table of {spec.full_name} does not exist; create the table first"
             )
+        check_stored_types(table, spec)
         return table
 
     def stored_spec(self, namespace: str, name: str) -> str | None:
@@ -360,6 +359,34 @@ class Storage:
     def read_json(self, table: Table, path: str) -> dict:
         with table.io.new_input(path).open() as stream:
             return json.loads(stream.read())
+
+
+def _column_fields(spec: TableSpec) -> list[NestedField]:
+    """The table's columns as Iceberg fields numbered 1..n (a nanosecond timestamp's doc says what its long
+    holds)."""
+    return [
+        NestedField(i + 1, c.name, c.type.iceberg_type(), required=False, doc=c.type.storage_doc())
+        for i, c in enumerate(spec.columns)
+    ]
+
+
+def check_stored_types(table: Table, spec: TableSpec) -> None:
+    """Refuse a table whose nanosecond timestamp columns are not stored as nanoseconds.
+
+    Before changelake kept TIMESTAMP(7..9)/TIMESTAMP_LTZ(7..9) exactly, they were Iceberg ``timestamp``
+    columns of microseconds, bucketed by the microsecond value: reading them as nanoseconds would be off by a
+    factor of 1000 and a lookup would hash to another bucket, so such a table is refused, saying how to go on.
+    """
+    stored = {f.name: f.field_type for f in table.schema().fields}
+    for c in spec.columns:
+        if c.type.is_nanos and c.name in stored and stored[c.name] != c.type.iceberg_type():
+            raise ChangelakeError(
+                f"Table {'.'.join(table.name())}: column '{c.name}' is {c.type} but stored as "
+                f"{stored[c.name]} (microseconds): the table was created before changelake kept "
+                "TIMESTAMP(7..9)/TIMESTAMP_LTZ(7..9) to the nanosecond, and its rows were bucketed by the "
+                "microsecond values. Recreate the table (drop it, create it, apply its batches again) to keep "
+                "nanoseconds"
+            )
 
 
 def _spec_json(spec: TableSpec) -> str:
