@@ -56,6 +56,9 @@ HASHED = {
     "TIME": ["00:00:00.000000", "23:59:59.999999"],
     "TIMESTAMP(6)": [dt.datetime(1970, 1, 1), dt.datetime(1969, 12, 31, 23, 59, 59, 999999), dt.datetime(2024, 5, 6, 7, 8, 9, 123456)],
     "TIMESTAMP_LTZ(3)": [dt.datetime(2024, 5, 6, 7, 8, 9, 123000, tzinfo=dt.UTC), dt.datetime(1960, 1, 1, tzinfo=dt.UTC)],
+    # Precision 7..9: stored as nanoseconds since the epoch, hashed as the long they are.
+    "TIMESTAMP(9)": [-(2**63), -1, 0, 1_767_268_800_123_456_789, 2**63 - 1],
+    "TIMESTAMP_LTZ(7)": [1_767_268_800_123_456_789, -1_000_000_001],
 }  # fmt: skip
 
 

@@ -22,7 +22,8 @@ Two ways to the metadata, with one reading code on top (:class:`_Source`):
 
 Values come back in the types Spark reads return (:func:`view_schema`: storage types, TINYINT/SMALLINT as
 int8/int16), except that TIMESTAMP_LTZ values are timezone-aware UTC datetimes (Spark's Python rows hold
-naive local times).
+naive local times) and that TIMESTAMP(7..9)/TIMESTAMP_LTZ(7..9) are exact Arrow ``timestamp[ns]`` columns
+(``pandas.Timestamp`` values in rows), where Spark shows microseconds plus a ``<column>__nanos`` BIGINT.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ from changelake.errors import ChangelakeError
 from changelake.identifiers import split_table_name
 from changelake.landing import scan_landing
 from changelake.spec import TableSpec, load_specs
-from changelake.types import DataType
+from changelake.types import DataType, format_timestamp_nanos
 
 Progress = Callable[[str], None]
 
@@ -63,11 +64,15 @@ _TEXTUAL = ("CHAR", "STRING", "DATE", "TIME", "TIMESTAMP", "TIMESTAMP_LTZ", "BIN
 
 
 def json_default(value: Any) -> Any:
-    """JSON encoding of the values changelake returns (decimals as strings, bytes as base64)."""
+    """JSON encoding of the values changelake returns (decimals as strings, bytes as base64, timestamps as
+    ISO-8601 with all nine fraction digits for precision 7..9)."""
     import base64
 
     if isinstance(value, decimal.Decimal):
         return str(value)
+    if isinstance(value, dt.datetime) and hasattr(value, "nanosecond"):
+        # A pandas.Timestamp: a value of a nanosecond column, always with its nine digits.
+        return value.isoformat(timespec="nanoseconds")
     if isinstance(value, dt.datetime | dt.date | dt.time):
         return value.isoformat()
     if isinstance(value, bytes | bytearray):
@@ -212,8 +217,9 @@ def partition_value(value: Any) -> Any:
 
 # --- types ------------------------------------------------------------------------------------------------
 def view_arrow_type(dtype: DataType) -> pa.DataType:
-    """Arrow twin of ``DataType.view_spark_type``: the storage type, TINYINT/SMALLINT narrowed."""
-    return {"TINYINT": pa.int8(), "SMALLINT": pa.int16()}.get(dtype.name) or dtype.arrow_type()
+    """Arrow twin of ``DataType.view_spark_type``: the storage type, TINYINT/SMALLINT narrowed, nanosecond
+    timestamps as exact ``timestamp[ns]`` (:meth:`DataType.view_arrow_type`)."""
+    return dtype.view_arrow_type()
 
 
 _CHANGELOG_COLUMNS = {
@@ -251,6 +257,9 @@ def decode_lookup_value(spec: TableSpec, name: str, value: Any) -> Any:
     try:
         if isinstance(value, str) and col.type.name not in _TEXTUAL:
             value = json.loads(value, parse_float=decimal.Decimal)
+        if isinstance(value, dt.datetime | dt.date) and col.type.name in _TEXTUAL:
+            # A value a read returned (pandas.Timestamp keeps its nanoseconds in isoformat).
+            value = value.isoformat()
         return col.type.decode_json(value)
     except (ValueError, json.JSONDecodeError) as e:
         raise ChangelakeError(f"lookup value for column '{name}': {e}") from None
@@ -523,6 +532,7 @@ class _Source:
     properties: dict[str, str]
     columns: list[str]  # the table schema's column names
     partition_columns: list[str]
+    column_types: dict[str, str] = field(default_factory=dict)  # column -> Iceberg type, e.g. "long"
 
     def current(self) -> tuple[int | None, dict[str, str]]:
         raise NotImplementedError
@@ -595,6 +605,7 @@ class _DirectSource(_Source):
             properties=metadata.get("properties", {}),
             columns=[f["name"] for f in schema["fields"]],
             partition_columns=[f["name"] for f in spec["fields"]],
+            column_types={f["name"]: str(f["type"]) for f in schema["fields"]},
             metadata=metadata,
         )
 
@@ -682,6 +693,7 @@ class _IcebergSource(_Source):
             properties=dict(table.properties),
             columns=[f.name for f in table.schema().fields],
             partition_columns=[f.name for f in table.spec().fields],
+            column_types={f.name: str(f.field_type) for f in table.schema().fields},
             table=table,
         )
 
@@ -825,6 +837,7 @@ class FastReader:
             raise ChangelakeError(
                 f"Table {spec.full_name} does not exist; create it first (changelake create)"
             )
+        _check_stored_types(spec, source)
         return spec, source
 
     def _changelog_source(self, spec: TableSpec) -> _Source:
@@ -1029,7 +1042,7 @@ class FastReader:
             f"[{spec.full_name}] lookup: partition/bucket {target}: {len(hits)} of {len(files)} file(s), "
             f"{stats.row_groups_read} of {stats.row_groups} row group(s) read, {out.num_rows} row(s)"
         )
-        return out.to_pylist()
+        return to_pylist(out)
 
     # --- status and dead letters ----------------------------------------------------------------------
     def status(self) -> list[dict[str, Any]]:
@@ -1099,6 +1112,40 @@ class FastReader:
                     text = fh.read().decode()
             out += [json.loads(line) for line in text.splitlines() if line.strip()]
         return out
+
+
+def to_pylist(table: pa.Table) -> list[dict[str, Any]]:
+    """``table.to_pylist()`` with nanosecond timestamps exact: ``pandas.Timestamp`` values (what pyarrow
+    gives), or, in a process whose pyarrow runs without pandas (the CLI's read commands keep it out for their
+    start-up time), ISO-8601 text with all nine fraction digits (``+00:00`` for an instant), the text
+    :func:`json_default` writes of a ``pandas.Timestamp``."""
+    nanos = [i for i, f in enumerate(table.schema) if pa.types.is_timestamp(f.type) and f.type.unit == "ns"]
+    shim = getattr(pa.lib, "_pandas_api", None)
+    if nanos and shim is not None and not shim.have_pandas:
+        for i in nanos:
+            zone = "+00:00" if table.schema.field(i).type.tz is not None else ""
+            text = [
+                None if v is None else format_timestamp_nanos(v) + zone
+                for v in table.column(i).cast(pa.int64()).to_pylist()
+            ]
+            table = table.set_column(
+                i, table.schema.field(i).with_type(pa.string()), pa.array(text, pa.string())
+            )
+    return table.to_pylist()
+
+
+def _check_stored_types(spec: TableSpec, source: _Source) -> None:
+    """As :func:`changelake.storage.check_stored_types`: a nanosecond timestamp column still stored as
+    microseconds (a table made before they were kept exactly) would read 1000 times off and hash a lookup
+    to another bucket."""
+    for c in spec.columns:
+        stored = source.column_types.get(c.name)
+        if c.type.is_nanos and stored is not None and stored != "long":
+            raise ChangelakeError(
+                f"Table {source.name}: column '{c.name}' is {c.type} but stored as {stored} (microseconds): "
+                "the table was created before changelake kept TIMESTAMP(7..9)/TIMESTAMP_LTZ(7..9) to the "
+                "nanosecond. Recreate the table (drop it, create it, apply its batches again) to keep nanoseconds"
+            )
 
 
 def _may_contain(metadata: pq.FileMetaData, group: int, where: dict[str, Any]) -> bool:
