@@ -22,6 +22,8 @@ from changelake.errors import BadRecordError, ChangelakeError, SpecError
 from changelake.readers import read_batch
 from changelake.spec import TableSpec
 from changelake.types import parse_type
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 
 def ns(text: str, offset_minutes: int = 0) -> int:
@@ -81,6 +83,36 @@ def decoded(batch) -> list[tuple]:
 )
 def test_text_decodes_to_exact_nanoseconds(type_text, value, expected):
     assert parse_type(type_text).decode_json(value) == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    nanos=st.integers(-(2**63) + 1, 2**63 - 1),  # numpy's NaT is the smallest int64
+    offset=st.integers(-18 * 60, 18 * 60),
+    sep=st.sampled_from(["T", " "]),
+)
+def test_any_nanosecond_value_round_trips_through_text(nanos, offset, sep):
+    """numpy writes the text; every instant in range decodes to itself, at any UTC offset for LTZ."""
+    text = np.datetime_as_string(np.datetime64(nanos, "ns"), unit="ns").replace("T", sep)
+    assert parse_type("TIMESTAMP(9)").decode_json(text) == nanos
+    local = nanos + offset * 60_000_000_000  # the wall time at that offset
+    hours, minutes = divmod(abs(offset), 60)
+    if -(2**63) < local < 2**63:  # numpy can write it
+        zoned = np.datetime_as_string(np.datetime64(local, "ns"), unit="ns")
+        zoned += f"{'-' if offset < 0 else '+'}{hours:02d}:{minutes:02d}"
+        assert parse_type("TIMESTAMP_LTZ(9)").decode_json(zoned) == nanos
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet="0123456789-:T .,+Z", max_size=40))
+def test_any_text_decodes_or_is_refused_with_a_reason(text):
+    for type_text in ("TIMESTAMP(9)", "TIMESTAMP_LTZ(7)"):
+        try:
+            value = parse_type(type_text).decode_json(text)
+        except ValueError as e:
+            assert str(e)
+        else:
+            assert isinstance(value, int) and -(2**63) <= value < 2**63
 
 
 def test_fraction_digits_beyond_the_precision_are_kept_as_fluss_does():
