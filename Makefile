@@ -6,6 +6,9 @@ SHELL := /bin/bash
 export CHANGELAKE_HOME ?= $(CURDIR)/.changelake
 export CHANGELAKE_TABLES ?= $(CURDIR)/tables
 export UV_LINK_MODE ?= copy
+# Bytecode compiled at install: where PYTHONDONTWRITEBYTECODE is set (as on CI machines), every process
+# otherwise recompiles pyspark, pyiceberg, pandas and Airflow from source (3.7 of the 6.9 s of a CLI apply).
+export UV_COMPILE_BYTECODE ?= 1
 # uv from PATH, else the one `make uv` installs with pip.
 UV = $(shell command -v uv 2>/dev/null || echo "python3 -m uv")
 PY := .venv/bin/python
@@ -31,6 +34,7 @@ setup: uv check-java ## Create both environments from their lock files (.venv, .
 	@echo "data env ready: $$($(PY) -c 'import pyspark, pyiceberg; print("pyspark", pyspark.__version__, "pyiceberg", pyiceberg.__version__)')"
 	@UV_PROJECT_ENVIRONMENT=$(CURDIR)/.venv-airflow $(UV) sync --frozen --quiet --project infra/airflow
 	@echo "airflow env ready: apache-airflow $$($(AIRFLOW_PY) -c 'import importlib.metadata as m; print(m.version("apache-airflow"))')"
+	@$(PY) -m compileall -q -j 0 spark_apps dags >/dev/null
 	@infra/datadocs_assets.sh
 	@infra/postgres.sh
 

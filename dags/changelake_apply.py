@@ -36,8 +36,9 @@ TABLES = common.table_names()
     + """
 
 For each table with a spec: `has_batches__<table>` checks for landed batches newer than the table's last
-one (or a replay range from the Params), then `apply__<table>` runs `spark_apps/apply_app.py` through
-`spark-submit` on the `spark_default` connection. A committed batch updates the table's Asset
+one (or a replay range from the Params), then `apply__<table>` runs `spark_apps/apply_app.py`: through the
+warm Spark endpoint when it is up (`make airflow` starts it; the log says `warm path`), else through
+`spark-submit` on the `spark_default` connection (`cold path`). A committed batch updates the table's Asset
 (`changelake://tables/<table>`), which schedules `changelake_dbt`. Replays are no-ops thanks to the
 exactly-once protocol, so retries and backfills are safe.
 """,

@@ -1,7 +1,9 @@
 """Build the dbt project on changelake's tables whenever a table's batch commits (thin DAG file).
 
-`dbt_build` runs `spark_apps/dbt_app.py build` through spark-submit: the app registers every PK table,
-changelog and landed input as views and runs dbt in the same SparkSession (dbt-spark `method: session`).
+`dbt_build` runs `spark_apps/dbt_app.py build`. Warm (the SQL endpoint is up): it waits until the endpoint's
+views show every table's current snapshot and runs dbt's `thrift` target against it, with no JVM of its own.
+Cold: spark-submit; the app registers every PK table, changelog and landed input as views and runs dbt in
+the same SparkSession (dbt-spark `method: session`).
 `model_results` puts every model's and test's status into the log and XCom; `dbt_docs` regenerates the
 docs site under $CHANGELAKE_HOME/dbt/target. The marts' Asset schedules `changelake_quality`.
 """

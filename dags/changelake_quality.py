@@ -1,6 +1,7 @@
 """Data quality after every dbt build: Great Expectations suites on the PK tables and marts (thin DAG file).
 
-`run_suites` runs `spark_apps/quality_app.py` (PK uniqueness, tombstone handling, at-least-once duplicate
+`run_suites` runs `spark_apps/quality_app.py` (on the warm SQL endpoint over Spark Connect when it is up,
+else through spark-submit: PK uniqueness, tombstone handling, at-least-once duplicate
 drift) and rebuilds the Data Docs. `check_results` reads the summary: it puts the report's location and
 per-suite counts into the log and XCom, and fails (without retrying: a failed expectation is not transient)
 when an expectation of severity critical failed, naming the offending keys.

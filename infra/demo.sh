@@ -9,6 +9,27 @@ RUN_DIR="$CHANGELAKE_HOME/demo/$(date -u +%Y%m%dT%H%M%SZ)"
 mkdir -p "$RUN_DIR"
 infra/airflow/standalone.sh init
 
+# The warm path: one Spark application (Spark Connect + Thrift) serves every task of the pipeline, so no
+# task starts a JVM. Stopped at the end if this run started it; if it cannot start, the tasks run cold
+# (spark-submit per task), only slower.
+SERVER_STARTED=0
+if [[ "${CHANGELAKE_WARM:-1}" != 0 ]] && ! infra/spark_server.sh status >/dev/null 2>&1; then
+  echo "==> starting the warm Spark endpoint (infra/spark_server.sh)"
+  started=$SECONDS
+  if infra/spark_server.sh start >"$RUN_DIR/spark_server.log" 2>&1; then
+    SERVER_STARTED=1
+    echo "    ready in $((SECONDS - started))s: $(grep -m1 'Spark Connect' "$RUN_DIR/spark_server.log")"
+  else
+    echo "    !! the endpoint did not start (see $RUN_DIR/spark_server.log); the tasks run cold" >&2
+  fi
+fi
+stop_server() {
+  if [[ $SERVER_STARTED == 1 && "${CHANGELAKE_DEMO_KEEP_SERVER:-0}" != 1 ]]; then
+    infra/spark_server.sh stop >/dev/null 2>&1 || true
+  fi
+}
+trap stop_server EXIT
+
 run_dag() {  # dag_id [conf]: run one DAG through Airflow, show its progress lines, fail if the run failed
   local dag="$1" conf="${2:-{\}}" log="$RUN_DIR/$1.log"
   echo "==> airflow dags test $dag (log: $log)"
@@ -29,3 +50,7 @@ run_dag changelake_apply
 run_dag changelake_dbt
 run_dag changelake_quality
 .venv/bin/python infra/demo_summary.py --run-dir "$RUN_DIR"
+if [[ $SERVER_STARTED == 1 && "${CHANGELAKE_DEMO_KEEP_SERVER:-0}" != 1 ]]; then
+  echo "(the warm Spark endpoint is stopped now; keep it with CHANGELAKE_DEMO_KEEP_SERVER=1, or start it with"
+  echo " \`make sql\` to query the tables with dbt --target thrift, PyHive or beeline: docs/sql-endpoint.md)"
+fi

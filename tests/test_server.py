@@ -139,6 +139,67 @@ def test_refresher_rebuilds_views_when_the_table_commits_meanwhile():
     assert lake.registered == ["a__x", "a__x__changelog", "a__x__input"]
 
 
+def test_refresher_publishes_the_snapshot_each_view_shows(tmp_path):
+    lake = _FakeLake()
+    lake.snapshots = {"a.x": 1, "b.z": None}
+    state = tmp_path / "views.json"
+    lake.broken = {"b.z"}
+    refresher = ViewRefresher(lake, lambda _m: None, state_path=state)
+    refresher.poll()
+    assert json.loads(state.read_text()) == {"a.x": 1}  # a table whose views failed is not published
+    lake.broken = set()
+    lake.snapshots["a.x"] = 5
+    refresher.poll()
+    assert json.loads(state.read_text()) == {"a.x": 5, "b.z": None}
+    del lake.snapshots["a.x"]
+    refresher.poll()
+    assert json.loads(state.read_text()) == {"b.z": None}
+
+
+def test_wait_for_views_returns_when_the_views_catch_up_and_names_stale_tables(tmp_path):
+    import threading
+
+    from changelake.config import load_settings
+    from changelake.errors import ChangelakeError
+    from changelake.server import VIEW_STATE, server_dir, wait_for_views
+
+    settings = load_settings(home=tmp_path)
+    state = server_dir(settings) / VIEW_STATE
+    state.parent.mkdir(parents=True)
+    state.write_text(json.dumps({"a.x": 1, "b.z": 4}))
+    want = {"a.x": 2, "b.z": 4}
+    timer = threading.Timer(0.5, lambda: state.write_text(json.dumps({"a.x": 2, "b.z": 4})))
+    timer.start()
+    started = time.monotonic()
+    assert wait_for_views(settings, timeout=30, progress=lambda _m: None, current=lambda: want) == want
+    timer.join()
+    assert 0.4 < time.monotonic() - started < 10  # waited for the refresh, and no longer
+    with pytest.raises(ChangelakeError, match=r"views of c\.new are not at the current snapshot"):
+        wait_for_views(settings, timeout=0.5, progress=lambda _m: None, current=lambda: {**want, "c.new": 9})
+
+
+def test_running_endpoint_needs_a_live_process_and_an_answering_port(tmp_path):
+    from changelake.config import load_settings
+    from changelake.server import running_endpoint, server_dir
+
+    settings = load_settings(home=tmp_path)
+    assert running_endpoint(settings) is None  # never started
+    ready = server_dir(settings) / "ready"
+    ready.parent.mkdir(parents=True)
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        info = {"pid": os.getpid(), "host": "127.0.0.1", "connect_port": port, "connect_url": "sc://x"}
+        ready.write_text(json.dumps(info))
+        assert running_endpoint(settings) == info
+        dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True)
+        ready.write_text(json.dumps({**info, "pid": int(dead.stdout)}))
+        assert running_endpoint(settings) is None  # its process is gone
+    ready.write_text(json.dumps(info))
+    assert running_endpoint(settings) is None  # nothing answers on the port any more
+
+
 # --- end to end --------------------------------------------------------------------------------------------
 def _free_port() -> int:
     with socket.socket() as s:
@@ -276,7 +337,13 @@ def test_endpoint_serves_dbt_sql_clients_and_new_batches(demo, spark, endpoint, 
     from changelake.datagen import generate
 
     generate(demo.spec("shop.orders"), demo.settings.landing_dir, batches=1, records=40)
-    assert [r.status for r in demo.apply_pending("shop.orders")] == ["applied"]
+    # Applied as the pipeline's warm path does: the apply app over Spark Connect, no JVM of its own.
+    warm = {**endpoint["env"], "CHANGELAKE_SPARK_REMOTE": endpoint["connect_url"]}
+    app = subprocess.run(
+        [sys.executable, str(REPO / "spark_apps" / "apply_app.py"), "shop.orders"],
+        env=warm, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert app.returncode == 0 and "[shop.orders] batch 3 committed" in app.stderr, app.stderr[-3000:]
     committed = time.monotonic()
     new_keys = frozenset(demo.rows_arrow("shop.orders").column("order_id").to_pylist())
     log = demo.changelog("shop.orders")
@@ -290,3 +357,14 @@ def test_endpoint_serves_dbt_sql_clients_and_new_batches(demo, spark, endpoint, 
     # Whole batches only: every answer of each view is the state before the batch or after it.
     assert {keys for keys, _ in observed} <= {before[0], after[0]}
     assert {batches for _, batches in observed} <= {before[1], after[1]}
+
+    # The dbt app's warm path: waits for the endpoint's views, runs the thrift target; the mart follows.
+    built = subprocess.run(
+        [sys.executable, str(REPO / "spark_apps" / "dbt_app.py"), "build", "--select", "+orders_per_shop"],
+        env=warm, capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert built.returncode == 0, built.stderr[-3000:]
+    assert "views current for" in built.stderr and "(dbt target thrift)" in built.stderr
+    rows = demo.rows("shop.orders")
+    per_shop = dict(_query(cursor, "select shop_id, order_count from analytics.orders_per_shop"))
+    assert per_shop == {r.shop_id: r["count"] for r in rows.groupBy("shop_id").count().collect()}

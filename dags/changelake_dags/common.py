@@ -6,6 +6,7 @@ import datetime as dt
 import json
 import os
 import shutil
+import socket
 import subprocess
 from pathlib import Path
 
@@ -164,11 +165,29 @@ def quality_results() -> dict:
     return result
 
 
-def spark_submit(task_id: str, app: str, args: list[str], **kwargs):
-    """A SparkSubmitOperator for one of changelake's apps, with the shared connection, conf and pool."""
-    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+def warm_endpoint() -> dict | None:
+    """The SQL endpoint serving this CHANGELAKE_HOME (``infra/spark_server.sh``), if its process lives and its
+    Spark Connect port answers: its ready file (``connect_url``, ``jdbc_url``, pids). None when it is not
+    running or ``CHANGELAKE_WARM`` is ``0``. (changelake.server.running_endpoint does the same in the data env,
+    which the Airflow env cannot import.)"""
+    if os.environ.get("CHANGELAKE_WARM", "1").strip().lower() in ("0", "false", "no", "off"):
+        return None
+    try:
+        info = json.loads((home() / "spark-server" / "ready").read_text())
+        os.kill(int(info["pid"]), 0)
+        with socket.create_connection((info["host"], int(info["connect_port"])), timeout=2):
+            pass
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return info
 
-    return SparkSubmitOperator(
+
+def spark_submit(task_id: str, app: str, args: list[str], **kwargs):
+    """The operator for one of changelake's apps (warm through the SQL endpoint when it runs, else
+    spark-submit), with the shared connection, conf and pool."""
+    from changelake_dags.operators import ChangelakeSparkOperator
+
+    return ChangelakeSparkOperator(
         task_id=task_id,
         application=str(SPARK_APPS / app),
         application_args=args,

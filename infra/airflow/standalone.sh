@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# start | stop | init — `airflow standalone` in the background, its pid and log under $AIRFLOW_HOME.
+# start | stop | init — `airflow standalone` in the background, its pid and log under $AIRFLOW_HOME; start and
+# stop also start and stop the warm Spark endpoint (infra/spark_server.sh) the DAGs' Spark tasks run on.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . infra/airflow/env.sh
@@ -20,6 +21,11 @@ case "${1:-start}" in
       echo "Airflow is already running (pid $(cat "$PIDFILE"))"
     else
       init
+      # The warm path for the DAGs' Spark tasks (see dags/changelake_dags/operators.py); without it they
+      # spark-submit per task.
+      if [[ "${CHANGELAKE_WARM:-1}" != 0 ]]; then
+        infra/spark_server.sh start || echo "the warm Spark endpoint did not start; the DAGs' Spark tasks run cold" >&2
+      fi
       setsid nohup "$AIRFLOW" standalone >"$LOG" 2>&1 &
       echo $! >"$PIDFILE"
       echo -n "starting Airflow (log: $LOG) "
@@ -55,6 +61,7 @@ case "${1:-start}" in
       echo "Airflow is not running"
     fi
     rm -f "$PIDFILE"
+    infra/spark_server.sh stop
     ;;
   *) echo "usage: $0 start|stop|init" >&2; exit 2 ;;
 esac

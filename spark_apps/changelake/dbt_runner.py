@@ -1,9 +1,15 @@
-"""Run dbt inside a changelake Spark app (dbt-spark ``method: session``).
+"""Run dbt on changelake's tables, cold or warm.
 
-The app registers every PK table's current snapshot, its changelog and its landed input as global temp
-views, then invokes dbt in-process; dbt-spark's session method picks up this same SparkSession, so the
-models read changelake's tables directly. dbt's artifacts (``manifest.json``, ``run_results.json``, the docs
-site) and logs go under ``$CHANGELAKE_HOME/dbt``.
+Cold (dbt-spark ``method: session``): the app registers every PK table's current snapshot, its changelog and
+its landed input as global temp views, then invokes dbt in-process; dbt-spark's session method picks up this
+same SparkSession, so the models read changelake's tables directly.
+
+Warm (``CHANGELAKE_SPARK_REMOTE`` set and the SQL endpoint of ``$CHANGELAKE_HOME`` running): the endpoint
+already serves the same views; this waits until they show every table's current snapshot, then runs dbt's
+``thrift`` target against it. No JVM starts in this process.
+
+Either way dbt's artifacts (``manifest.json``, ``run_results.json``, the docs site) and logs go under
+``$CHANGELAKE_HOME/dbt``.
 """
 
 from __future__ import annotations
@@ -27,21 +33,18 @@ def dbt_dirs(settings: Settings) -> dict[str, Path]:
 
 
 def run_dbt(args: list[str], settings: Settings, progress=print) -> int:
-    """Register the views, run ``dbt <args>`` in this process's SparkSession, return dbt's exit status."""
+    """Run ``dbt <args>`` on the tables' current snapshots (warm through the SQL endpoint when
+    ``settings.spark_remote`` is set, else in this process's SparkSession); return dbt's exit status."""
     from dbt.cli.main import dbtRunner
-
-    from changelake.api import ChangeLake
-    from changelake.session import get_spark
 
     if not args:
         args = ["build"]
     started = time.monotonic()
-    spark = get_spark(settings, app_name=f"changelake-dbt-{args[0]}", hive=True)
-    # insert_overwrite models replace only the partitions a run produces (incremental windows).
-    spark.conf.set("spark.sql.sources.partitionOverwriteMode", "dynamic")
-    lake = ChangeLake(settings=settings, spark=spark, progress=lambda m: None)
-    views = lake.register_views()
-    progress(f"[dbt] registered {len(views)} views: {', '.join(views)}")
+    target_args = (
+        _warm_target(settings, progress)
+        if settings.spark_remote
+        else _session_target(settings, args, progress)
+    )
     dirs = dbt_dirs(settings)
     for d in dirs.values():
         d.mkdir(parents=True, exist_ok=True)
@@ -53,6 +56,7 @@ def run_dbt(args: list[str], settings: Settings, progress=print) -> int:
         "--profiles-dir", str(PROJECT_DIR),
         "--target-path", str(dirs["target"]),
         "--log-path", str(dirs["logs"]),
+        *([] if "--target" in args else target_args),
     ]  # fmt: skip
     if args[0] == "docs" and "generate" in args:
         command.append("--static")  # one self-contained index.html, viewable without a server
@@ -73,6 +77,39 @@ def run_dbt(args: list[str], settings: Settings, progress=print) -> int:
         progress(f"[dbt] error: {result.exception}")
     progress(f"[dbt] artifacts: {dirs['target']}")
     return status
+
+
+def _session_target(settings: Settings, args: list[str], progress) -> list[str]:
+    """Cold: start Spark here (Hive catalog for dbt's tables) and register the views in it."""
+    from changelake.api import ChangeLake
+    from changelake.session import get_spark
+
+    spark = get_spark(settings, app_name=f"changelake-dbt-{args[0]}", hive=True)
+    # insert_overwrite models replace only the partitions a run produces (incremental windows).
+    spark.conf.set("spark.sql.sources.partitionOverwriteMode", "dynamic")
+    lake = ChangeLake(settings=settings, spark=spark, progress=lambda m: None)
+    views = lake.register_views()
+    progress(f"[dbt] registered {len(views)} views: {', '.join(views)}")
+    return []  # profiles.yml's default: CHANGELAKE_DBT_TARGET, else session
+
+
+def _warm_target(settings: Settings, progress) -> list[str]:
+    """Warm: the endpoint's views, once they show the current snapshots, through dbt's thrift target."""
+    from changelake.errors import ChangelakeError
+    from changelake.server import running_endpoint, wait_for_views
+
+    info = running_endpoint(settings)
+    if info is None:
+        raise ChangelakeError(
+            f"CHANGELAKE_SPARK_REMOTE is {settings.spark_remote} but no SQL endpoint of {settings.home} is "
+            "running (start it with `make sql`), and dbt needs its views; unset CHANGELAKE_SPARK_REMOTE to "
+            "run dbt in its own Spark application"
+        )
+    wait_for_views(settings, progress=progress)
+    os.environ["SPARK_THRIFT_HOST"] = str(info["host"])
+    os.environ["SPARK_THRIFT_PORT"] = str(info["thrift_port"])
+    progress(f"[dbt] warm: the SQL endpoint {info['jdbc_url']} (dbt target thrift)")
+    return ["--target", "thrift"]
 
 
 def summarize(run_results: Path) -> dict | None:

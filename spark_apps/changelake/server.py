@@ -12,17 +12,27 @@ Freshness: the driver polls each table's current snapshot id (one catalog read p
 ``poll_seconds`` and re-registers the three views of a table whose snapshot changed. Each view is a fixed
 list of Parquet files of one snapshot, so a query sees a whole batch or none of it; a table's views are
 rebuilt until its snapshot did not move while they were built, so its rows, changelog and input views name
-the same batch, and are swapped in together once built.
+the same batch, and are swapped in together once built. After each poll the server writes the snapshot
+every view shows to ``$CHANGELAKE_HOME/spark-server/views.json``; :func:`wait_for_views` lets a client
+(the dbt task after an apply) wait until the views show the tables' current snapshots.
+
+Who uses it: ``make sql`` for dbt users and SQL clients, and ``make airflow`` / ``make demo`` for the
+pipeline, whose tasks run the apply, dbt and quality apps through it (:func:`running_endpoint`) instead of
+starting a JVM per task.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import socket
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from changelake.config import Settings
@@ -41,6 +51,7 @@ CONNECT_PLUGIN = "org.apache.spark.sql.connect.SparkConnectPlugin"
 # Keys that say where the endpoint listens: the environment decides them, not the config file's spark_conf.
 _LISTENING = ("spark.plugins", "spark.connect.grpc.binding.", "spark.hadoop.hive.server2.thrift.")
 MAX_PIN_ATTEMPTS = 5  # a table committing faster than its views register is re-polled, not waited for
+VIEW_STATE = "views.json"  # table -> snapshot id its views show, rewritten after every poll that changed it
 
 
 @dataclass(frozen=True)
@@ -96,6 +107,9 @@ def server_conf(settings: Settings, endpoint: Endpoint) -> dict[str, str]:
         "spark.driver.defaultJavaOptions": "-XX:+ExplicitGCInvokesConcurrent",
         # dbt's incremental insert_overwrite replaces only the partitions a run writes (as the dbt app sets).
         "spark.sql.sources.partitionOverwriteMode": "dynamic",
+        # Each session caches a table's file list; when dbt (in its session) rebuilds a mart, a SQL client's
+        # open session would read deleted files. No cache: each query resolves the table (a metastore read).
+        "spark.sql.filesourceTableRelationCacheSize": "0",
         # A statement's RPC returns when it has finished: dbt-spark polls an unfinished statement every
         # `poll_interval` (5 s), which made each dbt node wait ~5 s for a query of well under a second.
         "spark.sql.hive.thriftServer.async": "false",
@@ -122,14 +136,72 @@ def table_snapshots(lake: ChangeLake, specs: dict[str, TableSpec]) -> dict[str, 
     return {name: state.snapshot_id for name, state in states.items() if state is not None}
 
 
+def server_dir(settings: Settings) -> Path:
+    """Pid, log, ready file and view state of the endpoint."""
+    return settings.home / "spark-server"
+
+
+def running_endpoint(settings: Settings) -> dict[str, Any] | None:
+    """The ready file of the endpoint serving ``settings.home``, if its process is alive and its Spark
+    Connect port answers; else None (not started, still starting, or gone without cleaning up)."""
+    try:
+        info = json.loads((server_dir(settings) / "ready").read_text())
+        os.kill(int(info["pid"]), 0)
+        with socket.create_connection((info["host"], int(info["connect_port"])), timeout=2):
+            pass
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return info
+
+
+def wait_for_views(
+    settings: Settings,
+    timeout: float = 120.0,
+    progress=print,
+    current: Callable[[], dict[str, int | None]] | None = None,
+) -> dict[str, int | None]:
+    """Wait until the running endpoint's views show every table's current snapshot (the server polls
+    about once a second); return the snapshot per table. ``current`` gives the snapshots to wait for
+    (default: each table's current snapshot, read from the catalog now). Raises ChangelakeError naming the
+    tables still stale after ``timeout`` seconds (a table whose views keep failing to build: see the log)."""
+    if current is None:
+        from changelake.api import ChangeLake
+
+        lake = ChangeLake(settings=settings, progress=None)
+        want = table_snapshots(lake, lake.specs())
+    else:
+        want = current()
+    state = server_dir(settings) / VIEW_STATE
+    started = time.monotonic()
+    while True:
+        try:
+            shown = json.loads(state.read_text())
+        except (OSError, ValueError):
+            shown = {}
+        stale = sorted(name for name, snap in want.items() if shown.get(name) != snap)
+        if not stale:
+            progress(
+                f"[server] views current for {len(want)} table(s) after {time.monotonic() - started:.1f}s"
+            )
+            return want
+        if time.monotonic() - started > timeout:
+            raise ChangelakeError(
+                f"the SQL endpoint's views of {', '.join(stale)} are not at the current snapshot after "
+                f"{timeout:.0f}s; see {server_dir(settings) / 'server.log'}"
+            )
+        time.sleep(0.2)
+
+
 class ViewRefresher:
     """Keeps the global temp views of every table at its current snapshot."""
 
-    def __init__(self, lake: ChangeLake, progress=print):
+    def __init__(self, lake: ChangeLake, progress=print, state_path: Path | None = None):
         self.lake = lake
         self.progress = progress
+        self.state_path = state_path  # where the snapshot of every registered view is published
         self.registered: dict[str, int | None] = {}  # table -> snapshot id its views show
         self._failures: dict[str, str] = {}  # table (or "" for the whole poll) -> last failure reported
+        self._published: dict[str, int | None] | None = None
 
     def poll(self) -> list[str]:
         """Re-register the views of tables whose snapshot changed (or that appeared); drop the views of
@@ -150,7 +222,17 @@ class ViewRefresher:
                 continue
             self.clear_failure(name)
             refreshed.append(name)
+        self.publish()
         return refreshed
+
+    def publish(self) -> None:
+        """Write which snapshot every view shows (atomically: a reader sees the old state or the new)."""
+        if self.state_path is None or self._published == self.registered:
+            return
+        tmp = self.state_path.with_name(self.state_path.name + ".tmp")
+        tmp.write_text(json.dumps(self.registered, indent=2, sort_keys=True) + "\n")
+        tmp.replace(self.state_path)
+        self._published = dict(self.registered)
 
     def report_failure(self, key: str, message: str) -> None:
         """Report a failure once, not on every poll while it lasts."""
@@ -207,6 +289,21 @@ class ViewRefresher:
         self.progress(f"[server] {name}: table gone, views dropped")
 
 
+def _import_engine(batches):
+    """mapInArrow function: import the engine's modules in a Python worker, pass the batches through."""
+    import changelake.buckets
+    import changelake.decode  # noqa: F401  (imported for its cost, once per reused worker)
+
+    yield from batches
+
+
+def warm_python_workers(spark, slots: int) -> None:
+    """Start Python workers and import the engine in them before the first apply: the first batch applied
+    through a fresh server otherwise pays ~10 s of worker start, imports and first-query planning (Spark
+    reuses workers, ``spark.python.worker.reuse``, so this is paid once)."""
+    spark.range(0, slots, numPartitions=slots).mapInArrow(_import_engine, "id long").collect()
+
+
 class Server:
     """The running endpoint: a SparkSession with the Spark Connect plugin, HiveThriftServer2 on its
     context, and the view refresher."""
@@ -234,9 +331,19 @@ class Server:
         jvm = self.spark._jvm
         thrift = jvm.org.apache.spark.sql.hive.thriftserver.HiveThriftServer2
         self._thrift = thrift.startWithContext(self.spark._jsparkSession.sqlContext())
+        slots = max(1, self.spark.sparkContext.defaultParallelism)
+        warm_python_workers(self.spark, slots)
         lake = ChangeLake(settings=settings, spark=self.spark, progress=lambda _m: None)
-        self.refresher = ViewRefresher(lake, self.progress)
+        state = server_dir(self.settings) / VIEW_STATE
+        state.unlink(missing_ok=True)
+        self.refresher = ViewRefresher(lake, self.progress, state_path=state)
         self.refresher.poll()
+        # The apps come over Spark Connect, whose first query pays its own planning and worker start.
+        remote = connect_session(self.endpoint)
+        try:
+            warm_python_workers(remote, slots)
+        finally:
+            remote.stop()
 
     def jvm_pid(self) -> int:
         return int(self.spark._jvm.java.lang.ProcessHandle.current().pid())
@@ -290,7 +397,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     settings = load_settings()
     endpoint = Endpoint.from_env()
-    ready = settings.home / "spark-server" / "ready"
+    ready = server_dir(settings) / "ready"
     ready.unlink(missing_ok=True)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -302,6 +409,9 @@ def main(argv: list[str] | None = None) -> int:
         info: dict[str, Any] = {
             "connect_url": endpoint.connect_url,
             "jdbc_url": endpoint.jdbc_url,
+            "host": endpoint.host,
+            "connect_port": endpoint.connect_port,
+            "thrift_port": endpoint.thrift_port,
             "pid": os.getpid(),
             "jvm_pid": server.jvm_pid(),
             "views": sorted(server.refresher.registered),

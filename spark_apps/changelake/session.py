@@ -27,6 +27,10 @@ def get_spark(settings: Settings, app_name: str = "changelake", hive: bool = Fal
 
     ``hive=True`` enables the Hive catalog (a Derby metastore under ``$CHANGELAKE_HOME/metastore``) for
     dbt's own tables; changelake's PK tables never need it.
+
+    With ``settings.spark_remote`` (``sc://host:port``) the session is a Spark Connect client of that warm
+    server and no JVM starts here; the server's own catalog (Hive, for the endpoint ``make sql`` starts)
+    serves ``hive=True`` callers, whose embedded Derby metastore only one JVM can open.
     """
     from pyspark import SparkConf, SparkContext
     from pyspark.sql import SparkSession
@@ -34,7 +38,7 @@ def get_spark(settings: Settings, app_name: str = "changelake", hive: bool = Fal
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
-    if settings.spark_remote and not hive:
+    if settings.spark_remote:
         # A warm Spark Connect server (see `make sql`): no JVM in this process, the server's conf applies.
         return SparkSession.builder.remote(settings.spark_remote).getOrCreate()
     if os.environ.get("PYSPARK_GATEWAY_PORT"):

@@ -1,11 +1,17 @@
 """The pipeline through Airflow on tiny data: the demo source lands batches, the apply DAG runs the Spark app
-for each table (SparkSubmitOperator, local Spark), and the tables hold exactly what the sources say.
-A replay of the same range through the DAG's Params changes nothing."""
+for each table, and the tables hold exactly what the sources say.
+
+Cold: no endpoint, spark-submit per task (local Spark), as on a cluster without the warm server; a replay
+of the same range through the DAG's Params changes nothing. Warm: with the SQL endpoint up (as `make airflow`
+and `make demo` start it) apply, dbt and quality all run through it."""
 
 from __future__ import annotations
 
 import json
+import os
+import socket
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -89,6 +95,7 @@ def test_demo_source_then_apply_through_airflow(pipeline_home):
     source_log = dags_test(env, "changelake_demo_source", {"batches": 2})
     assert "[shop.orders] batch 2:" in source_log
     apply_log = dags_test(env, "changelake_apply")
+    assert "cold path: spark-submit" in apply_log and "warm path" not in apply_log
     # Task logs carry the apply counts.
     assert (
         "[shop.orders] batch 1 committed" in apply_log
@@ -110,3 +117,74 @@ def test_demo_source_then_apply_through_airflow(pipeline_home):
     replay_log = dags_test(env, "changelake_apply", {"table": "shop.orders", "from_batch": 1, "to_batch": 2})
     assert "[shop.orders] batch 1 already applied" in replay_log and "committed" not in replay_log
     assert data_env(env, ACTUAL) == actual
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    return stat.exists() and stat.read_text().split()[2] != "Z"
+
+
+@pytest.fixture
+def warm_endpoint(pipeline_home):
+    """The warm SQL endpoint of the test's home on free ports, started as `make airflow` starts it; stopped
+    (and checked for leftovers) at the end."""
+    home, tables, env = pipeline_home
+    env = {**env, "SPARK_THRIFT_PORT": str(_free_port()), "SPARK_CONNECT_PORT": str(_free_port())}
+    script = str(REPO / "infra" / "spark_server.sh")
+    subprocess.run([script, "start"], env=env, cwd=REPO, check=True, timeout=600, capture_output=True)
+    info = json.loads((home / "spark-server" / "ready").read_text())
+    try:
+        yield home, tables, env
+    finally:
+        subprocess.run([script, "stop"], env=env, cwd=REPO, timeout=180, capture_output=True)
+    assert not any(_alive(pid) for pid in (info["pid"], info["jvm_pid"])), "the endpoint outlived its stop"
+
+
+def test_the_pipeline_runs_warm_through_the_endpoint(warm_endpoint):
+    """With the endpoint up, every Spark task of apply, dbt and quality runs through it (no spark-submit),
+    and the results are the ones the sources say."""
+    home, tables, env = warm_endpoint
+    for spec in tables.glob("*.yaml"):
+        spec.write_text(
+            spec.read_text().replace("records: 120", "records: 30").replace("records: 150", "records: 30")
+        )
+    dags_test(env, "changelake_demo_source", {"batches": 2})
+    apply_log = dags_test(env, "changelake_apply")
+    assert apply_log.count("warm path:") == 2 and "cold path" not in apply_log
+    assert (
+        "[shop.orders] batch 2 committed" in apply_log
+        and "[shop.shop_user_stats] batch 2 committed" in apply_log
+    )
+
+    expected = data_env(env, EXPECTED, str(tables), str(home / "landing"), "2")
+    actual = data_env(env, ACTUAL)
+    assert actual["orders"] == expected["orders"] and actual["stats"] == expected["stats"]
+
+    # dbt's thrift target on the endpoint, for the marts of these two tables.
+    dbt_log = dags_test(env, "changelake_dbt", {"select": "+orders_per_shop +shop_user_stats_drift"})
+    assert (
+        "cold path" not in dbt_log and "(dbt target thrift)" in dbt_log and "views current for 2" in dbt_log
+    )
+    results = json.loads((home / "dbt" / "target" / "build_run_results.json").read_text())["results"]
+    assert results and all(r["status"] in ("pass", "success") for r in results)
+    assert {"model.changelake.orders_per_shop", "model.changelake.shop_user_stats_drift"} <= {
+        r["unique_id"] for r in results
+    }
+
+    quality_log = dags_test(env, "changelake_quality")
+    assert "warm path:" in quality_log and "cold path" not in quality_log
+    summary = json.loads((home / "quality" / "quality_summary.json").read_text())
+    failed = [e for v in summary["validations"] for e in v["expectations"] if not e["success"]]
+    assert summary["validations"] and not failed
+    suites = {v["asset"] for v in summary["validations"]}
+    assert any("orders_per_shop" in a for a in suites) and any("shop_user_stats_drift" in a for a in suites)
