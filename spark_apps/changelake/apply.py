@@ -34,7 +34,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from changelake import buckets, decode, merge, tables
-from changelake.buckets import COUNTERS, BucketContext, merge_bucket
+from changelake.buckets import COUNTERS, BucketContext
 from changelake.buckets import SOURCE_COUNTERS as TASK_SOURCE_COUNTERS
 from changelake.errors import BatchRefusedError, ChangelakeError
 from changelake.landing import read_manifest, scan_landing
@@ -247,16 +247,14 @@ class Applier:
         """Decode the landed files in Spark tasks (one per byte range); the driver gets only their stats."""
         started = time.monotonic()
         staging = f"{self.storage.new_data_dir(table, batch_id)}-staging"
-        ranges = [vars(r) for r in plan.ranges]
         self.progress(
-            f"[{spec.full_name}] batch {batch_id}: decoding {plan.bytes:,} bytes in {len(ranges)} task(s)"
+            f"[{spec.full_name}] batch {batch_id}: decoding {plan.bytes:,} bytes in {len(plan.ranges)} task(s)"
         )
-        # Round-robin over as many partitions as ranges: one range per task (no sparkContext: works over
-        # Spark Connect too).
-        frame = self.spark.createDataFrame(
-            [tuple(r.values()) for r in ranges], _spark_schema(decode.ranges_schema(), spec)
-        ).repartition(max(1, len(ranges)))
-        task = decode.decode_task(spec, staging, dict(table.io.properties))
+        # One range per task: a range of ids as the input (no shuffle, and no sparkContext: works over Spark
+        # Connect too); the task finds its range by id in the function's closure.
+        task = decode.decode_task(spec, staging, dict(table.io.properties), plan.ranges)
+        n = max(1, len(plan.ranges))
+        frame = self.spark.range(0, n, 1, n)
         stats = [
             r.asDict() for r in frame.mapInArrow(task, _spark_schema(decode.stats_schema(), spec)).collect()
         ]
@@ -276,7 +274,10 @@ class Applier:
         merge.check_batch_ops(spec, decoded.op_counts)  # refuses deletes on a 'disable' table up front
         commit_ts = dt.datetime.now(dt.UTC)
         previous = self._previous_manifest(table, state)
-        markers, id_counter = self._merge(spec, table, batch_id, decoded, target_columns, previous, commit_ts)
+        data_files = self.storage.data_files(table)
+        markers, id_counter = self._merge(
+            spec, table, batch_id, decoded, target_columns, previous, commit_ts, data_files
+        )
         _fault("after-data-files")
         counts = merge.BatchCounts(**buckets.bucket_counts(markers, COUNTERS))
         source = self._source_counts(decoded, markers)
@@ -303,8 +304,8 @@ class Applier:
                 "commit_timestamp": commit_ts.isoformat(),
             },
         )
-        touched = {m["partition"] for m in markers}
-        removed = [f for f in self.storage.data_files(table) if tables.partition_tuple(f) in touched]
+        touched = {m["partition_key"] for m in markers}
+        removed = [f for f in data_files if buckets.partition_key(tables.partition_tuple(f)) in touched]
         added = self.storage.to_data_files(table, sorted(m["_path"] for m in markers if m["_path"]))
         self.storage.commit_batch(
             table,
@@ -345,56 +346,58 @@ class Applier:
         return self.storage.read_json(table, state.changelog_manifest) if state.changelog_manifest else {}
 
     def _merge(
-        self, spec, table, batch_id, decoded, target_columns, previous, commit_ts
+        self, spec, table, batch_id, decoded, target_columns, previous, commit_ts, data_files
     ) -> tuple[list[dict], int | None]:
-        """Run :func:`changelake.buckets.merge_bucket` once per touched bucket: their markers, and the
-        auto-increment counter after allocating the batch's ids (None without an auto-increment column)."""
-        if not decoded.staged:
+        """Run one bucket task (:func:`changelake.buckets.run_task`) per touched bucket: their markers, and
+        the auto-increment counter after allocating the batch's ids (None without an auto-increment column).
+
+        The decode tasks staged every bucket's records as row groups; a task reads its own and its bucket's
+        current file with pyarrow, so the job has no shuffle and no record becomes a Spark row."""
+        if not decoded.groups:
             return [], None
         started = time.monotonic()
-        part_cols = [*spec.partition_keys, "_bucket"]
-        records = (
-            self.spark.read.schema(_spark_schema(decode.staged_schema(spec), spec))
-            .parquet(*decoded.staged)
-            .withColumn("_bucket", tables.bucket_expr(spec))
-        )
-        all_files = self.storage.data_files(table)
-        files_by_partition: dict[tuple, list[str]] = {}
-        for f in all_files:
-            files_by_partition.setdefault(tables.partition_tuple(f), []).append(f.file_path)
+        files_by_key: dict[str, list] = {}
+        for f in data_files:
+            files_by_key.setdefault(buckets.partition_key(tables.partition_tuple(f)), []).append(f)
+        id_ranges, id_counter = self._allocate_ids(spec, table, decoded)
+        log_ends = previous.get("log_ends", {})
+        tasks = [
+            buckets.BucketTask(
+                key=key,
+                bucket=group.bucket,
+                parts=tuple(group.parts),
+                files=tuple(f.file_path for f in files_by_key.get(key, [])),
+                log_start=log_ends.get(key, 0),
+                id_ranges=None if id_ranges is None else tuple(id_ranges[key]),
+                records=group.records,
+                stored_bytes=sum(f.file_size_in_bytes for f in files_by_key.get(key, [])),
+            )
+            for key, group in sorted(decoded.groups.items())
+        ]
         opts = spec.source_options
-        id_ranges, id_counter = self._allocate_ids(spec, table, records, part_cols)
         ctx = BucketContext(
             spec=spec,
-            partition_columns=tuple(part_cols),
-            files_by_partition=files_by_partition,
+            partition_columns=(*spec.partition_keys, "_bucket"),
+            files_by_partition={},
             io_properties=dict(table.io.properties),
             out_dir=self.storage.new_data_dir(table, batch_id),
             log_dir=self.storage.new_data_dir(self.storage.changelog_table(spec), batch_id),
             batch_id=batch_id,
             commit_micros=int((commit_ts - _EPOCH) / dt.timedelta(microseconds=1)),
-            log_ends=previous.get("log_ends", {}),
             target_columns=None if target_columns is None else tuple(target_columns),
-            id_ranges=id_ranges,
             ordering=opts.ordering,
             dedup_offsets=opts.dedup_offsets,
             applied_offsets=_kafka_offsets(table),
         )
-
-        def merge_one(key, bucket_records):
-            return merge_bucket(key, bucket_records, ctx)
-
-        # An explicit partition count: adaptive execution would otherwise coalesce the (small) record shuffle
-        # into one task and merge every bucket on one core.
-        n = max(1, min(spec.bucket_num * 4, _parallelism(self.spark) * 4))
-        schema = _spark_schema(buckets.marker_schema(spec, ctx.partition_columns), spec)
-        rows = (
-            records.repartition(n, *part_cols).groupBy(*part_cols).applyInArrow(merge_one, schema).collect()
-        )
+        # A few tasks per core, balanced by size: small ones share a task, no core waits on a straggler.
+        groups = buckets.assign(tasks, _parallelism(self.spark) * 4)
+        function = buckets.tasks_function(tasks, groups, ctx, decode.staged_schema(spec))
+        schema = _spark_schema(buckets.task_marker_schema(), spec)
+        n = len(groups)
+        rows = self.spark.range(0, n, 1, n).mapInArrow(function, schema).collect()
         markers = [r.asDict() for r in rows]
         for m in markers:
-            m["partition"] = tuple(tables.iceberg_partition_value(m[c]) for c in part_cols)
-            m["partition_key"] = buckets.partition_key(m["partition"])
+            m["partition_key"] = tasks[m["_task"]].key
         self.progress(
             f"[{spec.full_name}] batch {batch_id}: merged {len(markers)} of {spec.bucket_num} bucket(s) per "
             f"partition ({sum(m['_count'] for m in markers):,} rows now in them, "
@@ -403,29 +406,29 @@ class Applier:
         )
         return markers, id_counter
 
-    def _allocate_ids(self, spec, table, records, part_cols) -> tuple[dict | None, int | None]:
+    def _allocate_ids(self, spec, table, decoded: decode.DecodeSummary) -> tuple[dict | None, int | None]:
         """Auto-increment id ranges per touched bucket (spec §8), enough for every record to be a new key.
 
         Each bucket continues its cached range; when that is short it takes whole segments of
         ``table.auto-increment.cache-size`` ids from the table-wide counter. The state is committed with
-        the batch (snapshot summary), so ids stay unique across batches, crashes and restarts.
+        the batch (snapshot summary), so ids stay unique across batches, crashes and restarts. The records
+        per bucket come from the decode tasks' counts.
         """
         if spec.auto_increment_column is None:
             return None, None
         state = _id_state(table)
         counter, cached = state.get("counter", 0), state.get("buckets", {})
         size = spec.auto_increment_cache_size
-        ranges: dict[tuple, list[tuple[int, int]]] = {}
-        for row in records.groupBy(*part_cols).count().collect():
-            partition = tuple(tables.iceberg_partition_value(row[c]) for c in part_cols)
-            current = cached.get(buckets.partition_key(partition))
+        ranges: dict[str, list[tuple[int, int]]] = {}
+        for key, group in sorted(decoded.groups.items()):
+            current = cached.get(key)
             supply = [tuple(current)] if current else []
             available = current[1] - current[0] + 1 if current else 0
-            while available < row["count"]:
+            while available < group.records:
                 supply.append((counter + 1, counter + size))
                 counter += size
                 available += size
-            ranges[partition] = supply
+            ranges[key] = supply
         return ranges, counter
 
     @staticmethod

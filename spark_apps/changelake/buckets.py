@@ -1,12 +1,14 @@
-"""The bucket task: one call per touched (partition, bucket), run inside Spark by ``applyInArrow``.
+"""The bucket task: one per touched (partition, bucket), run inside Spark by ``mapInArrow``.
 
-A task reads its bucket's current files once, orders and de-duplicates the bucket's records as the table's
-source settings say, merges them with :func:`changelake.columnar.merge_records`, and writes each output once:
-the bucket's new data file (sorted by key) and its changelog file, already numbered. Fluss keeps one log per
-bucket, and so does changelake: ``_log_offset`` is gapless per (partition, bucket), continuing from the end
-the previous batch committed, so the task numbers its own rows and no other task or job is involved. It
-returns one small marker row (files, counts, the bucket's new log end); the driver commits. Only the batch's
-records are shuffled; the table is never shuffled.
+The decode tasks stage each bucket's records as a row group of their staged files (:mod:`changelake.decode`,
+bucketed by :func:`bucket_ids`, Spark's ``pmod(xxhash64(bucket key), bucket.num)`` in numpy). A bucket task
+reads those row groups and the bucket's current files directly with pyarrow (no record goes through a Spark
+shuffle or a Spark row), orders and de-duplicates the records as the table's source settings say, merges them
+with :func:`changelake.columnar.merge_records`, and writes each output once: the bucket's new data file
+(sorted by key) and its changelog file, already numbered. Fluss keeps one log per bucket, and so does
+changelake: ``_log_offset`` is gapless per (partition, bucket), continuing from the end the previous batch
+committed, so the task numbers its own rows and no other task or job is involved. It returns one small marker
+row (files, counts, the bucket's new log end); the driver commits.
 """
 
 from __future__ import annotations
@@ -91,26 +93,64 @@ def marker_schema(spec: TableSpec, partition_columns: tuple[str, ...]) -> pa.Sch
     )
 
 
-def _write(io, path: str, table: pa.Table) -> None:
+def _write(io, path: str, table: pa.Table, dictionary: list[str]) -> None:
+    """Write one Parquet file, with dictionary pages only for the columns named: a dictionary of distinct
+    values (most columns of a table) costs more to build than it saves. Statistics for every column:
+    pyiceberg derives a file's partition and column metrics from them."""
     with io.new_output(path).create(overwrite=False) as sink:
-        pq.write_table(table, sink, compression="zstd")
+        pq.write_table(
+            table,
+            sink,
+            compression="zstd",
+            use_dictionary=[c for c in dictionary if c in table.column_names] or False,
+        )
 
 
 def merge_bucket(key: tuple, records: pa.Table, ctx: BucketContext) -> pa.Table:
-    """Merge one bucket's records (any order) into its stored rows; write its data and changelog files."""
+    """Merge one bucket's records (any order) into its stored rows; write its data and changelog files.
+
+    ``key`` holds the partition values and the bucket as Arrow scalars; the files and log end come from
+    ``ctx``. Returns the bucket's marker row (partition columns first)."""
     from pyiceberg.io.pyarrow import PyArrowFileIO
 
     from changelake.tables import iceberg_partition_value
 
     spec = ctx.spec
-    io = PyArrowFileIO(ctx.io_properties)
     partition = tuple(iceberg_partition_value(k.as_py()) for k in key)
-    bucket = key[-1].as_py()
-    values = [c.name for c in spec.columns]
+    task = BucketTask(
+        key=partition_key(partition),
+        bucket=key[-1].as_py(),
+        files=tuple(ctx.files_by_partition.get(partition, [])),
+        log_start=ctx.log_ends.get(partition_key(partition), 0),
+        id_ranges=tuple((ctx.id_ranges or {}).get(partition, [])) if spec.auto_increment_column else None,
+    )
+    stored = read_stored(spec, PyArrowFileIO(ctx.io_properties), task.files)
+    marker = merge_and_write(task, stored, records, ctx, PyArrowFileIO(ctx.io_properties))
+    columns = {column: [value.as_py()] for column, value in zip(ctx.partition_columns, key, strict=True)}
+    columns.update({name: [value] for name, value in marker.items()})
+    return pa.Table.from_pydict(columns, schema=marker_schema(spec, ctx.partition_columns))
 
+
+@dataclass(frozen=True)
+class BucketTask:
+    """One touched (partition, bucket) of a batch: where its records and its current rows are."""
+
+    key: str  # partition_key of (partition values..., bucket): how the batch's bookkeeping names it
+    bucket: int
+    parts: tuple[tuple[str, int], ...] = ()  # staged records: (file, row group)
+    files: tuple[str, ...] = ()  # the bucket's current data files
+    log_start: int = 0  # the bucket's committed log end
+    id_ranges: tuple[tuple[int, int], ...] | None = None  # auto-increment ids it may hand out
+    records: int = 0  # records staged for it (for planning)
+    stored_bytes: int = 0  # size of its current files (for planning)
+
+
+def read_stored(spec: TableSpec, io, files: tuple[str, ...] | list[str]) -> pa.Table:
+    """A bucket's current rows (the table's columns in storage types), read from its files once."""
+    values = [c.name for c in spec.columns]
     schema = pa.schema([pa.field(c.name, c.type.arrow_type()) for c in spec.columns])
     parts = []
-    for path in ctx.files_by_partition.get(partition, []):
+    for path in files:
         with io.new_input(path).open() as stream:
             parquet = pq.ParquetFile(stream)
             present = set(parquet.schema_arrow.names)
@@ -120,7 +160,7 @@ def merge_bucket(key: tuple, records: pa.Table, ctx: BucketContext) -> pa.Table:
                     f"{spec.full_name}: stored file {path} has columns {sorted(unknown)} that the spec in use "
                     "lacks; the table was altered after this apply began. Apply again to use its new spec"
                 )
-            stored_part = parquet.read(columns=[v for v in values if v in present])
+            stored_part = parquet.read(columns=[v for v in values if v in present], use_threads=False)
         # Files written before a column was added lack it: null, as Iceberg's name mapping reads them.
         parts.append(
             pa.table(
@@ -132,24 +172,43 @@ def merge_bucket(key: tuple, records: pa.Table, ctx: BucketContext) -> pa.Table:
                 }
             )
         )
-    stored = pa.concat_tables([p.cast(schema) for p in parts]) if parts else schema.empty_table()
+    return pa.concat_tables([p.cast(schema) for p in parts]) if parts else schema.empty_table()
 
+
+def read_staged(parts: tuple[tuple[str, int], ...], schema: pa.Schema, io) -> pa.Table:
+    """A bucket's staged records: its row group of each staged file that has one."""
+    by_file: dict[str, list[int]] = {}
+    for path, row_group in parts:
+        by_file.setdefault(path, []).append(row_group)
+    tables = []
+    for path, row_groups in sorted(by_file.items()):
+        with io.new_input(path).open() as stream:
+            tables.append(pq.ParquetFile(stream).read_row_groups(row_groups, use_threads=False))
+    return pa.concat_tables(tables) if tables else schema.empty_table()
+
+
+def merge_and_write(task: BucketTask, stored: pa.Table, records: pa.Table, ctx: BucketContext, io) -> dict:
+    """Merge a bucket's records into its stored rows and write its new data file and its numbered
+    changelog file; the bucket's marker (files, counts, new log end, ids left, Kafka offsets)."""
+    spec = ctx.spec
+    bucket = task.bucket
+    values = [c.name for c in spec.columns]
+    schema = pa.schema([pa.field(c.name, c.type.arrow_type()) for c in spec.columns])
     records, source = order_and_dedup(records, ctx)
     result = merge_records(
         spec,
         stored,
         records,
         None if ctx.target_columns is None else list(ctx.target_columns),
-        (ctx.id_ranges or {}).get(partition, []) if spec.auto_increment_column else None,
+        list(task.id_ranges or []) if spec.auto_increment_column else None,
     )
-
     rows = result.rows
     path = log_path = None
     if rows.num_rows:
         rows = rows.append_column("_bucket", pa.array(np.full(rows.num_rows, bucket, np.int32)))
         path = f"{ctx.out_dir}/data/bucket-{bucket:04d}-{uuid.uuid4().hex}.parquet"
-        _write(io, path, rows)
-    log_start = ctx.log_ends.get(partition_key(partition), 0)
+        _write(io, path, rows, [*spec.partition_keys, "_bucket"])
+    log_start = task.log_start
     log = result.changelog
     if log.num_rows:
         n = log.num_rows
@@ -166,24 +225,73 @@ def merge_bucket(key: tuple, records: pa.Table, ctx: BucketContext) -> pa.Table:
         ):
             numbered = numbered.append_column(name, array)
         log_path = f"{ctx.log_dir}/bucket-{bucket:04d}-{uuid.uuid4().hex}.parquet"
-        _write(io, log_path, numbered.cast(changelog_schema(spec)))
+        meta = [*spec.partition_keys, "_change_type", "_batch_id", "_bucket", "_commit_timestamp"]
+        _write(io, log_path, numbered.cast(changelog_schema(spec)), meta)
 
     counts = result.counts
     remaining = result.ids_remaining
-    marker = {column: [value.as_py()] for column, value in zip(ctx.partition_columns, key, strict=True)}
-    marker.update(
-        _path=[path],
-        _log_path=[log_path],
-        _count=[rows.num_rows],
-        _log_start=[log_start],
-        _log_end=[log_start + log.num_rows],
-        _ai_next=[remaining and remaining[0]],
-        _ai_end=[remaining and remaining[1]],
-        _kafka_offsets=[json.dumps(source.pop("offsets"), sort_keys=True)],
+    marker = {
+        "_path": path,
+        "_log_path": log_path,
+        "_count": rows.num_rows,
+        "_log_start": log_start,
+        "_log_end": log_start + log.num_rows,
+        "_ai_next": remaining and remaining[0],
+        "_ai_end": remaining and remaining[1],
+    }
+    marker.update({f"_{c}": getattr(counts, c) for c in COUNTERS})
+    marker.update({f"_{c}": source[c] for c in SOURCE_COUNTERS})
+    marker["_kafka_offsets"] = json.dumps(source.pop("offsets"), sort_keys=True)
+    return marker
+
+
+def task_marker_schema() -> pa.Schema:
+    """What a bucket task returns per bucket: its index in the plan, then :func:`merge_and_write`'s marker."""
+    return pa.schema(
+        [pa.field("_task", pa.int64()), pa.field("_path", pa.string()), pa.field("_log_path", pa.string())]
+        + [pa.field(n, pa.int64()) for n in ("_count", "_log_start", "_log_end", "_ai_next", "_ai_end")]
+        + [pa.field(f"_{c}", pa.int64()) for c in (*COUNTERS, *SOURCE_COUNTERS)]
+        + [pa.field("_kafka_offsets", pa.string())]
     )
-    marker.update({f"_{c}": [getattr(counts, c)] for c in COUNTERS})
-    marker.update({f"_{c}": [source[c]] for c in SOURCE_COUNTERS})
-    return pa.Table.from_pydict(marker, schema=marker_schema(spec, ctx.partition_columns))
+
+
+def assign(tasks: list[BucketTask], slots: int) -> list[list[int]]:
+    """Tasks to ``slots`` groups, largest first onto the least loaded (the work of a bucket task grows with
+    its stored bytes and its records)."""
+    slots = max(1, min(slots, len(tasks)))
+    load = [0.0] * slots
+    groups: list[list[int]] = [[] for _ in range(slots)]
+    cost = [t.stored_bytes / 50 + t.records + 1000 for t in tasks]  # ~50 stored bytes per record
+    for i in sorted(range(len(tasks)), key=lambda i: -cost[i]):
+        slot = min(range(slots), key=load.__getitem__)
+        groups[slot].append(i)
+        load[slot] += cost[i]
+    return [sorted(g) for g in groups]
+
+
+def run_task(task: BucketTask, index: int, ctx: BucketContext, staged_schema: pa.Schema, io) -> dict:
+    """One bucket task: read its staged records and its current rows, merge, write; its marker row."""
+    records = read_staged(task.parts, staged_schema, io)
+    stored = read_stored(ctx.spec, io, task.files)
+    return {"_task": index, **merge_and_write(task, stored, records, ctx, io)}
+
+
+def tasks_function(tasks: list[BucketTask], groups: list[list[int]], ctx: BucketContext, staged: pa.Schema):
+    """The ``mapInArrow`` function of the merge job: its input rows are ids of ``groups`` (one per Spark
+    partition); it runs their tasks and yields one marker row per task."""
+
+    def run(batches):
+        from pyiceberg.io.pyarrow import PyArrowFileIO
+
+        io = PyArrowFileIO(ctx.io_properties)
+        schema = task_marker_schema()
+        for batch in batches:
+            for slot in batch.column(0).to_pylist():
+                for i in groups[slot]:
+                    marker = run_task(tasks[i], i, ctx, staged, io)
+                    yield pa.RecordBatch.from_pylist([marker], schema=schema)
+
+    return run
 
 
 def order_and_dedup(records: pa.Table, ctx: BucketContext) -> tuple[pa.Table, dict]:
@@ -253,6 +361,211 @@ def _renumber(records: pa.Table, ctx: BucketContext) -> pa.Table:
     )
 
 
+# --- Spark's xxhash64 over Arrow columns: the bucket of every record, computed where it is decoded -------------
+# The same function as :func:`changelake.tables.bucket_expr` (Spark's ``pmod(xxhash64(bucket key), n)``) and
+# :func:`changelake.fastread.bucket_of` (its one-value reference), over whole columns with numpy uint64
+# arithmetic (which wraps around as Java's long does). A column type it does not know is hashed value by value
+# with the reference.
+_P1, _P2, _P3 = np.uint64(0x9E3779B185EBCA87), np.uint64(0xC2B2AE3D27D4EB4F), np.uint64(0x165667B19E3779F9)
+_P4, _P5 = np.uint64(0x85EBCA77C2B2AE63), np.uint64(0x27D4EB2F165667C5)
+_SEED = 42
+
+
+def _rotl(x: np.ndarray, r: int) -> np.ndarray:
+    return (x << np.uint64(r)) | (x >> np.uint64(64 - r))
+
+
+def _fmix(h: np.ndarray) -> np.ndarray:
+    h = h ^ (h >> np.uint64(33))
+    h = h * _P2
+    h = h ^ (h >> np.uint64(29))
+    h = h * _P3
+    return h ^ (h >> np.uint64(32))
+
+
+def _hash_int(value: np.ndarray, seed: np.ndarray) -> np.ndarray:
+    """XXH64.hashInt of 32-bit values (any integer dtype; the low 32 bits count)."""
+    v = value.astype(np.int64).astype(np.uint64) & np.uint64(0xFFFFFFFF)
+    h = (seed + _P5 + np.uint64(4)) ^ (v * _P1)
+    return _fmix(_rotl(h, 23) * _P2 + _P3)
+
+
+def _hash_long(value: np.ndarray, seed: np.ndarray) -> np.ndarray:
+    """XXH64.hashLong of 64-bit values."""
+    v = value.astype(np.int64).view(np.uint64)
+    h = (seed + _P5 + np.uint64(8)) ^ (_rotl(v * _P2, 31) * _P1)
+    return _fmix(_rotl(h, 27) * _P1 + _P4)
+
+
+class _Bytes:
+    """A byte buffer read as little-endian words at any offset: two aligned 64-bit loads and shifts (the
+    buffer is padded, so a word never runs past it)."""
+
+    def __init__(self, data: np.ndarray):
+        size = (len(data) // 8 + 2) * 8
+        padded = np.zeros(size, np.uint8)
+        padded[: len(data)] = data
+        self.data = padded
+        self.words = padded.view("<u8")
+
+    def word64(self, pos: np.ndarray) -> np.ndarray:
+        index, shift = pos >> 3, ((pos & 7) * 8).astype(np.uint64)
+        low, high = self.words[index], self.words[index + 1]
+        # (high << 64 - shift) is undefined for shift 0 in numpy: mask it off instead.
+        return (low >> shift) | np.where(shift > 0, high << (np.uint64(64) - shift), np.uint64(0))
+
+    def word32(self, pos: np.ndarray) -> np.ndarray:
+        return self.word64(pos) & np.uint64(0xFFFFFFFF)
+
+
+def _hash_bytes(data: _Bytes, starts: np.ndarray, lengths: np.ndarray, seed: np.ndarray) -> np.ndarray:
+    """XXH64.hashUnsafeBytes of each ``data[start:start+length]``: 32-byte stripes, then 8-byte words, a
+    4-byte word and single bytes, each step over all the values that still have that much left."""
+    n = len(starts)
+    h = seed + _P5
+    stripes = lengths // 32
+    long_rows = np.flatnonzero(stripes > 0)
+    if len(long_rows):
+        s = seed[long_rows]
+        lanes = [s + _P1 + _P2, s + _P2, s.copy(), s - _P1]
+        base, count = starts[long_rows], stripes[long_rows]
+        for k in range(int(count.max())):
+            active = np.flatnonzero(count > k)
+            at = base[active] + 32 * k
+            for j in range(4):
+                lane = lanes[j]
+                lane[active] = _rotl(lane[active] + data.word64(at + 8 * j) * _P2, 31) * _P1
+        v1, v2, v3, v4 = lanes
+        hl = _rotl(v1, 1) + _rotl(v2, 7) + _rotl(v3, 12) + _rotl(v4, 18)
+        for lane in lanes:
+            hl = (hl ^ (_rotl(lane * _P2, 31) * _P1)) * _P1 + _P4
+        h[long_rows] = hl
+    h = h + lengths.astype(np.uint64)
+    at = stripes * 32
+    while True:  # at most three 8-byte words are left after the stripes
+        rows = np.flatnonzero(at + 8 <= lengths)
+        if not len(rows):
+            break
+        x = h[rows] ^ (_rotl(data.word64(starts[rows] + at[rows]) * _P2, 31) * _P1)
+        h[rows] = _rotl(x, 27) * _P1 + _P4
+        at[rows] += 8
+    rows = np.flatnonzero(at + 4 <= lengths)
+    if len(rows):
+        x = h[rows] ^ (data.word32(starts[rows] + at[rows]) * _P1)
+        h[rows] = _rotl(x, 23) * _P2 + _P3
+        at[rows] += 4
+    for _ in range(3):
+        rows = np.flatnonzero(at < lengths)
+        if not len(rows):
+            break
+        x = h[rows] ^ (data.data[starts[rows] + at[rows]].astype(np.uint64) * _P5)
+        h[rows] = _rotl(x, 11) * _P1
+        at[rows] += 1
+    assert len(h) == n
+    return _fmix(h)
+
+
+def _binary_parts(array: pa.Array) -> tuple[_Bytes, np.ndarray, np.ndarray]:
+    """The bytes, start offsets and lengths of a string or binary array."""
+    array = array.cast(pa.large_binary())
+    offsets = np.frombuffer(array.buffers()[1], np.int64)[array.offset : array.offset + len(array) + 1]
+    data = array.buffers()[2]
+    raw = np.frombuffer(data, np.uint8) if data is not None else np.zeros(0, np.uint8)
+    return _Bytes(raw), offsets[:-1].copy(), np.diff(offsets)
+
+
+def _decimal_words(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """The unscaled 128-bit values of a decimal128 array as (low, high) 64-bit words."""
+    words = np.frombuffer(array.buffers()[1], "<u8").reshape(-1, 2)[array.offset : array.offset + len(array)]
+    return words[:, 0].copy(), words[:, 1].copy()
+
+
+def _bit_length(x: np.ndarray) -> np.ndarray:
+    """Bits of each uint64 (0 for 0), by binary search."""
+    bits = np.zeros(len(x), np.int64)
+    for shift in (32, 16, 8, 4, 2, 1):
+        big = (x >> np.uint64(shift)) > 0
+        bits[big] += shift
+        x = np.where(big, x >> np.uint64(shift), x)
+    return bits + (x > 0)
+
+
+def _hash_big_decimal(array: pa.Array, seed: np.ndarray) -> np.ndarray:
+    """A DECIMAL of precision > 18: XXH64 of java.math.BigInteger.toByteArray() of the unscaled value (the
+    minimal big-endian two's complement)."""
+    lo, hi = _decimal_words(array)
+    negative = (hi >> np.uint64(63)).astype(bool)
+    mlo, mhi = np.where(negative, ~lo, lo), np.where(negative, ~hi, hi)
+    bits = np.where(mhi > 0, 64 + _bit_length(mhi), _bit_length(mlo))
+    lengths = bits // 8 + 1
+    big_endian = np.empty((len(lo), 16), np.uint8)
+    big_endian[:, :8] = hi.astype(">u8").view(np.uint8).reshape(-1, 8)
+    big_endian[:, 8:] = lo.astype(">u8").view(np.uint8).reshape(-1, 8)
+    starts = np.arange(len(lo), dtype=np.int64) * 16 + 16 - lengths
+    return _hash_bytes(_Bytes(big_endian.ravel()), starts, lengths, seed)
+
+
+def _hash_column(array: pa.Array, dtype, seed: np.ndarray) -> np.ndarray:
+    """One column's step of Spark's xxhash64 (storage values of ``dtype``); nulls leave the hash as it is."""
+    kind, t = dtype.storage_kind, array.type
+    valid = array.is_valid().to_numpy(zero_copy_only=False)
+    if kind == "boolean" and pa.types.is_boolean(t):
+        hashed = _hash_int(array.fill_null(False).to_numpy(zero_copy_only=False).astype(np.int64), seed)
+    elif kind in ("int", "date") and (pa.types.is_int32(t) or pa.types.is_date32(t)):
+        hashed = _hash_int(array.cast(pa.int32()).fill_null(0).to_numpy(), seed)
+    elif kind == "long" and pa.types.is_int64(t):
+        hashed = _hash_long(array.fill_null(0).to_numpy(), seed)
+    elif kind in ("timestamp", "timestamptz") and pa.types.is_timestamp(t) and t.unit == "us":
+        hashed = _hash_long(array.cast(pa.int64()).fill_null(0).to_numpy(), seed)
+    elif kind == "float" and pa.types.is_float32(t):
+        f = array.fill_null(0.0).to_numpy(zero_copy_only=False)
+        bits = np.where(np.isnan(f), np.int32(0x7FC00000), np.where(f == 0, 0, f.view(np.int32)))
+        hashed = _hash_int(bits, seed)
+    elif kind == "double" and pa.types.is_float64(t):
+        f = array.fill_null(0.0).to_numpy(zero_copy_only=False)
+        nan = np.int64(0x7FF8000000000000)
+        bits = np.where(np.isnan(f), nan, np.where(f == 0, np.int64(0), f.view(np.int64)))
+        hashed = _hash_long(bits, seed)
+    elif kind == "decimal" and pa.types.is_decimal128(t):
+        hashed = (
+            _hash_long(_decimal_words(array)[0], seed)
+            if t.precision <= 18
+            else _hash_big_decimal(array, seed)
+        )
+    elif kind in ("string", "binary") and (pa.types.is_string(t) or pa.types.is_binary(t)):
+        hashed = _hash_bytes(*_binary_parts(array), seed)
+    else:
+        return _hash_each(array, dtype, seed)
+    return np.where(valid, hashed, seed)
+
+
+def _hash_each(array: pa.Array, dtype, seed: np.ndarray) -> np.ndarray:
+    """The reference, value by value: for a storage type the vectorised steps do not cover."""
+    from changelake.fastread import _hash_value
+
+    out = [_hash_value(v, dtype, int(s)) for v, s in zip(array.to_pylist(), seed.tolist(), strict=True)]
+    return np.array(out, np.uint64)
+
+
+def xxhash64_columns(columns: list[pa.Array], dtypes: list) -> np.ndarray:
+    """Spark's ``xxhash64(c1, c2, ...)`` of every row of storage-typed Arrow columns, as signed int64."""
+    n = len(columns[0]) if columns else 0
+    h = np.full(n, _SEED, np.uint64)
+    for array, dtype in zip(columns, dtypes, strict=True):
+        if isinstance(array, pa.ChunkedArray):
+            array = array.combine_chunks() if array.num_chunks else pa.array([], array.type)
+        h = _hash_column(array, dtype, h)
+    return h.view(np.int64)
+
+
+def bucket_ids(spec: TableSpec, records: pa.Table) -> np.ndarray:
+    """The bucket of every record: ``pmod(xxhash64(bucket key columns), bucket.num)`` (int32), as
+    :func:`changelake.tables.bucket_expr` computes it in Spark."""
+    keys = list(spec.bucket_key)
+    h = xxhash64_columns([records.column(k) for k in keys], [spec.column(k).type for k in keys])
+    return np.mod(h, np.int64(spec.bucket_num)).astype(np.int32)  # numpy's mod of a positive n is pmod
+
+
 def bucket_counts(markers: list[dict], names: tuple[str, ...]) -> dict[str, int]:
     """Sum the named task counters over a batch's markers."""
     return {c: sum(int(m[f"_{c}"] or 0) for m in markers) for c in names}
@@ -260,13 +573,21 @@ def bucket_counts(markers: list[dict], names: tuple[str, ...]) -> dict[str, int]
 
 __all__ = [
     "BucketContext",
+    "BucketTask",
     "COUNTERS",
     "SOURCE_COUNTERS",
+    "assign",
     "bucket_counts",
+    "bucket_ids",
     "changelog_schema",
     "marker_schema",
+    "merge_and_write",
     "merge_bucket",
     "order_and_dedup",
     "partition_key",
     "row_schema",
+    "run_task",
+    "task_marker_schema",
+    "tasks_function",
+    "xxhash64_columns",
 ]

@@ -2,9 +2,12 @@
 
 The driver streams each file once (:func:`plan_batch`): it hashes it (the batch's checksum) and cuts JSON-lines
 files into byte ranges at line boundaries, noting each range's first line number. Each range (a Parquet file
-is one range) becomes a task that decodes its lines with the per-message path of :mod:`changelake.readers`
-(same validation, same errors naming file, line and field), writes the decoded records as one staged Parquet
-file and returns one small row: what it read, skipped, quarantined, and its counts per operation.
+is cut into ranges of rows along its row groups) becomes a task that decodes its lines with the per-message
+path of :mod:`changelake.readers` (same validation, same errors naming file, line and field), computes every
+record's bucket (:func:`changelake.buckets.bucket_ids`, Spark's function) and writes the records as one staged
+Parquet file with one row group per (partition, bucket) it touched. It returns one small row: what it read,
+skipped, quarantined, its counts per operation and where each bucket's records are. The staged files are the
+shuffle: a bucket task reads its row groups directly, no record goes through Spark.
 
 Records carry ``_seq``, a deterministic arrival position: ``file << 48 | line << 2 | change`` (a message
 yields at most two records: an update's before and after images). ``_seq >> 2`` identifies the message, which
@@ -18,6 +21,7 @@ from __future__ import annotations
 import decimal
 import functools
 import hashlib
+import itertools
 import json
 import os
 import uuid
@@ -25,15 +29,18 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from changelake import formats, readers
-from changelake.buckets import KAFKA_COLUMNS, MESSAGE_SHIFT, ORDER_COLUMNS
+from changelake.buckets import KAFKA_COLUMNS, MESSAGE_SHIFT, ORDER_COLUMNS, bucket_ids, partition_key
 from changelake.errors import BadRecordError, ChangelakeError
 from changelake.spec import TableSpec
 
-RANGE_BYTES = int(os.environ.get("CHANGELAKE_DECODE_RANGE_BYTES", 32 << 20))
+RANGE_BYTES = int(os.environ.get("CHANGELAKE_DECODE_RANGE_BYTES", 16 << 20))
+# Rows of a Parquet file per decode task (row groups are combined or cut to about this many).
+RANGE_ROWS = int(os.environ.get("CHANGELAKE_DECODE_RANGE_ROWS", 1 << 18))
 FILE_SHIFT, LINE_SHIFT = 48, MESSAGE_SHIFT
 _ORDER_NUMBER = pa.decimal128(38, 9)
 OPS = formats.OPS
@@ -42,7 +49,8 @@ STAT_COLUMNS = ("messages", "skipped", "records", *(f"op{op}" for op in OPS))
 
 @dataclass(frozen=True)
 class Range:
-    """One decode task: lines ``[start, end)`` bytes of a JSON-lines file, or a whole Parquet file."""
+    """One decode task: bytes ``[start, end)`` of a JSON-lines file, or rows ``[start, end)`` of a Parquet
+    file (``end`` -1: the whole file, whose footer the planner could not read)."""
 
     file_index: int
     path: str
@@ -69,6 +77,17 @@ class DecodeSummary:
     records: int = 0
     op_counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(OPS, 0))
     dead_letters: list[dict] = field(default_factory=list)
+    # partition key (``buckets.partition_key`` of partition values + bucket) -> the bucket's staged records
+    groups: dict[str, StagedGroup] = field(default_factory=dict)
+
+
+@dataclass
+class StagedGroup:
+    """Where one (partition, bucket)'s records of the batch are: row groups of staged files."""
+
+    bucket: int
+    parts: list[tuple[str, int]] = field(default_factory=list)  # (staged file, row group)
+    records: int = 0
 
 
 def plan_batch(
@@ -102,22 +121,55 @@ def plan_batch(
                 if name == "changelog-parquet":
                     offset += len(chunk)
                     continue
-                newlines = chunk.count(b"\n")
-                # Close a range at the last line boundary once it holds enough bytes.
-                if offset + len(chunk) - start >= RANGE_BYTES and newlines:
-                    cut = chunk.rfind(b"\n") + 1
-                    ranges.append(Range(index, str(path), name, start, offset + cut, first_line))
-                    start = offset + cut
-                    first_line = lines + newlines + 1
-                lines += newlines
+                # Close a range at the first line boundary where it holds enough bytes (maybe several per chunk).
+                at = 0
+                while (target := start + RANGE_BYTES - 1 - offset) < len(chunk):
+                    newline = chunk.find(b"\n", max(target, at))
+                    if newline < 0:
+                        break
+                    lines += chunk.count(b"\n", at, newline + 1)
+                    at = newline + 1
+                    ranges.append(Range(index, str(path), name, start, offset + at, first_line))
+                    start, first_line = offset + at, lines + 1
+                lines += chunk.count(b"\n", at)
                 offset += len(chunk)
         h.update(b"\x00")
         total += offset
         if name == "changelog-parquet":
-            ranges.append(Range(index, str(path), name, 0, offset, 1))
+            ranges += _parquet_ranges(index, str(path))
         elif offset > start or not ranges or ranges[-1].file_index != index:
             ranges.append(Range(index, str(path), name, start, offset, first_line))
     return BatchPlan(h.hexdigest(), ranges, total)
+
+
+def _parquet_ranges(index: int, path: str) -> list[Range]:
+    """Rows ``[start, end)`` per task: small row groups together, a large one cut (its task reads only the
+    row groups its rows are in). A file without a readable footer is one range; its task reports why."""
+    try:
+        sizes = [rg.num_rows for rg in _row_groups(pq.ParquetFile(path).metadata)]
+    except (pa.ArrowException, OSError, ValueError):
+        return [Range(index, path, "changelog-parquet", 0, -1, 1)]
+    total = sum(sizes)
+    if total == 0:
+        return [Range(index, path, "changelog-parquet", 0, 0, 1)]
+    cuts, start, row = [], 0, 0
+    for size in sizes:
+        if row > start and row - start + size > RANGE_ROWS:
+            cuts.append(row)  # the pending small groups are enough
+            start = row
+        if size > RANGE_ROWS:  # a large group: equal pieces of it
+            pieces = -(-size // RANGE_ROWS)
+            cuts += [row + size * k // pieces for k in range(1, pieces + 1)]
+            start = row + size
+        row += size
+    if start < total:
+        cuts.append(total)
+    bounds = [0, *cuts]
+    return [Range(index, path, "changelog-parquet", a, b, a + 1) for a, b in itertools.pairwise(bounds)]
+
+
+def _row_groups(metadata) -> list:
+    return [metadata.row_group(i) for i in range(metadata.num_row_groups)]
 
 
 def staged_schema(spec: TableSpec) -> pa.Schema:
@@ -134,37 +186,129 @@ def staged_schema(spec: TableSpec) -> pa.Schema:
 
 def stats_schema() -> pa.Schema:
     return pa.schema(
-        [pa.field(n, pa.string()) for n in ("staged", "dead_letters", "error")]
+        [pa.field(n, pa.string()) for n in ("staged", "groups", "dead_letters", "error")]
         + [pa.field(c, pa.int64()) for c in STAT_COLUMNS]
     )
 
 
 def decode_range(r: Range, spec: TableSpec, staging_dir: str, io) -> dict:
-    """Decode one range, stage its records as Parquet, and return its stats row."""
+    """Decode one range, stage its records as Parquet (a row group per bucket), and return its stats row."""
     opts = spec.source_options
     out = readers.DecodedBatch(readers.batch_arrow_schema(spec).empty_table())
     if r.fmt == "changelog-parquet":
-        table = readers._read_parquet(Path(r.path), spec, opts, out)
-        seq = pa.array([(r.file_index << FILE_SHIFT) | (i + 1) << LINE_SHIFT for i in range(table.num_rows)])
-        table = table.set_column(0, "_seq", seq.cast(pa.int64()))
+        table, first = _read_parquet_range(r, spec, opts, out)
+        seq = (r.file_index << FILE_SHIFT) | (np.arange(first + 1, first + 1 + table.num_rows) << LINE_SHIFT)
+        table = table.set_column(0, "_seq", pa.array(seq, pa.int64()))
         for f in list(staged_schema(spec))[table.num_columns :]:
             table = table.append_column(f, pa.nulls(table.num_rows, f.type))
     else:
         table = _decode_lines(r, spec, out)
-    staged = None
+    staged, groups = None, []
     if table.num_rows:
         staged = f"{staging_dir}/part-{r.file_index:05d}-{r.start:016d}-{uuid.uuid4().hex[:8]}.parquet"
-        with io.new_output(staged).create(overwrite=False) as sink:
-            pq.write_table(table, sink)
+        groups = _stage(table, spec, io, staged)
     ops = out_ops(table)
     return {
         "staged": staged,
+        "groups": json.dumps(groups) if groups else None,
         "dead_letters": json.dumps(out.dead_letters) if out.dead_letters else None,
         "messages": out.messages,
         "skipped": out.skipped,
         "records": table.num_rows,
         **{f"op{op}": ops[op] for op in OPS},
     }
+
+
+def bucket_groups(spec: TableSpec, table: pa.Table) -> tuple[np.ndarray, list[tuple[str, int]]]:
+    """A group id per record and, per group, its partition key and bucket: the records' (partition, bucket).
+
+    The key is :func:`changelake.buckets.partition_key` of the partition values as Iceberg keeps them
+    (dates as days, timestamps as microseconds) and the bucket, as the bucket's data files are keyed."""
+    bucket = bucket_ids(spec, table)
+    if not spec.partition_keys:
+        present = np.flatnonzero(np.bincount(bucket, minlength=spec.bucket_num))
+        slot = np.zeros(spec.bucket_num, np.int64)
+        slot[present] = np.arange(len(present))
+        return slot[bucket], [(partition_key((int(b),)), int(b)) for b in present]
+    from changelake.columnar import _group_ids
+
+    columns = [_iceberg_values(table.column(k)) for k in spec.partition_keys]
+    keys = pa.Table.from_arrays([*columns, pa.array(bucket, pa.int32())], names=[*spec.partition_keys, "_b"])
+    gid = _group_ids(keys)
+    first = np.full(int(gid.max()) + 1, len(gid), np.int64)
+    np.minimum.at(first, gid, np.arange(len(gid)))
+    rows = keys.take(pa.array(first)).to_pylist()
+    return gid, [(partition_key(tuple(row.values())), row["_b"]) for row in rows]
+
+
+def _iceberg_values(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    """A partition column as pyiceberg keeps identity partition values: dates as days, timestamps as
+    microseconds since the epoch (UTC), the rest as they are."""
+    if pa.types.is_date32(column.type):
+        return column.cast(pa.int32())
+    if pa.types.is_timestamp(column.type):
+        return column.cast(pa.int64())
+    return column
+
+
+def _stage(table: pa.Table, spec: TableSpec, io, path: str) -> list[list]:
+    """Write the records as one file, a row group per (partition, bucket) in arrival order inside it;
+    return ``[partition key, bucket, row group, records]`` per group."""
+    gid, groups = bucket_groups(spec, table)
+    order = np.argsort(gid, kind="stable")
+    counts = np.bincount(gid, minlength=len(groups))
+    table = table.take(pa.array(order))
+    out, start = [], 0
+    # Staged files are read once, by this batch's bucket tasks: fast to write beats small.
+    with io.new_output(path).create(overwrite=False) as sink:
+        with pq.ParquetWriter(
+            sink, table.schema, compression="lz4", use_dictionary=False, write_statistics=False
+        ) as writer:
+            for index, ((key, bucket), n) in enumerate(zip(groups, counts.tolist(), strict=True)):
+                writer.write_table(table.slice(start, n), row_group_size=max(n, 1))
+                out.append([key, bucket, index, n])
+                start += n
+    return out
+
+
+def _read_parquet_range(r: Range, spec: TableSpec, opts, out: readers.DecodedBatch) -> tuple[pa.Table, int]:
+    """The decoded rows ``[r.start, r.end)`` of a Parquet file (reading only their row groups) and the row
+    number before the first; checks and errors as :func:`changelake.readers._read_parquet` has them."""
+    path = Path(r.path)
+    if r.end < 0:
+        return readers._read_parquet(path, spec, opts, out), 0
+    try:
+        parquet = pq.ParquetFile(r.path)
+        picked, first, row = [], None, 0
+        for i, rg in enumerate(_row_groups(parquet.metadata)):
+            if row < r.end and row + rg.num_rows > r.start:
+                picked.append(i)
+                first = row if first is None else first
+            row += rg.num_rows
+        table = parquet.read_row_groups(picked) if picked else parquet.schema_arrow.empty_table()
+        table = table.slice(r.start - (first or 0), r.end - r.start)
+    except (pa.ArrowException, OSError, ValueError):
+        # Whatever the reader says of this file (it reads it whole), in its words.
+        return readers._read_parquet(path, spec, opts, out), 0
+    names = set(spec.column_names)
+    seen: set[str] = set()
+    for name in table.column_names:  # the file's problems, as readers._read_parquet names them
+        if name in seen:
+            raise BadRecordError(str(path), 1, name, "the column appears twice in the file")
+        seen.add(name)
+        if name != "op" and name not in names and not opts.ignore_unknown_fields:
+            raise BadRecordError(
+                str(path), 1, name, f"unknown column; table columns are {list(spec.column_names)}"
+            )
+    if "op" not in table.column_names:
+        raise BadRecordError(str(path), 1, "op", "missing the 'op' column")
+    table = table.select([c for c in table.column_names if c == "op" or c in names])
+    out.messages += table.num_rows
+    rows = pa.array(np.arange(r.start + 1, r.start + 1 + table.num_rows), pa.int64())
+    result, bad = readers._decode_rows(table, path, spec, rows)
+    for error in bad:  # the first raises under on-bad-record: fail
+        out.reject(error, readers._raw_row(table, error.line - 1 - r.start), opts)
+    return result, r.start
 
 
 def out_ops(table: pa.Table) -> dict[str, int]:
@@ -240,16 +384,17 @@ def _order_values(order: tuple | None, ordering: str) -> tuple[decimal.Decimal |
     return value, None
 
 
-def decode_task(spec: TableSpec, staging_dir: str, io_properties: dict[str, str]):
-    """The ``mapInArrow`` function: every input row is a :class:`Range`; every output row its stats."""
+def decode_task(spec: TableSpec, staging_dir: str, io_properties: dict[str, str], ranges: list[Range]):
+    """The ``mapInArrow`` function: every input row is the index of a range in ``ranges`` (``spark.range``'s
+    ``id``); every output row that range's stats."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyiceberg.io.pyarrow import PyArrowFileIO
 
         io = PyArrowFileIO(io_properties)
         for batch in batches:
-            for row in batch.to_pylist():
-                r = Range(**row)
+            for index in batch.column(0).to_pylist():
+                r = ranges[index]
                 try:
                     stats = decode_range(r, spec, staging_dir, io)
                 except ChangelakeError as e:
@@ -259,19 +404,6 @@ def decode_task(spec: TableSpec, staging_dir: str, io_properties: dict[str, str]
                 yield pa.RecordBatch.from_pylist([stats], schema=stats_schema())
 
     return run
-
-
-def ranges_schema() -> pa.Schema:
-    return pa.schema(
-        [
-            pa.field("file_index", pa.int64()),
-            pa.field("path", pa.string()),
-            pa.field("fmt", pa.string()),
-            pa.field("start", pa.int64()),
-            pa.field("end", pa.int64()),
-            pa.field("first_line", pa.int64()),
-        ]
-    )
 
 
 def _error_json(e: ChangelakeError, r: Range) -> str:
@@ -302,6 +434,10 @@ def summarize(stats: list[dict]) -> DecodeSummary:
     for row in stats:
         if row["staged"]:
             out.staged.append(row["staged"])
+        for key, bucket, row_group, n in json.loads(row.get("groups") or "[]"):
+            group = out.groups.setdefault(key, StagedGroup(bucket))
+            group.parts.append((row["staged"], row_group))
+            group.records += n
         out.messages += row["messages"]
         out.skipped += row["skipped"]
         out.records += row["records"]
@@ -310,5 +446,7 @@ def summarize(stats: list[dict]) -> DecodeSummary:
         if row["dead_letters"]:
             out.dead_letters += json.loads(row["dead_letters"])
     out.staged.sort()
+    for group in out.groups.values():
+        group.parts.sort()
     out.dead_letters.sort(key=lambda d: (str(d["file"]), d["line"] or 0))
     return out

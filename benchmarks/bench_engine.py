@@ -1,0 +1,123 @@
+"""A quick, repeatable benchmark of the apply engine alone (no peers, no memory sampling), for comparing two
+versions of the code on a busy machine: the same data, the same JVM, every scenario repeated.
+
+    .venv/bin/python benchmarks/bench_engine.py --rows 1000000 --batch 100000 --reps 3
+    PYTHONPATH=/path/to/other/checkout/spark_apps .venv/bin/python benchmarks/bench_engine.py ...   # the other
+
+Scenarios per repetition, each on a fresh table: ``initial`` (the rows as batch 1), ``parquet`` (the change
+batch: 70% updates, 20% inserts, 10% deletes), ``bucket`` (``--small`` updates in one bucket), ``json`` (a batch
+of the same shape as changelog JSON lines). Prints min and median seconds per scenario, the ratios the issue
+sets targets on, and the apply's own progress lines of the last repetition (decode / merge split).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+from bench_apply import SPEC
+from bench_data import UPDATE, generate, make_records
+from changelake import ChangeLake
+
+SCENARIOS = ("initial", "parquet", "bucket", "json")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument("--batch", type=int, default=100_000)
+    ap.add_argument("--small", type=int, default=2_000)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--scenarios", default=",".join(SCENARIOS))
+    ap.add_argument("--data", type=Path, help="reuse (or create) the generated data here")
+    ap.add_argument("--out", type=Path, help="write the timings as JSON")
+    args = ap.parse_args()
+    chosen = [s for s in args.scenarios.split(",") if s]
+
+    work = Path(tempfile.mkdtemp(prefix="changelake-bench-engine-"))
+    data = args.data or work / "data"
+    if not (data / "meta.json").exists():
+        generate(data, args.rows, args.batch)
+    lines: list[str] = []
+    lake = ChangeLake(home=work / "lake", tables_dir=work / "tables", progress=lines.append)
+    lake.spark  # noqa: B018 - the JVM starts outside the timings
+    import changelake
+
+    print(f"changelake from {changelake.__file__}", file=sys.stderr)
+
+    # Warm-up: JVM classes, Python workers and imports.
+    lake.create_table({**SPEC, "name": "bench.warmup"})
+    lake.apply("bench.warmup", file=data / "warmup.parquet", batch_id=1)
+
+    timings: dict[str, list[float]] = {s: [] for s in chosen}
+    small_path = data / "small.parquet"
+    for rep in range(args.reps):
+        table = f"bench.t{rep}"
+        lake.create_table({**SPEC, "name": table})
+
+        def timed(name: str, batch_id: int, path: Path, table: str = table, rep: int = rep) -> None:
+            lines.clear()
+            start = time.perf_counter()
+            lake.apply(table, file=path, batch_id=batch_id)
+            if name in timings:
+                timings[name].append(time.perf_counter() - start)
+                print(f"rep {rep} {name:8} {timings[name][-1]:6.2f}s", file=sys.stderr, flush=True)
+                for line in lines:
+                    print("    " + line, file=sys.stderr)
+
+        timed("initial", 1, data / "base.parquet")
+        if {"parquet", "bucket", "json"} & set(chosen):
+            timed("parquet", 2, data / "batch.parquet")
+        if {"bucket", "json"} & set(chosen):
+            if not small_path.exists():
+                from pyspark.sql import functions as F
+
+                keys = (
+                    lake.rows(table)
+                    .select("order_id")
+                    .filter(F.pmod(F.xxhash64("order_id"), F.lit(SPEC["options"]["bucket.num"])) == 0)
+                    .limit(args.small)
+                    .toPandas()["order_id"]
+                    .to_numpy()
+                )
+                pq.write_table(
+                    make_records(np.full(len(keys), UPDATE, np.int8), keys, np.random.default_rng(7)),
+                    small_path,
+                )
+            timed("bucket", 3, small_path)
+        if "json" in chosen:
+            timed("json", 4, data / "batch4.jsonl")
+
+    report = {
+        s: {
+            "min": round(min(v), 3),
+            "median": round(statistics.median(v), 3),
+            "all": [round(x, 3) for x in v],
+        }
+        for s, v in timings.items()
+        if v
+    }
+    for name, value in report.items():
+        print(f"{name:8} min {value['min']:6.2f}s  median {value['median']:6.2f}s  {value['all']}")
+    if "parquet" in report:
+        for name in ("bucket", "json"):
+            if name in report:
+                print(f"{name}/parquet (median) {report[name]['median'] / report['parquet']['median']:.3f}")
+    if args.out:
+        args.out.write_text(json.dumps(report, indent=2) + "\n")
+    shutil.rmtree(work / "lake", ignore_errors=True)
+    if args.data is None:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
