@@ -142,8 +142,11 @@ def summarize(seconds: list[float]) -> dict[str, float | None]:
     }
 
 
-def measure(name: str, cases: list[Case], cli: Path, env: dict[str, str], quiet: bool = False) -> dict:
-    """Run each case once as a fresh CLI process; times, CPU, load, and which runs gave a wrong answer."""
+def measure(
+    name: str, cases: list[Case], cli: Path, env: dict[str, str], quiet: bool = False, progress_lines: int = 3
+) -> dict:
+    """Run each case once as a fresh CLI process; times, CPU, load, and which runs gave a wrong answer.
+    Keeps the last ``progress_lines`` lines the last run printed on stderr (the CLI's progress)."""
     if not quiet:
         print(f"== {name}: {len(cases)} run(s) of changelake {shlex.join(cases[0].args)}", file=sys.stderr)
     runs, failures = [], []
@@ -177,7 +180,7 @@ def measure(name: str, cases: list[Case], cli: Path, env: dict[str, str], quiet:
         "load_1m_before": round(load_before, 2),
         "load_1m_after": round(os.getloadavg()[0], 2),
         # The CLI's own account of the last run (files, row groups read), from its progress on stderr.
-        "progress": (last.stderr.strip().splitlines() if last else [])[-3:],
+        "progress": (last.stderr.strip().splitlines() if last else [])[-progress_lines:],
     }
 
 
@@ -560,6 +563,7 @@ def apply_runs(
             cli,
             env,
             quiet=True,
+            progress_lines=60,
         )
         truth.reload()
         rows_after = truth.row_count()
@@ -581,9 +585,12 @@ def apply_runs(
             "load_1m_before": result["load_1m_before"],
         }
         if after is not None and truth.last_batch() == batch_id:
-            entry["views_visible_after_s"] = after(truth.current_snapshot_id())
+            # Waited from after the pyiceberg check above, not from the commit; the next timing starts only
+            # once the endpoint has refreshed this table's views, so its refresh never overlaps a timing.
+            entry["views_waited_s"] = after(truth.current_snapshot_id())
         if not result["ok"]:
             entry["failures"] = result["failures"]
+        entry["progress"] = result["progress"]
         print(f"   {result['median_s']:6.2f} s  ok={result['ok']}", file=sys.stderr, flush=True)
         results.append(entry)
     seconds = [r["seconds"] for r in results if r["ok"]]
