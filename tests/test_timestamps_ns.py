@@ -642,3 +642,29 @@ def test_spark_view_shows_microseconds_and_the_exact_nanoseconds(lake, spark):
     for i, v in enumerate(values):
         floor = None if v is None else dt.datetime(1970, 1, 1) + dt.timedelta(microseconds=v // 1000)
         assert got[i] == (floor, v, None if v is None else v // 1000, floor), i
+    # The API's rows(), changelog() and the dbt/GX views show the same columns (tables.to_view_types).
+    assert lake.rows("t.view").dtypes == view.dtypes
+    assert sorted(tuple(r) for r in lake.rows("t.view").collect()) == sorted(tuple(r) for r in view.collect())
+    assert [c for c in lake.changelog("t.view").columns if c.startswith(("ts", "at"))] == [
+        "ts", "ts__nanos", "at", "at__nanos"
+    ]  # fmt: skip
+
+
+def test_quality_suites_identify_rows_by_the_exact_nanoseconds():
+    """GX's key uniqueness and tombstone checks key on ``<col>__nanos``: the view's microsecond TIMESTAMP
+    would make two keys 1 ns apart look like one duplicated key."""
+    from changelake.spec import TableSpec
+    from changelake_expectations.suites import key_columns
+
+    spec = TableSpec.from_dict(
+        {
+            "name": "t.k",
+            "columns": [
+                {"name": "id", "type": "INT"},
+                {"name": "ts", "type": "TIMESTAMP(9)"},
+                {"name": "t3", "type": "TIMESTAMP(3)"},
+            ],
+            "primary_key": ["id", "ts", "t3"],
+        }
+    )
+    assert key_columns(spec) == ["id", "ts__nanos", "t3"]

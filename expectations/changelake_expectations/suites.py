@@ -44,6 +44,15 @@ class Check:
         return f"{self.suite}__{self.asset}".replace(" ", "_")
 
 
+def key_columns(spec) -> list[str]:
+    """The view columns that identify a row: the primary key, with a nanosecond timestamp's exact
+    ``<col>__nanos`` in place of its microsecond TIMESTAMP (two keys 1 ns apart are distinct rows)."""
+    from changelake.types import NANOS_SUFFIX
+
+    types = {c.name: c.type for c in spec.columns}
+    return [k + NANOS_SUFFIX if types[k].is_nanos else k for k in spec.primary_key]
+
+
 def pk_uniqueness(asset: str, frame, keys: list[str]) -> Check:
     """The key is unique (compound keys together) and no key column is null."""
     unique = (
@@ -61,7 +70,7 @@ def tombstone_handling(spec, rows, changelog) -> list[Check]:
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    keys = list(spec.primary_key)
+    keys = key_columns(spec)
     newest = Window.partitionBy(*keys).orderBy(F.col("_log_offset").desc())
     latest = (
         changelog.withColumn("_rank", F.row_number().over(newest))

@@ -468,7 +468,7 @@ def _parquet_table(spec: TableSpec, changes: list[Change]) -> pa.Table:
         rows += _changelog_records(c)
     present = [col for col in spec.columns if any(col.name in r for _, r in rows)] or list(spec.columns)
     arrays = [pa.array([op for op, _ in rows], pa.string())]
-    arrays += [pa.array([r.get(col.name) for _, r in rows], col.type.arrow_type()) for col in present]
+    arrays += [pa.array([r.get(col.name) for _, r in rows], col.type.view_arrow_type()) for col in present]
     return pa.Table.from_arrays(arrays, names=["op"] + [c.name for c in present])
 
 

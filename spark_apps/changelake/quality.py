@@ -64,7 +64,7 @@ def run_quality(
             continue
         spec = lake.spec(name)  # the stored layout: keys and delete behaviour as the table was written
         rows, changelog = lake.rows(name), lake.changelog(name)
-        checks.append(suites.pk_uniqueness(name, rows, list(spec.primary_key)))
+        checks.append(suites.pk_uniqueness(name, rows, suites.key_columns(spec)))
         checks += suites.tombstone_handling(spec, rows, changelog)
         for snap in lake.storage.batch_snapshots(lake.storage.pk_table(spec)):
             s = snap.summary.additional_properties

@@ -50,16 +50,15 @@ def read_parquet(spark, schema, paths: list[str]):
 
 
 def to_view_types(spec: TableSpec, df):
-    """Cast storage types to the declared ones where they differ (TINYINT, SMALLINT)."""
+    """Show stored columns as their declared types: TINYINT/SMALLINT cast back; a nanosecond timestamp
+    (stored as a long) as a microsecond TIMESTAMP plus ``<col>__nanos`` with the exact value
+    (:meth:`changelake.types.DataType.view_spark_columns`)."""
     from pyspark.sql import functions as F
 
     out = []
     for name in df.columns:
         col = next((c for c in spec.columns if c.name == name), None)
-        if col is not None and col.type.name in ("TINYINT", "SMALLINT"):
-            out.append(F.col(name).cast(col.type.view_spark_type()).alias(name))
-        else:
-            out.append(F.col(name))
+        out += [F.col(name)] if col is None else col.type.view_spark_columns(name)
     return df.select(*out)
 
 
