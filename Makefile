@@ -17,7 +17,7 @@ PYTEST_ARGS ?=
 AIRFLOW_PY := .venv-airflow/bin/python
 SPARK_MASTER ?=
 
-.PHONY: help setup uv check-java test test-data test-airflow lint format demo bench clean airflow airflow-stop \
+.PHONY: help setup uv check-java test test-unit test-data test-airflow lint format demo bench clean airflow airflow-stop \
 	spark-cluster spark-cluster-stop apply
 
 help: ## Show this help
@@ -41,6 +41,9 @@ setup: uv check-java ## Create both environments from their lock files (.venv, .
 test: setup ## Run the whole test suite: data env (unit, Spark, crash/race, cluster) then Airflow env (DAGs, e2e)
 	$(PY) -m pytest $(PYTEST_ARGS)
 	$(AIRFLOW_PY) -m pytest -c infra/airflow/pytest.ini --rootdir=. tests/orchestration $(PYTEST_ARGS)
+
+test-unit: setup ## The fast loop: the data env's tests that need no Spark (seconds, not minutes)
+	$(PY) -m pytest -q -m "not spark and not integration and not slow" $(PYTEST_ARGS)
 
 test-data: setup ## Only the data env's tests
 	$(PY) -m pytest $(PYTEST_ARGS)
@@ -72,12 +75,12 @@ apply: setup ## spark-submit the apply app for all pending batches (SPARK_MASTER
 		--conf spark.pyspark.python=$(CURDIR)/.venv/bin/python spark_apps/apply_app.py
 
 lint: setup ## ruff lint and format check
-	$(PY) -m ruff check spark_apps tests benchmarks dags infra
-	$(PY) -m ruff format --check spark_apps tests benchmarks dags infra
+	$(PY) -m ruff check spark_apps expectations tests benchmarks dags infra
+	$(PY) -m ruff format --check spark_apps expectations tests benchmarks dags infra
 
 format: setup ## Apply ruff formatting and safe fixes
-	$(PY) -m ruff check --fix spark_apps tests benchmarks dags infra
-	$(PY) -m ruff format spark_apps tests benchmarks dags infra
+	$(PY) -m ruff check --fix spark_apps expectations tests benchmarks dags infra
+	$(PY) -m ruff format spark_apps expectations tests benchmarks dags infra
 
 demo: setup ## Land sample batches and run the Airflow pipeline end to end (apply), then print a summary
 	@infra/demo.sh

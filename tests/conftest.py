@@ -16,6 +16,14 @@ REPO = Path(__file__).resolve().parents[1]
 CLI = [sys.executable, "-m", "changelake.cli"]
 
 
+def pytest_collection_modifyitems(items):
+    """Mark every test that needs Spark (the ``spark`` fixture, directly or through ``lake``) ``spark``:
+    ``make test-unit`` leaves them out for a loop of seconds, ``make test`` runs them all."""
+    for item in items:
+        if "spark" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.spark)
+
+
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory):
     from changelake.config import load_settings
