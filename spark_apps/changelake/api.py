@@ -35,6 +35,10 @@ if TYPE_CHECKING:
 
 __all__ = ["ChangeLake", "json_default"]
 
+#: Rounds of "look up, insert what is missing" before lookup_keys gives up (each lost round means another
+#: writer committed a batch in between, so the keys still missing shrink or the table moved on).
+MAX_INSERT_ATTEMPTS = 5
+
 
 class ChangeLake:
     """Entry point of the Python API. Creates the SparkSession lazily through :func:`changelake.session.get_spark`."""
@@ -234,12 +238,101 @@ class ChangeLake:
         """:meth:`changelog` without Spark: a pyarrow Table with the same records in the same order."""
         return self.reader.changelog_arrow(table, from_batch, to_batch)
 
-    def lookup(self, table: str, key: dict[str, Any], prefix: bool = False) -> list[dict[str, Any]]:
+    def lookup(
+        self, table: str, key: dict[str, Any], prefix: bool = False, insert_if_not_exists: bool = False
+    ) -> list[dict[str, Any]]:
         """Primary-key lookup (all PK columns) or, with ``prefix=True``, prefix lookup by bucket key (spec §9).
 
         No Spark: reads only the files of the key's (partition, bucket), see :meth:`FastReader.lookup`.
+        ``insert_if_not_exists`` (Fluss's ``Lookup.enableInsertIfNotExists``): a key that is not there is
+        inserted first, see :meth:`lookup_keys`.
         """
+        if insert_if_not_exists:
+            if prefix:
+                raise ChangelakeError(
+                    "insertIfNotExists cannot be enabled for prefix key lookup, as currently we only support "
+                    "insertIfNotExists for primary key lookup."
+                )
+            return self.lookup_keys(table, [key], insert_if_not_exists=True)
         return self.reader.lookup(table, key, prefix)
+
+    def lookup_keys(
+        self, table: str, keys: list[dict[str, Any]], insert_if_not_exists: bool = False
+    ) -> list[dict[str, Any] | None]:
+        """Primary-key lookups of several keys: each key's row, in the order of ``keys`` (None if absent).
+
+        With ``insert_if_not_exists`` (Fluss's ``Lookuper`` with ``insertIfNotExists``, e.g. a dictionary table
+        that gives every user id a stable auto-increment id) the keys not found are inserted -- a row with the
+        key, nulls elsewhere and the auto-increment column's new id -- and every key's stored row is returned.
+        The insert is one batch through the exactly-once apply (after the table's last batch, a partial write
+        of the primary key columns, as Fluss writes it), with its changelog. Keys already there are not
+        written, so a second call returns the same rows without writing. Concurrent callers get one row per
+        key: a caller whose batch id another writer took looks the keys up again and inserts only those still
+        missing; two callers inserting the same keys under one batch id stage the same batch (the same
+        checksum), so the second finds it applied. Either way each caller returns the stored row.
+
+        Fluss's rules: primary-key lookups only, and refused for a table with a NOT NULL column outside the
+        primary key and the auto-increment column (nothing could fill it); the insert is refused for the
+        first_row and versioned merge engines, which take no partial writes ("Partial update is not supported
+        for the ... merge engine."). The batch ids are the table's, so a table fed by landed batches should
+        not also be fed by inserts (its next landed batch id would already be taken).
+        """
+        from changelake.fastread import check_lookup_columns, decode_lookup_value
+
+        spec = self._ensure(table) if insert_if_not_exists else self.spec(table)
+        if insert_if_not_exists:
+            _check_insert_if_not_exists(spec)
+        identities = []
+        for key in keys:
+            check_lookup_columns(spec, list(key), prefix=False)
+            identities.append(tuple(repr(decode_lookup_value(spec, k, key[k])) for k in spec.primary_key))
+        found = [self._single_row(table, key) for key in keys]
+        if not insert_if_not_exists:
+            return found
+        for _attempt in range(MAX_INSERT_ATTEMPTS):
+            missing: dict[tuple, dict[str, Any]] = {}
+            for key, identity, row in zip(keys, identities, found, strict=True):
+                if row is None:
+                    missing.setdefault(identity, key)
+            if not missing:
+                return found
+            self._insert_keys(spec, list(missing.values()))
+            found = [
+                row if row is not None else self._single_row(table, key)
+                for key, row in zip(keys, found, strict=True)
+            ]
+        raise ChangelakeError(
+            f"{spec.full_name}: could not insert the missing keys in {MAX_INSERT_ATTEMPTS} attempts "
+            "(other writers kept taking the next batch id); retry"
+        )
+
+    def _single_row(self, table: str, key: dict[str, Any]) -> dict[str, Any] | None:
+        rows = self.reader.lookup(table, key)
+        return rows[0] if rows else None
+
+    def _insert_keys(self, spec: TableSpec, keys: list[dict[str, Any]]) -> None:
+        """Apply the missing ``keys`` as the table's next batch: ``+I`` records of the primary key columns
+        only. A batch id another writer took first is not an error: the caller looks the keys up again."""
+        from changelake import merge
+        from changelake.errors import BatchRefusedError
+
+        target = list(spec.primary_key)
+        merge.check_target_columns(spec, target)  # first_row/versioned: Fluss's message, before any write
+        records = [
+            {"op": "+I", "data": {k: _staged_key_value(spec, k, key[k]) for k in target}} for key in keys
+        ]
+        last = Storage.state(self.storage.pk_table(spec)).last_batch
+        self.progress(
+            f"[{spec.full_name}] lookup: {len(keys)} key(s) not found; inserting them as batch {last + 1}"
+        )
+        try:
+            self.apply(spec.full_name, records, batch_id=last + 1, target_columns=target)
+        except BatchRefusedError:
+            if Storage.state(self.storage.pk_table(spec)).last_batch == last:
+                raise  # refused for another reason than a race
+            self.progress(
+                f"[{spec.full_name}] lookup: another writer committed batch {last + 1} first; looking up again"
+            )
 
     def status(self) -> list[dict[str, Any]]:
         """Per table: last batch, rows, batch snapshots, changelog records, pending landed batches."""
@@ -444,3 +537,29 @@ def _project(batch: pa.Table, spec: TableSpec) -> pa.Table:
     return pa.table(
         [batch.column(f.name) if f.name in have else pa.nulls(n, f.type) for f in schema], schema=schema
     )
+
+
+def _check_insert_if_not_exists(spec: TableSpec) -> None:
+    """Fluss's rule for a lookuper with insertIfNotExists (``TableLookup.createLookuper``), with its message."""
+    not_null = [
+        c.name
+        for c in spec.columns
+        if not c.nullable and c.name not in spec.primary_key and c.name != spec.auto_increment_column
+    ]
+    if not_null:
+        raise ChangelakeError(
+            f"Lookup with insertIfNotExists enabled cannot be created for table '{spec.full_name}', because it "
+            "contains non-nullable columns that are not primary key columns or auto increment columns: "
+            f"[{', '.join(not_null)}]. "
+        )
+
+
+def _staged_key_value(spec: TableSpec, name: str, value: Any) -> Any:
+    """A lookup key value as the changelog-json reader takes it, decoding to the value the lookup used."""
+    from changelake.fastread import decode_lookup_value
+
+    stored = decode_lookup_value(spec, name, value)
+    staged = stored if isinstance(stored, bool | int | float | str) else json_default(stored)
+    if spec.column(name).type.decode_json(staged) != stored and stored == stored:  # NaN is refused as a key
+        raise ChangelakeError(f"lookup value for column '{name}': {value!r} cannot be written as it is read")
+    return staged

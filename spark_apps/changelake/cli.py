@@ -119,8 +119,16 @@ def _parser() -> argparse.ArgumentParser:
 
     lk = sub.add_parser("lookup", help="primary-key lookup (col=value ...); --prefix for a bucket-key prefix")
     lk.add_argument("table")
-    lk.add_argument("key", nargs="+", metavar="col=value")
+    lk.add_argument("key", nargs="*", metavar="col=value")
     lk.add_argument("--prefix", action="store_true")
+    lk.add_argument(
+        "--insert-if-not-exists",
+        action="store_true",
+        help="insert keys that are not there (key columns, nulls, a new auto-increment id) and return the rows",
+    )
+    lk.add_argument(
+        "--keys-file", type=Path, help="look up each key of this file (one JSON object per line) instead"
+    )
     lk.add_argument("--format", choices=["table", "jsonl"], default="table")
 
     dl = sub.add_parser("dead-letters", help="quarantined records (on-bad-record: quarantine) of a table")
@@ -194,13 +202,8 @@ def _run_fast(args: argparse.Namespace) -> int:
         log = reader.changelog_arrow(args.table, args.from_batch, args.to_batch, limit=args.limit)
         _print_rows(log.to_pylist(), args.format)
     elif args.command == "lookup":
-        key = {}
-        for item in args.key:
-            if "=" not in item:
-                raise ChangelakeError(f"lookup key {item!r} is not col=value")
-            col, value = item.split("=", 1)
-            key[col] = value
-        _print_rows(reader.lookup(args.table, key, prefix=args.prefix), args.format)
+        rows = [row for key in _lookup_keys(args) for row in reader.lookup(args.table, key, args.prefix)]
+        _print_rows(rows, args.format)
     elif args.command == "dead-letters":
         _print_rows(reader.dead_letters(args.table, args.batch_id), args.format)
     else:
@@ -208,12 +211,54 @@ def _run_fast(args: argparse.Namespace) -> int:
     return 0
 
 
+def _lookup_keys(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The keys of a lookup: ``col=value`` arguments (one key; values are text, parsed per column type), or
+    one JSON object per line of ``--keys-file``."""
+    if args.keys_file is not None:
+        if args.key or args.prefix:
+            raise ChangelakeError("lookup --keys-file takes no col=value arguments and no --prefix")
+        try:
+            lines = args.keys_file.read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError) as e:
+            raise ChangelakeError(f"{args.keys_file}: cannot read the keys: {e}") from None
+        keys = []
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                key = json.loads(line)
+            except (json.JSONDecodeError, RecursionError) as e:
+                raise ChangelakeError(f"{args.keys_file}:{number}: not a JSON object: {e}") from None
+            if not isinstance(key, dict):
+                raise ChangelakeError(f"{args.keys_file}:{number}: expected a JSON object of key columns")
+            keys.append(key)
+        return keys
+    if not args.key:
+        raise ChangelakeError("lookup needs col=value arguments or --keys-file")
+    key = {}
+    for item in args.key:
+        if "=" not in item:
+            raise ChangelakeError(f"lookup key {item!r} is not col=value")
+        col, value = item.split("=", 1)
+        key[col] = value
+    return [key]
+
+
 def _run(args: argparse.Namespace) -> int:
-    if args.command in _FAST_COMMANDS:
+    if args.command in _FAST_COMMANDS and not getattr(args, "insert_if_not_exists", False):
         return _run_fast(args)
     from changelake.api import ChangeLake
 
     lake = ChangeLake(home=args.home, tables_dir=args.tables, spark_master=args.master)
+    if args.command == "lookup":  # with --insert-if-not-exists: a missing key is applied as a batch (Spark)
+        if args.prefix:
+            raise ChangelakeError(
+                "insertIfNotExists cannot be enabled for prefix key lookup, as currently we only support "
+                "insertIfNotExists for primary key lookup."
+            )
+        rows = lake.lookup_keys(args.table, _lookup_keys(args), insert_if_not_exists=True)
+        _print_rows([r for r in rows if r is not None], args.format)
+        return 0
     if args.command == "create":
         if args.spec:
             created = [lake.create_table(args.spec)]
