@@ -383,7 +383,10 @@ class ChangeLake:
         checking the files against the checksum its commit recorded. A landed file changed or missing since
         its batch committed is a ChangelakeError naming the file and the batch: the exact recomputation must
         not run on input the table never saw. Quarantined records are not part of the input. Batches that
-        did not come from landed files (API records, ``apply --file`` from elsewhere) have no landed input."""
+        did not come from landed files (API records, lookup inserts, ``apply --file`` from elsewhere) have no
+        landed input. A batch committed before the apply recorded how it read it (no ``changelake.input`` in
+        its snapshot) is read from the landed file of its id with today's source settings, still checked
+        against its checksum; that such a file went missing cannot be told from a batch never landed."""
         return self._committed_input(self.spec(table))
 
     def input_view(self, table: str):
