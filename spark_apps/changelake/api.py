@@ -558,11 +558,23 @@ def _check_insert_if_not_exists(spec: TableSpec) -> None:
 
 
 def _staged_key_value(spec: TableSpec, name: str, value: Any) -> Any:
-    """A lookup key value as the changelog-json reader takes it, decoding to the value the lookup used."""
+    """A lookup key value as the changelog-json reader takes it, decoding to the value the lookup used: the
+    value as given if the reader takes it (text of textual columns), else CLI text parsed as JSON (numbers,
+    booleans), else the JSON form of a Python value (dates, decimals, bytes) or of the stored value."""
     from changelake.fastread import decode_lookup_value
 
     stored = decode_lookup_value(spec, name, value)
-    staged = stored if isinstance(stored, bool | int | float | str) else json_default(stored)
-    if spec.column(name).type.decode_json(staged) != stored and stored == stored:  # NaN is refused as a key
-        raise ChangelakeError(f"lookup value for column '{name}': {value!r} cannot be written as it is read")
-    return staged
+    decode = spec.column(name).type.decode_json
+    candidates = [value, stored]
+    if isinstance(value, str):
+        candidates.insert(1, lambda: json.loads(value))
+    for candidate in candidates:
+        try:
+            staged = candidate() if callable(candidate) else candidate
+            if not isinstance(staged, bool | int | float | str):
+                staged = json_default(staged)
+            if decode(staged) == stored:
+                return staged
+        except (ValueError, TypeError, ArithmeticError, RecursionError):
+            continue
+    raise ChangelakeError(f"lookup value for column '{name}': {value!r} cannot be written as it is read")
