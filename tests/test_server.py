@@ -56,7 +56,7 @@ def test_endpoint_from_env_and_server_conf(tmp_path):
 
 
 class _FakeLake:
-    """specs / storage.pk_table / rows / changelog / input_records / spark.catalog, as ViewRefresher uses
+    """specs / storage.pk_table / rows / changelog / input_view / spark.catalog, as ViewRefresher uses
     them; a frame records the view it is registered as."""
 
     def __init__(self):
@@ -88,7 +88,7 @@ class _FakeLake:
         self.built.append(name)
         return self._frame(name)
 
-    changelog = input_records = _frame
+    changelog = input_view = _frame
 
 
 def _tables(views: list[str]) -> list[str]:

@@ -37,7 +37,7 @@ from changelake import buckets, decode, merge, tables
 from changelake.buckets import COUNTERS, BucketContext
 from changelake.buckets import SOURCE_COUNTERS as TASK_SOURCE_COUNTERS
 from changelake.errors import BatchRefusedError, ChangelakeError
-from changelake.landing import read_manifest, scan_landing
+from changelake.landing import INPUT_PROPERTY, input_record, read_manifest, scan_landing
 from changelake.spec import TableSpec
 from changelake.storage import CommitFailedException, Storage
 
@@ -149,8 +149,9 @@ class Applier:
                 # Batch N always follows N-1, so what it decodes to is fixed: decode once, retry commits.
                 decoded = self._decode(spec, table, batch_id, plan)
             try:
+                how_read = input_record(spec, paths, fmt, target_columns, self.storage.settings.landing_dir)
                 result = self._apply_decoded(
-                    spec, table, state, batch_id, decoded, plan.checksum, target_columns
+                    spec, table, state, batch_id, decoded, plan.checksum, target_columns, how_read
                 )
             except CommitFailedException:
                 self.progress(
@@ -269,8 +270,18 @@ class Applier:
         return decoded
 
     def _apply_decoded(
-        self, spec, table, state, batch_id: int, decoded: decode.DecodeSummary, checksum: str, target_columns
+        self,
+        spec,
+        table,
+        state,
+        batch_id: int,
+        decoded: decode.DecodeSummary,
+        checksum: str,
+        target_columns,
+        how_read: str,
     ) -> BatchResult:
+        """Merge, write and commit a decoded batch; ``how_read`` (landing.input_record) goes into the
+        snapshot summary so the ``__input`` view reads the batch as it was applied."""
         merge.check_batch_ops(spec, decoded.op_counts)  # refuses deletes on a 'disable' table up front
         commit_ts = dt.datetime.now(dt.UTC)
         previous = self._previous_manifest(table, state)
@@ -319,6 +330,7 @@ class Applier:
                 "changelog-manifest": manifest_path,
                 "changelog-records": log_records,
                 "target-columns": ",".join(target_columns) if target_columns else "",
+                INPUT_PROPERTY: how_read,
                 **extra,
                 "touched-buckets": len(touched),
                 "dead-letter": dead_letter or "",

@@ -277,7 +277,7 @@ class ViewRefresher:
         return {
             view: self.lake.rows(name),
             f"{view}__changelog": self.lake.changelog(name),
-            f"{view}__input": self.lake.input_records(name),
+            f"{view}__input": self.lake.input_view(name),
         }
 
     def _drop(self, name: str) -> None:
