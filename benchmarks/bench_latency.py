@@ -82,6 +82,12 @@ TARGETS = [
     ("apply_warm_big", "100-record batch, warm path, end to end, big table", 3.0, 21.0),
     ("apply_warm_small", "100-record batch, warm path, end to end, small table", 3.0, 21.0),
 ]
+# The apply's own progress lines: decode and merge take their own time, "committed ... in" the whole batch.
+PHASES = {
+    "decode_s": re.compile(r"decoded in ([\d.]+)s"),
+    "merge_s": re.compile(r": merged .* in ([\d.]+)s"),
+    "batch_s": re.compile(r"committed \(snapshot \d+\) in ([\d.]+)s"),
+}
 APPLIED = re.compile(
     r"batch (\d+): applied; inserted (\d+), updated (\d+), deleted (\d+), ignored (\d+); changelog (\d+)"
 )
@@ -133,6 +139,7 @@ def run_cli(cli: Path, args: list[str], env: dict[str, str], timeout: float = 90
 
 
 def summarize(seconds: list[float]) -> dict[str, float | None]:
+    """Median, max and min of some timings (None for each when there are none)."""
     if not seconds:
         return {"median_s": None, "max_s": None, "min_s": None}
     return {
@@ -198,10 +205,12 @@ def jsonable(value: Any) -> Any:
 
 
 def as_rows(table: pa.Table) -> list[dict[str, Any]]:
+    """A pyarrow table's rows as the CLI's ``--format jsonl`` shows them, parsed."""
     return [{k: jsonable(v) for k, v in row.items()} for row in table.to_pylist()]
 
 
 def parse_jsonl(stdout: str) -> list[dict[str, Any]]:
+    """One parsed JSON object per non-empty line of CLI output."""
     return [json.loads(line) for line in stdout.splitlines() if line.strip()]
 
 
@@ -253,6 +262,21 @@ def apply_check(batch_id: int, inserted: int, updated: int, deleted: int) -> Che
         return None
 
     return check
+
+
+def apply_phases(progress: list[str], wall: float) -> dict[str, float | None]:
+    """Where an apply's wall time went, from its progress lines: decode, merge, the rest of the batch
+    (planning, checksum, commits), and what lies outside the batch (process start, imports, catalog,
+    Spark session or JVM start if the decode did not pay it, changelog commit, exit)."""
+    found: dict[str, float | None] = {}
+    for key, pattern in PHASES.items():
+        hits = [float(m.group(1)) for line in progress if (m := pattern.search(line))]
+        found[key] = hits[-1] if hits else None
+    batch, decode, merge = found["batch_s"], found["decode_s"], found["merge_s"]
+    parts_known = None not in (batch, decode, merge)
+    found["rest_of_batch_s"] = round(batch - decode - merge, 2) if parts_known else None
+    found["outside_batch_s"] = round(wall - batch, 2) if batch is not None else None
+    return found
 
 
 class Truth:
@@ -316,11 +340,13 @@ def first_by_key(rows: pa.Table, limit: int) -> pa.Table:
 
 
 def key_rows(rows: pa.Table, key: int) -> list[dict[str, Any]]:
+    """What a lookup of ``key`` must print: the table's row with that key, or nothing."""
     return as_rows(rows.filter(pc.equal(rows[KEY], key)))
 
 
 # --- building the tables -----------------------------------------------------------------------------
 def spec_of(table: str) -> dict[str, Any]:
+    """bench_apply.py's table spec under another name."""
     return {**SPEC, "name": table}
 
 
@@ -333,6 +359,7 @@ def build_plan(args: argparse.Namespace) -> dict[str, dict[str, int]]:
 
 
 def built_tables(home: Path) -> dict[str, Any]:
+    """The tables ``home`` holds, from its build marker (what each was built with, how long it took)."""
     path = home / BUILD_MARKER
     return json.loads(path.read_text())["tables"] if path.exists() else {}
 
@@ -590,13 +617,19 @@ def apply_runs(
             entry["views_waited_s"] = after(truth.current_snapshot_id())
         if not result["ok"]:
             entry["failures"] = result["failures"]
+        entry["phases"] = apply_phases(result["progress"], result["median_s"])
         entry["progress"] = result["progress"]
         print(f"   {result['median_s']:6.2f} s  ok={result['ok']}", file=sys.stderr, flush=True)
         results.append(entry)
     seconds = [r["seconds"] for r in results if r["ok"]]
+    phase_medians = {}
+    for key in ("decode_s", "merge_s", "rest_of_batch_s", "outside_batch_s"):
+        values = [r["phases"][key] for r in results if r["ok"] and r["phases"][key] is not None]
+        phase_medians[key] = round(statistics.median(values), 2) if values else None
     return {
         "command": f"changelake apply {table}",
         "records_per_batch": APPLY_RECORDS,
+        "phases_median": phase_medians,
         "batches": results,
         "first_s": results[0]["seconds"] if results else None,
         "subsequent": summarize(seconds[1:]),
@@ -606,12 +639,14 @@ def apply_runs(
 
 
 def free_port() -> int:
+    """A loopback port nothing listens on right now."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
 def port_answers(port: int) -> bool:
+    """Whether something accepts connections on the loopback ``port``."""
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=1):
             return True
@@ -754,6 +789,7 @@ def cold_applies(
 
 # --- report -------------------------------------------------------------------------------------------
 def machine_info() -> dict[str, Any]:
+    """Cores, CPU, memory, versions and the commit measured (figures from a dirty tree say so)."""
     import importlib.metadata as md
 
     def first_line(cmd: list[str]) -> str | None:
@@ -829,6 +865,7 @@ def evaluate_targets(report: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def print_report(report: dict[str, Any]) -> None:
+    """The report as a readable table on stdout."""
     print()
     la = report["load_average"]
     print(f"machine: {report['machine']['cores']} cores, load average start {la['start']} end {la['end']}")
@@ -850,6 +887,12 @@ def print_report(report: dict[str, Any]) -> None:
                 print(f"  {path + ' ' + table:42} {shown}  {a['ok']}")
         for table, r in applies.get("cold_vs_warm", {}).items():
             print(f"  cold / warm median, {table}: {r}")
+        print("  where it went (medians, s): decode / merge / rest of the batch / outside the batch")
+        for path in ("warm", "cold"):
+            for table, a in applies.get(path, {}).get("tables", {}).items():
+                ph = a["phases_median"]
+                keys = ("decode_s", "merge_s", "rest_of_batch_s", "outside_batch_s")
+                print(f"    {path + ' ' + table:40} " + " / ".join(str(ph[k]) for k in keys))
         ep = applies.get("warm", {}).get("endpoint")
         if ep:
             print(
@@ -866,10 +909,12 @@ def print_report(report: dict[str, Any]) -> None:
 
 
 def check(checks: list[dict[str, Any]], name: str, ok: bool, detail: str) -> None:
+    """Record one correctness check of the run (any failed check makes the exit status 1)."""
     checks.append({"check": name, "ok": bool(ok), "detail": detail})
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line (see the module docstring)."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rows", type=int, default=5_000_000, help="rows of the big table (batch 1)")
     ap.add_argument("--batch", type=int, default=10_000, help="records of batch 2 (70/20/10)")
@@ -888,6 +933,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Build or reuse the tables, measure, check, write the report; 1 if any check failed."""
     args = parse_args(argv)
     if args.build_only:
         build(args.home.resolve(), json.loads(args.build_only), args.chunk)

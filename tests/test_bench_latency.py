@@ -66,6 +66,25 @@ def test_status_and_apply_checks_refuse_wrong_figures():
     )
 
 
+def test_apply_phases_split_the_wall_time_by_the_apply_progress_lines():
+    progress = [
+        "[bench.orders] batch 5: decoding 7,101 bytes in 1 task(s)",
+        "[bench.orders] batch 5: 100 records (+I 20, -U 0, +U 70, -D 10) from 100 messages decoded in 0.7s",
+        "[bench.orders] batch 5: merged 30 of 32 bucket(s) per partition (4,689,073 rows now in them, 170 "
+        "changelog records) in 4.7s",
+        "[bench.orders] batch 5 committed (snapshot 5013930354482207307) in 5.7s: inserted 20, updated 70",
+    ]
+    phases = bl.apply_phases(progress, 7.5)
+    assert phases == {
+        "decode_s": 0.7,
+        "merge_s": 4.7,
+        "batch_s": 5.7,
+        "rest_of_batch_s": 0.3,
+        "outside_batch_s": 1.8,
+    }
+    assert bl.apply_phases(progress[:1], 7.5)["outside_batch_s"] is None
+
+
 @pytest.mark.slow
 def test_tiny_run_writes_the_report_and_a_wrong_expected_row_fails(tmp_path):
     home, out = tmp_path / "home", tmp_path / "latency.json"
