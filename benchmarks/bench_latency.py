@@ -379,11 +379,7 @@ def ensure_built(home: Path, plan: dict[str, dict[str, int]], chunk: int) -> tup
     missing = {t: w for t, w in plan.items() if t not in have}
     if missing:
         what = ", ".join(f"{t} ({w['rows']:,} rows)" for t, w in missing.items())
-        print(
-            f"== building {what} in {home}",
-            file=sys.stderr,
-            flush=True,
-        )
+        print(f"== building {what} in {home}", file=sys.stderr, flush=True)
         cmd = [sys.executable, str(Path(__file__).resolve()), "--build-only", json.dumps(missing)]
         cmd += ["--home", str(home), "--chunk", str(chunk)]
         subprocess.run(cmd, check=True, env=clean_env(home))
