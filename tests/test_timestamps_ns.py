@@ -530,6 +530,11 @@ def test_lookup_by_keys_holding_nanosecond_timestamps(lake, cli_env):
     assert cli("lookup", "t.keys", f"day={day}", f"ts={text(7)}", f"at={text(-7)}Z", "--format", "jsonl") == [
         {"day": "2026-01-01T00:00:00.000000001", "ts": text(7), "at": text(-7) + "+00:00", "n": 7}
     ]
+    # scan and changelog print the exact nanoseconds too (no pandas in the CLI's read path).
+    scanned = cli("scan", "t.keys", "--format", "jsonl")
+    assert sorted((r["ts"], r["n"]) for r in scanned) == sorted((text(i), i) for i in range(24))
+    logged = cli("changelog", "t.keys", "--format", "jsonl")
+    assert sorted((r["at"], r["n"]) for r in logged) == sorted((text(-i) + "+00:00", i) for i in range(24))
 
 
 @pytest.mark.integration
@@ -668,3 +673,22 @@ def test_quality_suites_identify_rows_by_the_exact_nanoseconds():
         }
     )
     assert key_columns(spec) == ["id", "ts__nanos", "t3"]
+
+
+def test_a_column_named_like_a_nanosecond_view_column_is_refused():
+    from changelake.spec import TableSpec
+
+    columns = [{"name": "id", "type": "INT"}, {"name": "ts", "type": "TIMESTAMP(9)"}]
+    with pytest.raises(SpecError, match=r"'ts__nanos' collides with the view column .* 'ts'"):
+        TableSpec.from_dict(
+            {
+                "name": "t.c",
+                "columns": [*columns, {"name": "TS__nanos", "type": "BIGINT"}],
+                "primary_key": ["id"],
+            }
+        )
+    # Beside a microsecond timestamp the name is free (its view has no __nanos column).
+    columns[1]["type"] = "TIMESTAMP(6)"
+    TableSpec.from_dict(
+        {"name": "t.c", "columns": [*columns, {"name": "ts__nanos", "type": "BIGINT"}], "primary_key": ["id"]}
+    )

@@ -197,10 +197,10 @@ def _run_fast(args: argparse.Namespace) -> int:
     reader = fastread.FastReader(settings, progress=fastread.stderr_progress)
     if args.command == "scan":
         rows = reader.rows_arrow(args.table, at_batch=args.at_batch, limit=args.limit, by_key=True)
-        _print_rows(rows.to_pylist(), args.format)
+        _print_rows(fastread.to_pylist(rows), args.format)
     elif args.command == "changelog":
         log = reader.changelog_arrow(args.table, args.from_batch, args.to_batch, limit=args.limit)
-        _print_rows(log.to_pylist(), args.format)
+        _print_rows(fastread.to_pylist(log), args.format)
     elif args.command == "lookup":
         rows = [row for key in _lookup_keys(args) for row in reader.lookup(args.table, key, args.prefix)]
         _print_rows(rows, args.format)

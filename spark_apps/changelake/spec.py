@@ -27,7 +27,7 @@ import yaml
 from changelake.errors import SpecError, short_repr
 from changelake.identifiers import check_column_name, check_table_name, derived_names
 from changelake.sources import SourceOptions, parse_source
-from changelake.types import DataType, parse_type
+from changelake.types import NANOS_SUFFIX, DataType, parse_type
 
 DELETE_BEHAVIORS = ("allow", "ignore", "disable")
 CHANGELOG_IMAGES = ("full", "wal")
@@ -399,6 +399,13 @@ def _build(data: dict[str, Any]) -> TableSpec:
             raise SpecError(f"Column '{name}': 'nullable' must be true or false")
         columns.append(Column(name, parse_type(raw["type"], name), nullable))
     names = [c.name for c in columns]
+    # A nanosecond timestamp shows as two view columns, <c> and <c>__nanos (types.view_spark_columns).
+    for c in columns:
+        if c.type.is_nanos and (c.name + NANOS_SUFFIX).lower() in seen:
+            raise SpecError(
+                f"Column '{c.name}{NANOS_SUFFIX}' collides with the view column that shows {c.type} column "
+                f"'{c.name}' exactly; rename it"
+            )
 
     primary_key = _key_list(data, "primary_key")
     if not primary_key:
