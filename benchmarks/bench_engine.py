@@ -7,13 +7,15 @@ versions of the code on a busy machine: the same data, the same JVM, every scena
 Scenarios per repetition, each on a fresh table: ``initial`` (the rows as batch 1), ``parquet`` (the change
 batch: 70% updates, 20% inserts, 10% deletes), ``bucket`` (``--small`` updates in one bucket), ``json`` (a batch
 of the same shape as changelog JSON lines). Prints min and median seconds per scenario, the ratios the issue
-sets targets on, and the apply's own progress lines of the last repetition (decode / merge split).
+sets targets on, and the apply's own progress lines (decode / merge split). Also the CPU seconds the driver,
+its JVM and the Python workers spent (from /proc): on a machine others load, CPU time moves less than wall time.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import sys
@@ -28,6 +30,22 @@ from bench_data import UPDATE, generate, make_records
 from changelake import ChangeLake
 
 SCENARIOS = ("initial", "parquet", "bucket", "json")
+
+
+def cpu_seconds() -> float:
+    """CPU time (user + system) of this process, its JVM and the JVM's Python workers, the reaped ones
+    included (each process's children's times)."""
+    from bench_memory import descendants
+
+    ticks = 0
+    for pid in [os.getpid(), *descendants(os.getpid())]:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as fh:
+                fields = fh.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        ticks += sum(int(f) for f in fields[11:15])  # utime, stime, cutime, cstime
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def main() -> int:
@@ -58,6 +76,7 @@ def main() -> int:
     lake.apply("bench.warmup", file=data / "warmup.parquet", batch_id=1)
 
     timings: dict[str, list[float]] = {s: [] for s in chosen}
+    cpu: dict[str, list[float]] = {s: [] for s in chosen}
     small_path = data / "small.parquet"
     for rep in range(args.reps):
         table = f"bench.t{rep}"
@@ -65,11 +84,16 @@ def main() -> int:
 
         def timed(name: str, batch_id: int, path: Path, table: str = table, rep: int = rep) -> None:
             lines.clear()
-            start = time.perf_counter()
+            start, cpu_start = time.perf_counter(), cpu_seconds()
             lake.apply(table, file=path, batch_id=batch_id)
             if name in timings:
                 timings[name].append(time.perf_counter() - start)
-                print(f"rep {rep} {name:8} {timings[name][-1]:6.2f}s", file=sys.stderr, flush=True)
+                cpu[name].append(cpu_seconds() - cpu_start)
+                print(
+                    f"rep {rep} {name:8} {timings[name][-1]:6.2f}s  cpu {cpu[name][-1]:6.2f}s",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 for line in lines:
                     print("    " + line, file=sys.stderr)
 
@@ -101,12 +125,18 @@ def main() -> int:
             "min": round(min(v), 3),
             "median": round(statistics.median(v), 3),
             "all": [round(x, 3) for x in v],
+            "cpu_min": round(min(cpu[s]), 3),
+            "cpu_median": round(statistics.median(cpu[s]), 3),
         }
         for s, v in timings.items()
         if v
     }
+    print(f"load average at the end {os.getloadavg()}")
     for name, value in report.items():
-        print(f"{name:8} min {value['min']:6.2f}s  median {value['median']:6.2f}s  {value['all']}")
+        print(
+            f"{name:8} min {value['min']:6.2f}s  median {value['median']:6.2f}s  cpu min {value['cpu_min']:6.2f}s  "
+            f"median {value['cpu_median']:6.2f}s  {value['all']}"
+        )
     if "parquet" in report:
         for name in ("bucket", "json"):
             if name in report:

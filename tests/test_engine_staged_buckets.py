@@ -97,7 +97,7 @@ def test_many_decode_tasks_apply_as_one(lake, spark, home, monkeypatch):
             lake.messages.clear()
             lake.apply("s.split", file=path, batch_id=batch_id)
         tasks = [m for m in lake.messages if "decoding" in m][0]
-        assert "in 1 task(s)" not in tasks, tasks  # really cut
+        assert "in 1 range(s)" not in tasks, tasks  # really cut
 
     assert rows_of(lake.rows("s.split")) == rows_of(lake.rows("s.whole"))
     assert len(rows_of(lake.rows("s.whole"))) > 10

@@ -249,12 +249,13 @@ class Applier:
         started = time.monotonic()
         staging = f"{self.storage.new_data_dir(table, batch_id)}-staging"
         self.progress(
-            f"[{spec.full_name}] batch {batch_id}: decoding {plan.bytes:,} bytes in {len(plan.ranges)} task(s)"
+            f"[{spec.full_name}] batch {batch_id}: decoding {plan.bytes:,} bytes in {len(plan.ranges)} range(s)"
         )
-        # One range per task: a range of ids as the input (no shuffle, and no sparkContext: works over Spark
-        # Connect too); the task finds its range by id in the function's closure.
-        task = decode.decode_task(spec, staging, dict(table.io.properties), plan.ranges)
-        n = max(1, len(plan.ranges))
+        # A few tasks per core, each decoding consecutive ranges; the input is a range of group ids (no
+        # shuffle, and no sparkContext: works over Spark Connect too).
+        groups = decode.group_ranges(plan.ranges, _parallelism(self.spark) * 2)
+        task = decode.decode_task(spec, staging, dict(table.io.properties), plan.ranges, groups)
+        n = max(1, len(groups))
         frame = self.spark.range(0, n, 1, n)
         stats = [
             r.asDict() for r in frame.mapInArrow(task, _spark_schema(decode.stats_schema(), spec)).collect()
@@ -401,8 +402,9 @@ class Applier:
             dedup_offsets=opts.dedup_offsets,
             applied_offsets=_kafka_offsets(table),
         )
-        # A few tasks per core, balanced by size: small ones share a task, no core waits on a straggler.
-        groups = buckets.assign(tasks, _parallelism(self.spark) * 4)
+        # One Spark task per core, the buckets balanced by size (largest first): a Spark task costs a Python
+        # worker a round trip or more, a bucket task tens of milliseconds.
+        groups = buckets.assign(tasks, _parallelism(self.spark))
         function = buckets.tasks_function(tasks, groups, ctx, decode.staged_schema(spec))
         schema = _spark_schema(buckets.task_marker_schema(), spec)
         n = len(groups)

@@ -14,8 +14,10 @@ row (files, counts, the bucket's new log end); the driver commits.
 from __future__ import annotations
 
 import json
+import os
 import uuid
 from dataclasses import dataclass, field
+from urllib.parse import urlparse
 
 import numpy as np
 import pyarrow as pa
@@ -53,6 +55,49 @@ class BucketContext:
     ordering: str = "arrival"  # "arrival", "kafka-offset" or a field path (records carry ORDER_COLUMNS)
     dedup_offsets: bool = False  # drop Kafka redeliveries (``dedup: kafka-offsets``)
     applied_offsets: dict[str, int] = field(default_factory=dict)  # "topic:partition" -> last applied
+
+
+class TaskIO:
+    """File access inside a task: local files through pyarrow directly, any other scheme through pyiceberg's
+    PyArrowFileIO with the table's properties. Importing pyiceberg costs a fresh Python worker about a
+    second, as much as a small bucket's whole task."""
+
+    def __init__(self, properties: dict[str, str]):
+        self.properties = properties
+        self._fileio = None
+
+    @staticmethod
+    def local_path(location: str) -> str | None:
+        """The local path of a ``file:`` URI or a plain path (as PyArrowFileIO parses it), else None."""
+        uri = urlparse(location)
+        if not uri.scheme:
+            return os.path.abspath(location)
+        if uri.scheme == "file":
+            return f"{uri.netloc}{uri.path}"
+        return None
+
+    def _iceberg(self):
+        if self._fileio is None:
+            from pyiceberg.io.pyarrow import PyArrowFileIO
+
+            self._fileio = PyArrowFileIO(self.properties)
+        return self._fileio
+
+    def open_input(self, location: str):
+        local = self.local_path(location)
+        if local is not None:
+            return pa.OSFile(local, "rb")
+        return self._iceberg().new_input(location).open()
+
+    def open_output(self, location: str):
+        """A new file (never overwrites: every path a task writes is fresh)."""
+        local = self.local_path(location)
+        if local is None:
+            return self._iceberg().new_output(location).create(overwrite=False)
+        if os.path.exists(local):
+            raise FileExistsError(f"Cannot create file, already exists: {location}")
+        os.makedirs(os.path.dirname(local), exist_ok=True)
+        return pa.OSFile(local, "wb")
 
 
 def partition_key(partition: tuple) -> str:
@@ -97,7 +142,7 @@ def _write(io, path: str, table: pa.Table, dictionary: list[str]) -> None:
     """Write one Parquet file, with dictionary pages only for the columns named: a dictionary of distinct
     values (most columns of a table) costs more to build than it saves. Statistics for every column:
     pyiceberg derives a file's partition and column metrics from them."""
-    with io.new_output(path).create(overwrite=False) as sink:
+    with io.open_output(path) as sink:
         pq.write_table(
             table,
             sink,
@@ -111,8 +156,6 @@ def merge_bucket(key: tuple, records: pa.Table, ctx: BucketContext) -> pa.Table:
 
     ``key`` holds the partition values and the bucket as Arrow scalars; the files and log end come from
     ``ctx``. Returns the bucket's marker row (partition columns first)."""
-    from pyiceberg.io.pyarrow import PyArrowFileIO
-
     from changelake.tables import iceberg_partition_value
 
     spec = ctx.spec
@@ -124,8 +167,9 @@ def merge_bucket(key: tuple, records: pa.Table, ctx: BucketContext) -> pa.Table:
         log_start=ctx.log_ends.get(partition_key(partition), 0),
         id_ranges=tuple((ctx.id_ranges or {}).get(partition, [])) if spec.auto_increment_column else None,
     )
-    stored = read_stored(spec, PyArrowFileIO(ctx.io_properties), task.files)
-    marker = merge_and_write(task, stored, records, ctx, PyArrowFileIO(ctx.io_properties))
+    io = TaskIO(ctx.io_properties)
+    stored = read_stored(spec, io, task.files)
+    marker = merge_and_write(task, stored, records, ctx, io)
     columns = {column: [value.as_py()] for column, value in zip(ctx.partition_columns, key, strict=True)}
     columns.update({name: [value] for name, value in marker.items()})
     return pa.Table.from_pydict(columns, schema=marker_schema(spec, ctx.partition_columns))
@@ -151,7 +195,7 @@ def read_stored(spec: TableSpec, io, files: tuple[str, ...] | list[str]) -> pa.T
     schema = pa.schema([pa.field(c.name, c.type.arrow_type()) for c in spec.columns])
     parts = []
     for path in files:
-        with io.new_input(path).open() as stream:
+        with io.open_input(path) as stream:
             parquet = pq.ParquetFile(stream)
             present = set(parquet.schema_arrow.names)
             unknown = present - set(values) - {"_bucket"}
@@ -182,7 +226,7 @@ def read_staged(parts: tuple[tuple[str, int], ...], schema: pa.Schema, io) -> pa
         by_file.setdefault(path, []).append(row_group)
     tables = []
     for path, row_groups in sorted(by_file.items()):
-        with io.new_input(path).open() as stream:
+        with io.open_input(path) as stream:
             tables.append(pq.ParquetFile(stream).read_row_groups(row_groups, use_threads=False))
     return pa.concat_tables(tables) if tables else schema.empty_table()
 
@@ -281,9 +325,7 @@ def tasks_function(tasks: list[BucketTask], groups: list[list[int]], ctx: Bucket
     partition); it runs their tasks and yields one marker row per task."""
 
     def run(batches):
-        from pyiceberg.io.pyarrow import PyArrowFileIO
-
-        io = PyArrowFileIO(ctx.io_properties)
+        io = TaskIO(ctx.io_properties)
         schema = task_marker_schema()
         for batch in batches:
             for slot in batch.column(0).to_pylist():
@@ -574,6 +616,7 @@ def bucket_counts(markers: list[dict], names: tuple[str, ...]) -> dict[str, int]
 __all__ = [
     "BucketContext",
     "BucketTask",
+    "TaskIO",
     "COUNTERS",
     "SOURCE_COUNTERS",
     "assign",

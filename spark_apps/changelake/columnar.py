@@ -90,7 +90,10 @@ class _BucketMerge:
         self.names = list(spec.column_names)
         self.key_index = list(self.m.key_index)
         self.stored = stored.select(self.names).cast(self.schema) if stored.num_rows else None
-        self.records = records.sort_by("_seq")
+        seq = records.column("_seq").to_numpy()
+        # The bucket task hands the records over in _seq order already: sort only if they are not.
+        self.records = records if bool(np.all(seq[1:] > seq[:-1])) else records.sort_by("_seq")
+        self._stores: dict[int, pa.Array] = {}
         self.id_ranges = id_ranges or []
         self.counts = merge.BatchCounts(records=records.num_rows)
         self._values: dict[int, _Values] = {}
@@ -319,7 +322,13 @@ class _BucketMerge:
         self.ids_remaining = _remaining_after(self.id_ranges, needed)
 
     def _store(self, i: int) -> pa.Array:
-        """Column ``i``'s values: stored rows, records, the null slot, ids or aggregated values."""
+        """Column ``i``'s values: stored rows, records, the null slot, ids or aggregated values (built once,
+        after the merge steps: rows and changelog gather from the same store)."""
+        if i not in self._stores:
+            self._stores[i] = self._build_store(i)
+        return self._stores[i]
+
+    def _build_store(self, i: int) -> pa.Array:
         t = self.schema.field(i).type
         parts = []
         if self.stored is not None:
@@ -338,12 +347,34 @@ class _BucketMerge:
     def _final_rows(self) -> pa.Table:
         live = np.flatnonzero(self.exists)
         idx = self.idx[live]
+        if len(live) and live[-1] < self.H and self._stored_in_key_order():
+            # The first H group ids are the stored rows, in their order: with no new key alive, the live rows
+            # are in key order already.
+            return pa.Table.from_arrays(self._gather(idx), schema=self.schema)
         keys = [self.names[i] for i in self.key_index]
         key_table = pa.Table.from_arrays(
             [self._store(i).take(pa.array(idx[:, i])) for i in self.key_index], names=keys
         )
         order = pc.sort_indices(key_table, sort_keys=[(k, "ascending") for k in keys]).to_numpy()
         return pa.Table.from_arrays(self._gather(idx[order]), schema=self.schema)
+
+    def _stored_in_key_order(self) -> bool:
+        """Whether the stored rows are in increasing key order (a bucket file is written so; two files
+        read one after the other need not be), by comparing neighbours column by column."""
+        if self.H < 2:
+            return True
+        if not np.array_equal(self.stored_of_group[: self.H], np.arange(self.H)):
+            return False  # group ids do not follow the stored order
+        decided = np.zeros(self.H - 1, bool)  # neighbours already ordered by an earlier column
+        for i in self.key_index:
+            column = self.stored.column(i)
+            a, b = column.slice(0, self.H - 1), column.slice(1)
+            less = pc.fill_null(pc.less(a, b), False).to_numpy(zero_copy_only=False)
+            equal = pc.fill_null(pc.equal(a, b), False).to_numpy(zero_copy_only=False)
+            if (~decided & ~less & ~equal).any():
+                return False
+            decided |= less
+        return bool(decided.all())
 
     def _changelog(self) -> pa.Table:
         out = changelog_schema(self.spec)
@@ -377,24 +408,22 @@ class _NoIds:
 
 
 def _group_ids(keys: pa.Table) -> np.ndarray:
-    """A dense id per row, equal for equal keys (floats: -0.0 and 0.0 are one key, as in Python)."""
-    columns = []
+    """A dense id per row, equal for equal keys, numbered in order of first appearance (floats: -0.0 and 0.0
+    are one key, as in Python)."""
+    codes = None
     for column in keys.columns:
         if pa.types.is_floating(column.type):
             column = pc.add(column, pa.scalar(0.0, column.type))  # -0.0 + 0.0 == 0.0
-        columns.append(column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column)
-    if len(columns) == 1:
-        values = columns[0]
-        return (
-            pc.index_in(values, value_set=pc.unique(values)).to_numpy(zero_copy_only=False).astype(np.int64)
-        )
-    table = pa.Table.from_arrays(
-        [*columns, pa.array(np.arange(keys.num_rows))], names=[*keys.column_names, "_i"]
-    )
-    lists = table.group_by(keys.column_names, use_threads=False).aggregate([("_i", "list")]).column("_i_list")
-    gid = np.empty(keys.num_rows, np.int64)
-    gid[pc.list_flatten(lists).to_numpy()] = pc.list_parent_indices(lists).to_numpy()
-    return gid
+        array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+        encoded = array.dictionary_encode(null_encoding="encode")
+        code = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+        if codes is None:
+            codes = code
+        else:
+            # Pairs of dense codes -> one dense code, again in order of first appearance.
+            combined = codes * np.int64(len(encoded.dictionary) + 1) + code
+            codes = pa.array(combined).dictionary_encode().indices.to_numpy().astype(np.int64)
+    return codes if codes is not None else np.zeros(keys.num_rows, np.int64)
 
 
 # --- values as numpy arrays (versioned comparisons, aggregation) ---------------------------------------------

@@ -34,7 +34,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from changelake import formats, readers
-from changelake.buckets import KAFKA_COLUMNS, MESSAGE_SHIFT, ORDER_COLUMNS, bucket_ids, partition_key
+from changelake.buckets import (
+    KAFKA_COLUMNS,
+    MESSAGE_SHIFT,
+    ORDER_COLUMNS,
+    TaskIO,
+    bucket_ids,
+    partition_key,
+)
 from changelake.errors import BadRecordError, ChangelakeError
 from changelake.spec import TableSpec
 
@@ -260,7 +267,7 @@ def _stage(table: pa.Table, spec: TableSpec, io, path: str) -> list[list]:
     table = table.take(pa.array(order))
     out, start = [], 0
     # Staged files are read once, by this batch's bucket tasks: fast to write beats small.
-    with io.new_output(path).create(overwrite=False) as sink:
+    with io.open_output(path) as sink:
         with pq.ParquetWriter(
             sink, table.schema, compression="lz4", use_dictionary=False, write_statistics=False
         ) as writer:
@@ -384,26 +391,47 @@ def _order_values(order: tuple | None, ordering: str) -> tuple[decimal.Decimal |
     return value, None
 
 
-def decode_task(spec: TableSpec, staging_dir: str, io_properties: dict[str, str], ranges: list[Range]):
-    """The ``mapInArrow`` function: every input row is the index of a range in ``ranges`` (``spark.range``'s
-    ``id``); every output row that range's stats."""
+def decode_task(
+    spec: TableSpec,
+    staging_dir: str,
+    io_properties: dict[str, str],
+    ranges: list[Range],
+    groups: list[list[int]],
+):
+    """The ``mapInArrow`` function: every input row is the index of a group of ``ranges`` (``spark.range``'s
+    ``id``); it decodes them one after the other and yields one stats row per range."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from pyiceberg.io.pyarrow import PyArrowFileIO
-
-        io = PyArrowFileIO(io_properties)
+        io = TaskIO(io_properties)
         for batch in batches:
-            for index in batch.column(0).to_pylist():
-                r = ranges[index]
-                try:
-                    stats = decode_range(r, spec, staging_dir, io)
-                except ChangelakeError as e:
-                    # Reported by the driver as the error itself, not as a failed Spark job.
-                    stats = {"error": _error_json(e, r), "records": 0, "messages": 0, "skipped": 0}
-                    stats.update({f"op{op}": 0 for op in OPS})
-                yield pa.RecordBatch.from_pylist([stats], schema=stats_schema())
+            for group in batch.column(0).to_pylist():
+                for index in groups[group]:
+                    r = ranges[index]
+                    try:
+                        stats = decode_range(r, spec, staging_dir, io)
+                    except ChangelakeError as e:
+                        # Reported by the driver as the error itself, not as a failed Spark job.
+                        stats = {"error": _error_json(e, r), "records": 0, "messages": 0, "skipped": 0}
+                        stats.update({f"op{op}": 0 for op in OPS})
+                    yield pa.RecordBatch.from_pylist([stats], schema=stats_schema())
 
     return run
+
+
+def group_ranges(ranges: list[Range], tasks: int) -> list[list[int]]:
+    """Consecutive ranges into at most ``tasks`` groups of about equal size (a Spark task costs a Python
+    worker a round trip or more; a few per core are enough to even out)."""
+    if not ranges:
+        return []
+    sizes = [max(1, r.end - r.start) if r.end >= 0 else 1 for r in ranges]
+    tasks = max(1, min(tasks, len(ranges)))
+    total, groups, running = sum(sizes), [[] for _ in range(tasks)], 0
+    for index, size in enumerate(sizes):
+        # The group a range's middle falls in, by cumulative size (each group gets at least one range).
+        slot = min(tasks - 1, (running + size // 2) * tasks // total)
+        groups[slot].append(index)
+        running += size
+    return [g for g in groups if g]
 
 
 def _error_json(e: ChangelakeError, r: Range) -> str:
