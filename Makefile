@@ -63,7 +63,7 @@ spark-cluster: setup ## Start a Spark standalone master + worker on 127.0.0.1:70
 spark-cluster-stop: ## Stop the standalone cluster
 	@infra/spark_cluster.sh stop
 
-.PHONY: sql sql-stop
+.PHONY: sql sql-stop bench-latency
 sql: setup ## Start the warm SQL endpoint (Spark Connect + Thrift/JDBC, loopback) in the background; print URLs
 	@SPARK_MASTER="$(SPARK_MASTER)" infra/spark_server.sh start
 
@@ -89,6 +89,10 @@ BENCH_ARGS ?=
 bench: setup ## Apply benchmark beside delta-rs, DuckDB, pyiceberg (5M rows; BENCH_ARGS=--huge: +20M batch) -> docs/benchmarks.md
 	@$(UV) sync --frozen --quiet --group bench
 	@rc=0; $(PY) benchmarks/bench_apply.py $(BENCH_ARGS) || rc=$$?; $(PY) benchmarks/render_results.py; exit $$rc
+
+LATENCY_ARGS ?=
+bench-latency: setup ## CLI latency on the bench's 5M-row table (lookup, scan, status, changelog; warm vs cold 100-record apply) -> benchmarks/results/latency.json
+	@$(PY) benchmarks/bench_latency.py $(LATENCY_ARGS)
 
 clean: ## Remove local data ($$CHANGELAKE_HOME) and caches (keeps the environments)
 	rm -rf "$(CHANGELAKE_HOME)" .pytest_cache .ruff_cache .hypothesis spark-warehouse metastore_db derby.log
