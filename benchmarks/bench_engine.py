@@ -32,20 +32,22 @@ from changelake import ChangeLake
 SCENARIOS = ("initial", "parquet", "bucket", "json")
 
 
-def cpu_seconds() -> float:
-    """CPU time (user + system) of this process, its JVM and the JVM's Python workers, the reaped ones
-    included (each process's children's times)."""
+def cpu_seconds() -> dict[str, float]:
+    """CPU time (user + system) of this process (the driver), its JVM and the JVM's Python workers, the
+    reaped ones included (each process's children's times)."""
     from bench_memory import descendants
 
-    ticks = 0
+    out = {"driver": 0.0, "jvm": 0.0, "workers": 0.0}
     for pid in [os.getpid(), *descendants(os.getpid())]:
         try:
             with open(f"/proc/{pid}/stat", "rb") as fh:
-                fields = fh.read().rsplit(b")", 1)[1].split()
+                raw = fh.read()
         except OSError:
             continue
-        ticks += sum(int(f) for f in fields[11:15])  # utime, stime, cutime, cstime
-    return ticks / os.sysconf("SC_CLK_TCK")
+        name, fields = raw.split(b"(", 1)[1].rsplit(b")", 1)[0], raw.rsplit(b")", 1)[1].split()
+        kind = "driver" if pid == os.getpid() else ("jvm" if name == b"java" else "workers")
+        out[kind] += sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")  # utime..cstime
+    return out
 
 
 def main() -> int:
@@ -88,9 +90,11 @@ def main() -> int:
             lake.apply(table, file=path, batch_id=batch_id)
             if name in timings:
                 timings[name].append(time.perf_counter() - start)
-                cpu[name].append(cpu_seconds() - cpu_start)
+                used = {k: v - cpu_start[k] for k, v in cpu_seconds().items()}
+                cpu[name].append(sum(used.values()))
+                split = ", ".join(f"{k} {v:.2f}" for k, v in used.items())
                 print(
-                    f"rep {rep} {name:8} {timings[name][-1]:6.2f}s  cpu {cpu[name][-1]:6.2f}s",
+                    f"rep {rep} {name:8} {timings[name][-1]:6.2f}s  cpu {cpu[name][-1]:6.2f}s ({split})",
                     file=sys.stderr,
                     flush=True,
                 )

@@ -1,0 +1,226 @@
+"""Changelog JSON decoded column-wise (``decode._json_columns``) equals the per-message path, or is not taken.
+
+Every range goes through ``decode._decode_lines`` twice, with the column-wise path on and off: the staged
+records, the message count, the dead letters (quarantine) and the error (fail) must be identical. The lines
+mix the plain forms the column-wise path takes with forms it must leave to the per-message path (numbers in
+other spellings, out-of-range values, zones, duplicate keys, NaN literals, lone carriage returns, ...).
+No Spark here."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from changelake import decode, readers
+from changelake.errors import BadRecordError
+from changelake.spec import TableSpec
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+COLUMNS = {
+    "k": "BIGINT",
+    "s": "STRING",
+    "i": "INT",
+    "t": "TINYINT",
+    "b": "BOOLEAN",
+    "f": "FLOAT",
+    "d": "DOUBLE",
+    "dec": "DECIMAL(10,3)",
+    "day": "DATE",
+    "tm": "TIME",
+    "ts": "TIMESTAMP(6)",
+    "tz": "TIMESTAMP_LTZ(6)",
+    "c": "CHAR(4)",
+    "nn": "INT",
+}
+
+
+def _spec(quarantine: bool) -> TableSpec:
+    columns = [{"name": n, "type": t} for n, t in COLUMNS.items()]
+    columns[-1]["nullable"] = False
+    return TableSpec.from_dict(
+        {
+            "name": "j.t",
+            "columns": columns,
+            "primary_key": ["k", "s"],
+            "options": {"bucket.num": 3},
+            "source": {"on-bad-record": "quarantine"} if quarantine else {},
+        }
+    )
+
+
+def _not_negative_zero(value: float) -> bool:
+    return value != 0 or math.copysign(1, value) > 0
+
+
+# Each column: plain JSON text the column-wise path takes, and other text (good or bad) it must leave alone.
+PLAIN = {
+    "k": st.integers(-(2**63), 2**63 - 1).map(str),
+    "s": st.text(max_size=12).map(lambda v: json.dumps(v, ensure_ascii=False)),
+    "i": st.integers(-(2**31), 2**31 - 1).map(str),
+    "t": st.integers(-128, 127).map(str),
+    "b": st.sampled_from(["true", "false"]),
+    "f": st.floats(width=32, allow_nan=False, allow_infinity=False).filter(_not_negative_zero).map(repr),
+    "d": st.floats(allow_nan=False, allow_infinity=False).filter(_not_negative_zero).map(repr),
+    "dec": st.decimals(min_value=-9999999, max_value=9999999, places=3).map(lambda v: json.dumps(str(v))),
+    "day": st.dates().map(lambda v: json.dumps(v.isoformat())),
+    "tm": st.times().map(lambda v: json.dumps(v.isoformat(timespec="microseconds"))),
+    "ts": st.datetimes().map(lambda v: json.dumps(v.isoformat())),
+    "tz": st.datetimes().map(lambda v: json.dumps(v.isoformat() + "Z")),
+    "c": st.text(max_size=4).map(lambda v: json.dumps(v)),
+    "nn": st.integers(0, 9).map(str),
+}
+# Other spellings the per-message path accepts (the column-wise path must take them alike or leave them) ...
+VALID = {
+    "k": ["5.0", "1e2", "-0"],
+    "s": ['"\\u00e9\\u0000"', '"\\ud83d\\ude00"'],
+    "i": ["3.0", "-0"],
+    "t": ["127", "-128"],
+    "b": [],
+    "f": ["-0", "-0.0", "3", "1e-50", '"NaN"', '"Infinity"', "16777217", "3.4028235e38"],
+    "d": [
+        "-0",
+        "-0.0",
+        "12345678901234567890123",
+        '"-Infinity"',
+        "1E+2",
+        "0.1000000000000000055511151231257827",
+    ],
+    "dec": ["12.5", '"12.3456"', '"1e2"', '"+1"', '".5"', '"-0.000"', '"0000012.1"', "7"],
+    "day": ['"20240131"'],
+    "tm": ['"12:34:56"', '"12:34:56.5"'],
+    "ts": ['"2024-01-01 01:02:03"', '"2024-01-01T01:02:03.5"', '"2024-01-01T01:02"'],
+    "tz": ['"2024-01-01T01:02:03+01:00"', '"2024-01-01T01:02:03"', '"2024-01-01T01:02:03.25Z"'],
+    "c": ['"é日本語"', '""'],
+    "nn": ["-0"],
+}
+# ... and ones it refuses (bad records).
+BAD = {
+    "k": ['"5"', "true", "9223372036854775808", "1.5"],
+    "s": ['"\\ud800"', "5"],
+    "i": ["2147483648", "-2147483649"],
+    "t": ["200", "-129"],
+    "b": ["1", '"true"'],
+    "f": ["1e39", "NaN", "Infinity"],
+    "d": ["1e400", "-Infinity"],
+    "dec": ['"12345678.1"', '"1,5"'],
+    "day": ['"2024-02-30"', '"0000-01-01"', '"2024-1-5"'],
+    "tm": ['"24:00:00.000000"', '"12:34:56.000000+01:00"'],
+    "ts": ['"2024-01-01T01:02:03Z"', '"2024-01-01T24:00:00"'],
+    "tz": ['"2024-13-01T01:02:03Z"'],
+    "c": ['"abcde"', "4"],
+    "nn": ["null"],
+}
+
+
+@st.composite
+def line(draw, mode: str, bad: str | None = None) -> bytes:
+    """One line: ``plain`` values only, also ``valid`` other spellings, or ``noisy`` (bad values, bad ops,
+    broken envelopes); ``bad`` names a column that gets a bad value."""
+    noisy = mode == "noisy"
+    values = {}
+    for name in COLUMNS:
+        # The key and the NOT NULL column are there, but in noisy lines: a missing one refuses the record.
+        choice = draw(st.integers(0 if noisy or name not in ("k", "s", "nn") else 2, 12))
+        if choice == 0:
+            continue  # absent
+        if choice == 1:
+            values[name] = "null"
+        elif choice == 2 and mode != "plain" and (VALID[name] or noisy):
+            values[name] = draw(st.sampled_from(VALID[name] + (BAD[name] if noisy else [])))
+        else:
+            values[name] = draw(PLAIN[name])
+        if name == bad:
+            values[name] = draw(st.sampled_from(BAD[name]))
+    ops = ['"+I"', '"+U"', '"-U"', '"-D"', '"+I"', '"+U"'] + (['"+X"', "null"] if noisy else [])
+    op = draw(st.sampled_from(ops))
+    body = ",".join(f'"{k}":{v}' for k, v in values.items())
+    text = f'{{"op":{op},"data":{{{body}}}}}'
+    odd = draw(st.integers(0, 60)) if noisy else 60
+    if odd == 0:
+        text = text.replace('"op":', '"op":"+I","op":', 1)  # a duplicate key
+    elif odd == 1:
+        text = f'{{"op":{op},"data":{{{body}}},"extra":1}}'
+    elif odd == 2:
+        text = text + " " + text  # two objects on one line
+    elif odd == 3:
+        text = " " + text
+    elif odd == 4:
+        text = text[:-1]  # not closed
+    elif odd == 5:
+        text = f'{{"op":{op},"data":null}}'
+    elif odd == 6:
+        text = f'{{"rowkind":{op},"fields":[1,"a",1,1,true,1.0,1.0,"1",null,null,null,null,null,1]}}'
+    raw = text.encode()
+    if odd == 7:
+        raw = raw.replace(b'"data"', b'"d\xffata"')  # not UTF-8
+    if odd == 8:
+        raw = raw + b"\r"
+    if odd == 9:
+        raw = raw[: len(raw) // 2] + b"\r" + raw[len(raw) // 2 :]  # a lone carriage return
+    return raw
+
+
+@st.composite
+def ranges(draw) -> bytes:
+    mode = draw(st.sampled_from(["plain", "valid", "noisy", "one bad value"]))
+    lines = draw(st.lists(line("plain" if mode == "one bad value" else mode), min_size=0, max_size=12))
+    if mode == "one bad value":
+        # Plain lines but one, with one bad value: the column-wise path must see it.
+        at = draw(st.integers(0, len(lines)))
+        lines.insert(at, draw(line("plain", bad=draw(st.sampled_from(list(COLUMNS))))))
+    blanks = draw(st.lists(st.integers(0, len(lines)), max_size=2))
+    for at in sorted(blanks, reverse=True):
+        lines.insert(at, draw(st.sampled_from([b"", b"\r"] + ([b"  "] if mode == "noisy" else []))))
+    data = b"\n".join(lines)
+    if draw(st.booleans()):
+        data += b"\n"
+    if mode == "noisy" and draw(st.integers(0, 10)) == 0:
+        data = b"\xef\xbb\xbf" + data  # a byte order mark on the first line
+    return data
+
+
+def _decode(tmp_path, data: bytes, spec: TableSpec, fast: bool, first_line: int):
+    path = tmp_path / "r.jsonl"
+    path.write_bytes(b"x\n" * 0 + data)
+    r = decode.Range(3, str(path), "changelog-json", 0, len(data), first_line)
+    out = readers.DecodedBatch(readers.batch_arrow_schema(spec).empty_table())
+    previous = decode.FAST_JSON
+    decode.FAST_JSON = fast
+    try:
+        table = decode._decode_lines(r, spec, out)
+    except BadRecordError as e:
+        return ("error", str(e), out.messages)
+    finally:
+        decode.FAST_JSON = previous
+    return ("ok", table, out.messages, out.skipped, out.dead_letters)
+
+
+@pytest.mark.parametrize("quarantine", [False, True], ids=["fail", "quarantine"])
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=ranges(), first_line=st.integers(1, 1000))
+def test_column_wise_json_equals_the_per_message_path(tmp_path, quarantine, data, first_line):
+    spec = _spec(quarantine)
+    fast = _decode(tmp_path, data, spec, True, first_line)
+    slow = _decode(tmp_path, data, spec, False, first_line)
+    if fast[0] == "ok" and slow[0] == "ok":
+        # repr: NaN equals NaN, -0.0 differs from 0.0
+        assert fast[1].schema == slow[1].schema and repr(fast[1].to_pylist()) == repr(slow[1].to_pylist())
+        assert fast[2:] == slow[2:]
+    else:
+        assert fast == slow
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows=st.lists(st.fixed_dictionaries({n: PLAIN[n] for n in COLUMNS}), min_size=1, max_size=20))
+def test_plain_lines_take_the_column_wise_path(rows):
+    spec = _spec(False)
+    data = b"\n".join(
+        ('{"op":"+I","data":{' + ",".join(f'"{k}":{v}' for k, v in row.items()) + "}}").encode()
+        for row in rows
+    )
+    r = decode.Range(0, "unused", "changelog-json", 0, len(data), 7)
+    table = decode._json_columns(data, r, spec)
+    assert table is not None and table.num_rows == len(rows)
+    assert (table.column("_seq").to_numpy() >> decode.LINE_SHIFT).tolist() == list(range(7, 7 + len(rows)))
