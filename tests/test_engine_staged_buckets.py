@@ -94,6 +94,7 @@ def test_many_decode_tasks_apply_as_one(lake, spark, home, monkeypatch):
         with monkeypatch.context() as m:
             m.setattr(decode, "RANGE_ROWS", 7)
             m.setattr(decode, "RANGE_BYTES", 600)
+            m.setattr(decode, "SPLIT_ROWS", 4)
             lake.messages.clear()
             lake.apply("s.split", file=path, batch_id=batch_id)
         tasks = [m for m in lake.messages if "decoding" in m][0]
@@ -115,21 +116,28 @@ def test_many_decode_tasks_apply_as_one(lake, spark, home, monkeypatch):
         assert {((r["day"] - dt.date(1970, 1, 1)).days, r["_bucket"]) for r in got} == {(day, bucket)}
 
 
-def test_bad_rows_in_later_cuts_name_their_lines_and_quarantine_alike(lake, home, monkeypatch):
+@pytest.mark.parametrize("row_group", [6, 40], ids=["ranges of row groups", "one row group cut"])
+def test_bad_rows_in_later_cuts_name_their_lines_and_quarantine_alike(lake, home, monkeypatch, row_group):
+    from changelake import apply
+
     records = [_record(i, "+I") for i in range(40)]
     for row in (3, 12, 25, 39):
         records[row]["v"] = 1000  # out of range for TINYINT
     records[20]["op"] = "+X"
     path = home / "bad.parquet"
-    _parquet(path, records, row_group=6)
+    _parquet(path, records, row_group=row_group)
     monkeypatch.setattr(decode, "RANGE_ROWS", 7)
+    monkeypatch.setattr(decode, "SPLIT_ROWS", 3)
+    monkeypatch.setattr(apply, "_parallelism", lambda spark: 8)  # a single group is cut in 8
 
+    lake.messages.clear()
     lake.create_table(_spec("s.fail"))
     with pytest.raises(BadRecordError) as refused:
         lake.apply("s.fail", file=path, batch_id=1)
     with pytest.raises(BadRecordError) as alone:
         read_batch([path], lake.spec("s.fail"))
     assert str(refused.value) == str(alone.value) and refused.value.line == 4
+    assert "in 8 range(s)" in " ".join(lake.messages), lake.messages
 
     lake.create_table(_spec("s.quarantine", quarantine=True))
     result = lake.apply("s.quarantine", file=path, batch_id=1)

@@ -42,6 +42,11 @@ from changelake.spec import TableSpec
 from changelake.storage import CommitFailedException, Storage
 
 MAX_COMMIT_ATTEMPTS = 5
+# A batch of at most this many messages is decoded in this process, and merged here too if its buckets' files
+# hold at most LOCAL_STORED_BYTES: no Spark job (nor a JVM) for what takes less time than starting one. The
+# same functions run as in the Spark tasks, on the same files. 0 sends every batch to Spark.
+LOCAL_RECORDS = int(os.environ.get("CHANGELAKE_LOCAL_APPLY_RECORDS", 10_000))
+LOCAL_STORED_BYTES = int(os.environ.get("CHANGELAKE_LOCAL_APPLY_BYTES", 64 << 20))
 Progress = Callable[[str], None]
 
 
@@ -245,21 +250,27 @@ class Applier:
 
     # --- the batch itself: decode -> merge -> write -> commit -------------------------------------------
     def _decode(self, spec: TableSpec, table, batch_id: int, plan: decode.BatchPlan) -> decode.DecodeSummary:
-        """Decode the landed files in Spark tasks (one per byte range); the driver gets only their stats."""
+        """Decode the landed files in Spark tasks (a few per core, each decoding consecutive ranges of the
+        files), or in this process for a small batch; the driver gets only their stats."""
         started = time.monotonic()
         staging = f"{self.storage.new_data_dir(table, batch_id)}-staging"
+        local = plan.messages <= LOCAL_RECORDS
+        cores = 1 if local else _parallelism(self.spark)
+        ranges = decode.split_ranges(plan.ranges, cores)
+        groups = decode.group_ranges(ranges, cores * 2)
+        where = "in this process" if local else f"{len(groups)} task(s)"
         self.progress(
-            f"[{spec.full_name}] batch {batch_id}: decoding {plan.bytes:,} bytes in {len(plan.ranges)} range(s)"
+            f"[{spec.full_name}] batch {batch_id}: decoding {plan.bytes:,} bytes in {len(ranges)} range(s), {where}"
         )
-        # A few tasks per core, each decoding consecutive ranges; the input is a range of group ids (no
-        # shuffle, and no sparkContext: works over Spark Connect too).
-        groups = decode.group_ranges(plan.ranges, _parallelism(self.spark) * 2)
-        task = decode.decode_task(spec, staging, dict(table.io.properties), plan.ranges, groups)
-        n = max(1, len(groups))
-        frame = self.spark.range(0, n, 1, n)
-        stats = [
-            r.asDict() for r in frame.mapInArrow(task, _spark_schema(decode.stats_schema(), spec)).collect()
-        ]
+        task = decode.decode_task(spec, staging, dict(table.io.properties), ranges, groups)
+        if local:
+            stats = _run_here(task, len(groups))
+        else:
+            # The input is a range of group ids: no shuffle, and no sparkContext (works over Spark Connect).
+            n = max(1, len(groups))
+            frame = self.spark.range(0, n, 1, n)
+            schema = _spark_schema(decode.stats_schema(), spec)
+            stats = [r.asDict() for r in frame.mapInArrow(task, schema).collect()]
         decoded = decode.summarize(stats)  # raises the first bad record, as the task found it
         ops = decoded.op_counts
         note = _source_note(decoded)
@@ -364,7 +375,7 @@ class Applier:
         """Run one bucket task (:func:`changelake.buckets.run_task`) per touched bucket: their markers, and
         the auto-increment counter after allocating the batch's ids (None without an auto-increment column).
 
-        The decode tasks staged every bucket's records as row groups; a task reads its own and its bucket's
+        The decode tasks staged every bucket's records as record batches; a task reads its own and its bucket's
         current file with pyarrow, so the job has no shuffle and no record becomes a Spark row."""
         if not decoded.groups:
             return [], None
@@ -402,21 +413,27 @@ class Applier:
             dedup_offsets=opts.dedup_offsets,
             applied_offsets=_kafka_offsets(table),
         )
+        # A small batch into small buckets merges here: a Spark job costs more than its buckets' work.
+        local = decoded.records <= LOCAL_RECORDS and sum(t.stored_bytes for t in tasks) <= LOCAL_STORED_BYTES
         # One Spark task per core, the buckets balanced by size (largest first): a Spark task costs a Python
         # worker a round trip or more, a bucket task tens of milliseconds.
-        groups = buckets.assign(tasks, _parallelism(self.spark))
+        groups = buckets.assign(tasks, 1 if local else _parallelism(self.spark))
         function = buckets.tasks_function(tasks, groups, ctx, decode.staged_schema(spec))
-        schema = _spark_schema(buckets.task_marker_schema(), spec)
-        n = len(groups)
-        rows = self.spark.range(0, n, 1, n).mapInArrow(function, schema).collect()
-        markers = [r.asDict() for r in rows]
+        if local:
+            markers = _run_here(function, len(groups))
+        else:
+            schema = _spark_schema(buckets.task_marker_schema(), spec)
+            n = len(groups)
+            markers = [
+                r.asDict() for r in self.spark.range(0, n, 1, n).mapInArrow(function, schema).collect()
+            ]
         for m in markers:
             m["partition_key"] = tasks[m["_task"]].key
         self.progress(
             f"[{spec.full_name}] batch {batch_id}: merged {len(markers)} of {spec.bucket_num} bucket(s) per "
             f"partition ({sum(m['_count'] for m in markers):,} rows now in them, "
             f"{sum(m['_log_end'] - m['_log_start'] for m in markers):,} changelog records) "
-            f"in {time.monotonic() - started:.1f}s"
+            f"in {time.monotonic() - started:.1f}s" + (" in this process" if local else "")
         )
         return markers, id_counter
 
@@ -503,6 +520,12 @@ class Applier:
 
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
+def _run_here(function, groups: int) -> list[dict]:
+    """A ``mapInArrow`` function run in this process over ids ``0..groups-1``: its rows as dicts."""
+    ids = pa.RecordBatch.from_pydict({"id": pa.array(range(groups), pa.int64())})
+    return [row for batch in function(iter([ids])) for row in batch.to_pylist()]
 
 
 def _parallelism(spark) -> int:

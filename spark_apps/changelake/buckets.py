@@ -1,8 +1,8 @@
 """The bucket task: one per touched (partition, bucket), run inside Spark by ``mapInArrow``.
 
-The decode tasks stage each bucket's records as a row group of their staged files (:mod:`changelake.decode`,
+The decode tasks stage each bucket's records as a record batch of their staged Arrow files (:mod:`changelake.decode`,
 bucketed by :func:`bucket_ids`, Spark's ``pmod(xxhash64(bucket key), bucket.num)`` in numpy). A bucket task
-reads those row groups and the bucket's current files directly with pyarrow (no record goes through a Spark
+reads those record batches and the bucket's current files directly with pyarrow (no record goes through a Spark
 shuffle or a Spark row), orders and de-duplicates the records as the table's source settings say, merges them
 with :func:`changelake.columnar.merge_records`, and writes each output once: the bucket's new data file
 (sorted by key) and its changelog file, already numbered. Fluss keeps one log per bucket, and so does
@@ -22,6 +22,7 @@ from urllib.parse import urlparse
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.ipc  # noqa: F401 - pa.ipc
 import pyarrow.parquet as pq
 
 from changelake.columnar import merge_records
@@ -181,7 +182,7 @@ class BucketTask:
 
     key: str  # partition_key of (partition values..., bucket): how the batch's bookkeeping names it
     bucket: int
-    parts: tuple[tuple[str, int], ...] = ()  # staged records: (file, row group)
+    parts: tuple[tuple[str, int], ...] = ()  # staged records: (file, record batch)
     files: tuple[str, ...] = ()  # the bucket's current data files
     log_start: int = 0  # the bucket's committed log end
     id_ranges: tuple[tuple[int, int], ...] | None = None  # auto-increment ids it may hand out
@@ -220,15 +221,17 @@ def read_stored(spec: TableSpec, io, files: tuple[str, ...] | list[str]) -> pa.T
 
 
 def read_staged(parts: tuple[tuple[str, int], ...], schema: pa.Schema, io) -> pa.Table:
-    """A bucket's staged records: its row group of each staged file that has one."""
-    by_file: dict[str, list[int]] = {}
-    for path, row_group in parts:
-        by_file.setdefault(path, []).append(row_group)
-    tables = []
-    for path, row_groups in sorted(by_file.items()):
-        with io.open_input(path) as stream:
-            tables.append(pq.ParquetFile(stream).read_row_groups(row_groups, use_threads=False))
-    return pa.concat_tables(tables) if tables else schema.empty_table()
+    """A bucket's staged records: its record batch of each staged file that has one (memory-mapped when
+    local: no copy)."""
+    batches = []
+    for path, index in sorted(parts):
+        local = TaskIO.local_path(path)
+        if local is not None:
+            batches.append(pa.ipc.open_file(pa.memory_map(local)).get_batch(index))
+        else:
+            with io.open_input(path) as stream:
+                batches.append(pa.ipc.open_file(pa.BufferReader(stream.read())).get_batch(index))
+    return pa.Table.from_batches(batches, schema=schema) if batches else schema.empty_table()
 
 
 def merge_and_write(task: BucketTask, stored: pa.Table, records: pa.Table, ctx: BucketContext, io) -> dict:

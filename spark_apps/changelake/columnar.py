@@ -140,6 +140,10 @@ class _BucketMerge:
         self.stored_of_group = np.full(self.G, -1, np.int64)
         self.stored_of_group[gid[:H]] = np.arange(H)
         rgid = gid[H:]
+        self.rgid = rgid
+        if n and int(np.bincount(rgid).max()) == 1:
+            self.levels = [np.arange(n)]  # every key once (an initial load, most batches): one level
+            return
         order = np.argsort(rgid, kind="stable")  # (key, _seq): records are in _seq order already
         sorted_g = rgid[order]
         starts = np.r_[0, np.flatnonzero(sorted_g[1:] != sorted_g[:-1]) + 1] if n else np.zeros(0, np.int64)
@@ -342,6 +346,12 @@ class _BucketMerge:
         return pa.concat_arrays([p.cast(t) if p.type != t else p for p in parts]) if parts else pa.nulls(0, t)
 
     def _gather(self, idx: np.ndarray) -> list[pa.Array]:
+        """The values ``idx`` points at, per column. Rows taken whole from a stored row or a record (every
+        full write of every engine but aggregation) are one take of the stored rows and records."""
+        first = idx[:, 0] if len(idx) else np.zeros(0, np.int64)
+        if len(idx) and (idx == first[:, None]).all() and int(first.max()) < self.H + self.n:
+            whole = pa.concat_tables(([self.stored] if self.stored is not None else []) + [self.recs])
+            return whole.take(pa.array(first)).columns
         return [self._store(i).take(pa.array(idx[:, i])) for i in range(len(self.names))]
 
     def _final_rows(self) -> pa.Table:
@@ -384,7 +394,12 @@ class _BucketMerge:
         subs = np.concatenate([np.full(len(e[0]), e[1], np.int32) for e in self.emitted])
         types = np.concatenate([np.full(len(e[0]), e[2], np.int8) for e in self.emitted])
         idx = np.concatenate([e[3] for e in self.emitted])
-        order = np.lexsort((subs, seqs))
+        if len(seqs) < 2 or bool(
+            np.all((seqs[1:] > seqs[:-1]) | ((seqs[1:] == seqs[:-1]) & (subs[1:] > subs[:-1])))
+        ):
+            order = np.arange(len(seqs))  # emitted in order already (one level of first writes, say)
+        else:
+            order = np.lexsort((subs, seqs))
         change = pa.DictionaryArray.from_arrays(types[order], pa.array(CHANGE_TYPES)).cast(pa.string())
         columns = [pa.array(seqs[order], pa.int64()), pa.array(subs[order], pa.int32()), change]
         return pa.Table.from_arrays(columns + self._gather(idx[order]), schema=out)

@@ -5,9 +5,9 @@ files into byte ranges at line boundaries, noting each range's first line number
 is cut into ranges of rows along its row groups) becomes a task that decodes its lines with the per-message
 path of :mod:`changelake.readers` (same validation, same errors naming file, line and field), computes every
 record's bucket (:func:`changelake.buckets.bucket_ids`, Spark's function) and writes the records as one staged
-Parquet file with one row group per (partition, bucket) it touched. It returns one small row: what it read,
+Arrow IPC file with one record batch per (partition, bucket) it touched. It returns one small row: what it read,
 skipped, quarantined, its counts per operation and where each bucket's records are. The staged files are the
-shuffle: a bucket task reads its row groups directly, no record goes through Spark.
+shuffle: a bucket task reads its record batches directly, no record goes through Spark.
 
 Records carry ``_seq``, a deterministic arrival position: ``file << 48 | line << 2 | change`` (a message
 yields at most two records: an update's before and after images). ``_seq >> 2`` identifies the message, which
@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.ipc  # noqa: F401 - pa.ipc
 import pyarrow.parquet as pq
 
 from changelake import formats, readers
@@ -47,8 +48,9 @@ from changelake.errors import BadRecordError, ChangelakeError
 from changelake.spec import TableSpec
 
 RANGE_BYTES = int(os.environ.get("CHANGELAKE_DECODE_RANGE_BYTES", 16 << 20))
-# Rows of a Parquet file per decode task (row groups are combined or cut to about this many).
-RANGE_ROWS = int(os.environ.get("CHANGELAKE_DECODE_RANGE_ROWS", 1 << 18))
+# Rows of a Parquet file per decode task: small row groups are combined up to this many.
+RANGE_ROWS = int(os.environ.get("CHANGELAKE_DECODE_RANGE_ROWS", 1 << 20))
+SPLIT_ROWS = 1 << 16  # the fewest rows a range cut in halves (to give every core a task) may get
 FILE_SHIFT, LINE_SHIFT = 48, MESSAGE_SHIFT
 _ORDER_NUMBER = pa.decimal128(38, 9)
 OPS = formats.OPS
@@ -73,6 +75,7 @@ class BatchPlan:
     checksum: str
     ranges: list[Range]
     bytes: int = 0
+    messages: int = 0  # about: Parquet rows and JSON lines (an empty line counts too)
 
 
 @dataclass
@@ -91,10 +94,10 @@ class DecodeSummary:
 
 @dataclass
 class StagedGroup:
-    """Where one (partition, bucket)'s records of the batch are: row groups of staged files."""
+    """Where one (partition, bucket)'s records of the batch are: record batches of staged files."""
 
     bucket: int
-    parts: list[tuple[str, int]] = field(default_factory=list)  # (staged file, row group)
+    parts: list[tuple[str, int]] = field(default_factory=list)  # (staged file, record batch)
     records: int = 0
 
 
@@ -107,7 +110,7 @@ def plan_batch(
     """
     h = hashlib.sha256(json.dumps([fmt, target_columns]).encode())
     ranges: list[Range] = []
-    total = 0
+    total = messages = 0
     names = [fmt or readers.format_for(path, spec) for path in paths]
     for path, name in zip(paths, names, strict=True):
         if name not in readers.JSON_FORMATS and name != "changelog-parquet":
@@ -144,36 +147,55 @@ def plan_batch(
         h.update(b"\x00")
         total += offset
         if name == "changelog-parquet":
-            ranges += _parquet_ranges(index, str(path))
-        elif offset > start or not ranges or ranges[-1].file_index != index:
-            ranges.append(Range(index, str(path), name, start, offset, first_line))
-    return BatchPlan(h.hexdigest(), ranges, total)
+            parts = _parquet_ranges(index, str(path))
+            ranges += parts
+            messages += sum(max(0, r.end - r.start) for r in parts)
+        else:
+            messages += lines + 1
+            if offset > start or not ranges or ranges[-1].file_index != index:
+                ranges.append(Range(index, str(path), name, start, offset, first_line))
+    return BatchPlan(h.hexdigest(), ranges, total, messages)
 
 
 def _parquet_ranges(index: int, path: str) -> list[Range]:
-    """Rows ``[start, end)`` per task: small row groups together, a large one cut (its task reads only the
-    row groups its rows are in). A file without a readable footer is one range; its task reports why."""
+    """Rows ``[start, end)`` per task, along row groups: small groups together up to RANGE_ROWS, a large one
+    alone (:func:`split_ranges` cuts it if there are too few ranges for the cores). A file without a
+    readable footer is one range; its task reports why."""
     try:
         sizes = [rg.num_rows for rg in _row_groups(pq.ParquetFile(path).metadata)]
     except (pa.ArrowException, OSError, ValueError):
         return [Range(index, path, "changelog-parquet", 0, -1, 1)]
-    total = sum(sizes)
-    if total == 0:
-        return [Range(index, path, "changelog-parquet", 0, 0, 1)]
     cuts, start, row = [], 0, 0
     for size in sizes:
         if row > start and row - start + size > RANGE_ROWS:
-            cuts.append(row)  # the pending small groups are enough
+            cuts.append(row)
             start = row
-        if size > RANGE_ROWS:  # a large group: equal pieces of it
-            pieces = -(-size // RANGE_ROWS)
-            cuts += [row + size * k // pieces for k in range(1, pieces + 1)]
-            start = row + size
         row += size
-    if start < total:
-        cuts.append(total)
+    if row > start or not cuts:
+        cuts.append(row)
     bounds = [0, *cuts]
     return [Range(index, path, "changelog-parquet", a, b, a + 1) for a, b in itertools.pairwise(bounds)]
+
+
+def split_ranges(ranges: list[Range], tasks: int) -> list[Range]:
+    """Cut the largest Parquet ranges in halves until there are ``tasks`` ranges (one per decode task the
+    cores can run), none under SPLIT_ROWS rows. A half of a row group reads the whole group: worth it only
+    when a core would otherwise wait."""
+    ranges = list(ranges)
+    while len(ranges) < tasks:
+        parquet = [i for i, r in enumerate(ranges) if r.fmt == "changelog-parquet" and r.end >= 0]
+        if not parquet:
+            break
+        i = max(parquet, key=lambda i: ranges[i].end - ranges[i].start)
+        r = ranges[i]
+        if r.end - r.start < 2 * SPLIT_ROWS:
+            break
+        middle = (r.start + r.end) // 2
+        ranges[i : i + 1] = [
+            Range(r.file_index, r.path, r.fmt, r.start, middle, r.start + 1),
+            Range(r.file_index, r.path, r.fmt, middle, r.end, middle + 1),
+        ]
+    return ranges
 
 
 def _row_groups(metadata) -> list:
@@ -200,7 +222,7 @@ def stats_schema() -> pa.Schema:
 
 
 def decode_range(r: Range, spec: TableSpec, staging_dir: str, io) -> dict:
-    """Decode one range, stage its records as Parquet (a row group per bucket), and return its stats row."""
+    """Decode one range, stage its records (a record batch per bucket), and return its stats row."""
     opts = spec.source_options
     out = readers.DecodedBatch(readers.batch_arrow_schema(spec).empty_table())
     if r.fmt == "changelog-parquet":
@@ -213,7 +235,8 @@ def decode_range(r: Range, spec: TableSpec, staging_dir: str, io) -> dict:
         table = _decode_lines(r, spec, out)
     staged, groups = None, []
     if table.num_rows:
-        staged = f"{staging_dir}/part-{r.file_index:05d}-{r.start:016d}-{uuid.uuid4().hex[:8]}.parquet"
+        table = table.cast(staged_schema(spec))  # one schema (nullability too) for every path's records
+        staged = f"{staging_dir}/part-{r.file_index:05d}-{r.start:016d}-{uuid.uuid4().hex[:8]}.arrow"
         groups = _stage(table, spec, io, staged)
     ops = out_ops(table)
     return {
@@ -260,22 +283,21 @@ def _iceberg_values(column: pa.ChunkedArray) -> pa.ChunkedArray:
 
 
 def _stage(table: pa.Table, spec: TableSpec, io, path: str) -> list[list]:
-    """Write the records as one file, a row group per (partition, bucket) in arrival order inside it;
-    return ``[partition key, bucket, row group, records]`` per group."""
+    """Write the records as one Arrow IPC file, a record batch per (partition, bucket) in arrival order inside
+    it; return ``[partition key, bucket, batch index, records]`` per group. The file is read once, by this
+    batch's bucket tasks: writing it is a copy (compressed only when it leaves the machine)."""
     gid, groups = bucket_groups(spec, table)
     order = np.argsort(gid, kind="stable")
     counts = np.bincount(gid, minlength=len(groups))
-    table = table.take(pa.array(order))
+    table = table.take(pa.array(order)).combine_chunks()
+    options = pa.ipc.IpcWriteOptions(compression=None if TaskIO.local_path(path) else "lz4")
     out, start = [], 0
-    # Staged files are read once, by this batch's bucket tasks: fast to write beats small.
-    with io.open_output(path) as sink:
-        with pq.ParquetWriter(
-            sink, table.schema, compression="lz4", use_dictionary=False, write_statistics=False
-        ) as writer:
-            for index, ((key, bucket), n) in enumerate(zip(groups, counts.tolist(), strict=True)):
-                writer.write_table(table.slice(start, n), row_group_size=max(n, 1))
-                out.append([key, bucket, index, n])
-                start += n
+    with io.open_output(path) as sink, pa.ipc.new_file(sink, table.schema, options=options) as writer:
+        for index, ((key, bucket), n) in enumerate(zip(groups, counts.tolist(), strict=True)):
+            batch = table.slice(start, n).to_batches()
+            writer.write_batch(batch[0] if batch else pa.RecordBatch.from_pylist([], schema=table.schema))
+            out.append([key, bucket, index, n])
+            start += n
     return out
 
 
