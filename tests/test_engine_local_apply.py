@@ -37,6 +37,7 @@ def _spec(lake, name: str, source: dict, options: dict | None = None) -> TableSp
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_in_process_batches_equal_spark_batches(lake, monkeypatch, case):
+    monkeypatch.setattr(apply, "LOCAL_RECORDS", 10_000)  # the default, whatever the environment says
     here = _spec(lake, f"loc.{case}_here", CASES[case])
     spark = _spec(lake, f"loc.{case}_spark", CASES[case])
     generate(here, lake.settings.landing_dir, batches=3, seed=11, stream="orders")
@@ -74,6 +75,7 @@ def test_in_process_batches_equal_spark_batches(lake, monkeypatch, case):
 
 
 def test_a_small_batch_needs_no_spark_and_a_large_one_uses_it(lake, home, monkeypatch):
+    monkeypatch.setattr(apply, "LOCAL_RECORDS", 10_000)
     def no_spark():
         raise AssertionError("a small batch started Spark")
 

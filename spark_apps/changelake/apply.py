@@ -399,6 +399,7 @@ class Applier:
             for key, group in sorted(decoded.groups.items())
         ]
         opts = spec.source_options
+        codec, level = buckets.compression_of(dict(table.properties))
         ctx = BucketContext(
             spec=spec,
             partition_columns=(*spec.partition_keys, "_bucket"),
@@ -412,6 +413,8 @@ class Applier:
             ordering=opts.ordering,
             dedup_offsets=opts.dedup_offsets,
             applied_offsets=_kafka_offsets(table),
+            compression=codec,
+            compression_level=level,
         )
         # A small batch into small buckets merges here: a Spark job costs more than its buckets' work.
         local = decoded.records <= LOCAL_RECORDS and sum(t.stored_bytes for t in tasks) <= LOCAL_STORED_BYTES

@@ -56,6 +56,10 @@ class BucketContext:
     ordering: str = "arrival"  # "arrival", "kafka-offset" or a field path (records carry ORDER_COLUMNS)
     dedup_offsets: bool = False  # drop Kafka redeliveries (``dedup: kafka-offsets``)
     applied_offsets: dict[str, int] = field(default_factory=dict)  # "topic:partition" -> last applied
+    compression: str = (
+        "zstd"  # the Parquet codec of data and changelog files (write.parquet.compression-codec)
+    )
+    compression_level: int | None = None
 
 
 class TaskIO:
@@ -139,7 +143,7 @@ def marker_schema(spec: TableSpec, partition_columns: tuple[str, ...]) -> pa.Sch
     )
 
 
-def _write(io, path: str, table: pa.Table, dictionary: list[str]) -> None:
+def _write(io, path: str, table: pa.Table, dictionary: list[str], ctx: BucketContext) -> None:
     """Write one Parquet file, with dictionary pages only for the columns named: a dictionary of distinct
     values (most columns of a table) costs more to build than it saves. Statistics for every column:
     pyiceberg derives a file's partition and column metrics from them."""
@@ -147,9 +151,17 @@ def _write(io, path: str, table: pa.Table, dictionary: list[str]) -> None:
         pq.write_table(
             table,
             sink,
-            compression="zstd",
+            compression=ctx.compression,
+            compression_level=ctx.compression_level,
             use_dictionary=[c for c in dictionary if c in table.column_names] or False,
         )
+
+
+def compression_of(properties: dict[str, str]) -> tuple[str, int | None]:
+    """The table's Parquet codec and level (Iceberg's ``write.parquet.compression-*`` properties; zstd)."""
+    codec = properties.get("write.parquet.compression-codec", "zstd").lower()
+    level = properties.get("write.parquet.compression-level")
+    return ("none" if codec == "uncompressed" else codec), (int(level) if level else None)
 
 
 def merge_bucket(key: tuple, records: pa.Table, ctx: BucketContext) -> pa.Table:
@@ -254,7 +266,7 @@ def merge_and_write(task: BucketTask, stored: pa.Table, records: pa.Table, ctx: 
     if rows.num_rows:
         rows = rows.append_column("_bucket", pa.array(np.full(rows.num_rows, bucket, np.int32)))
         path = f"{ctx.out_dir}/data/bucket-{bucket:04d}-{uuid.uuid4().hex}.parquet"
-        _write(io, path, rows, [*spec.partition_keys, "_bucket"])
+        _write(io, path, rows, [*spec.partition_keys, "_bucket"], ctx)
     log_start = task.log_start
     log = result.changelog
     if log.num_rows:
@@ -273,7 +285,7 @@ def merge_and_write(task: BucketTask, stored: pa.Table, records: pa.Table, ctx: 
             numbered = numbered.append_column(name, array)
         log_path = f"{ctx.log_dir}/bucket-{bucket:04d}-{uuid.uuid4().hex}.parquet"
         meta = [*spec.partition_keys, "_change_type", "_batch_id", "_bucket", "_commit_timestamp"]
-        _write(io, log_path, numbered.cast(changelog_schema(spec)), meta)
+        _write(io, log_path, numbered.cast(changelog_schema(spec)), meta, ctx)
 
     counts = result.counts
     remaining = result.ids_remaining

@@ -121,6 +121,9 @@ class _BucketMerge:
         self.H, self.n, self.NULL = H, n, H + n
         self.ID_BASE = H + n + 1  # ids allocated to first writes: one slot per record
         self._group(H, n)
+        if H == 0 and len(self.levels) == 1 and m.target is None and m.auto_increment_index is None:
+            if not self.is_delete.any():
+                return self._first_writes_only()
         self._init_state()
         for records_at_depth in self.levels:
             self._step(records_at_depth)
@@ -129,6 +132,20 @@ class _BucketMerge:
             # The sequential merge stops at its first failing record: raise that record's error.
             raise WriteRefusedError(min(self.failures)[1])
         return MergeResult(self._final_rows(), self._changelog(), counts, self.ids_remaining)
+
+    def _first_writes_only(self) -> MergeResult:
+        """Every record writes a new key into an empty bucket (an initial load, a backfill): the rows are the
+        records in key order, the changelog each record's insert in record order -- for every engine (a
+        first write stores the row as given), without the steps' bookkeeping."""
+        n = self.n
+        self.counts.inserted += n
+        keys = [self.names[i] for i in self.key_index]
+        rows = self.recs.take(pc.sort_indices(self.recs, sort_keys=[(k, "ascending") for k in keys]))
+        change = UPDATE_AFTER if self.m.wal_shortcut else INSERT
+        types = pa.DictionaryArray.from_arrays(np.full(n, change, np.int8), pa.array(CHANGE_TYPES))
+        head = [pa.array(self.seq, pa.int64()), pa.array(np.zeros(n, np.int32)), types.cast(pa.string())]
+        changelog = pa.Table.from_arrays(head + self.recs.columns, schema=changelog_schema(self.spec))
+        return MergeResult(rows, changelog, self.counts, None)
 
     # --- grouping -------------------------------------------------------------------------------------
     def _group(self, H: int, n: int) -> None:
