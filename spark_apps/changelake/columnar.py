@@ -97,6 +97,7 @@ class _BucketMerge:
         self.id_ranges = id_ranges or []
         self.counts = merge.BatchCounts(records=records.num_rows)
         self._values: dict[int, _Values] = {}
+        self.group_keys: np.ndarray | None = None  # each group's key, when found by binary search
         self.failures: list[tuple[int, str]] = []  # (_seq, message) of records the merge refuses
 
     # --- driver ---------------------------------------------------------------------------------------
@@ -150,9 +151,11 @@ class _BucketMerge:
     # --- grouping -------------------------------------------------------------------------------------
     def _group(self, H: int, n: int) -> None:
         """Group ids for stored rows and records; the records of each key, level by level."""
-        keys = [self.names[i] for i in self.key_index]
-        parts = ([self.stored.select(keys)] if H else []) + [self.recs.select(keys)]
-        gid = _group_ids(pa.concat_tables(parts) if len(parts) > 1 else parts[0])
+        gid = self._sorted_key_ids(H) if H else None
+        if gid is None:
+            keys = [self.names[i] for i in self.key_index]
+            parts = ([self.stored.select(keys)] if H else []) + [self.recs.select(keys)]
+            gid = _group_ids(pa.concat_tables(parts) if len(parts) > 1 else parts[0])
         self.G = int(gid.max()) + 1 if len(gid) else 0
         self.stored_of_group = np.full(self.G, -1, np.int64)
         self.stored_of_group[gid[:H]] = np.arange(H)
@@ -172,6 +175,27 @@ class _BucketMerge:
         bounds = np.searchsorted(depth[by_depth], np.arange(int(depth.max()) + 2 if n else 1))
         self.rgid = rgid
         self.levels = [by_depth[bounds[d] : bounds[d + 1]] for d in range(len(bounds) - 1)]
+
+    def _sorted_key_ids(self, H: int) -> np.ndarray | None:
+        """Group ids (as :func:`_group_ids` numbers them) found by binary search, for a one-column numeric
+        key whose stored values increase (a bucket file is written in key order): no hashing of the bucket's
+        keys. None when that does not hold."""
+        if len(self.key_index) != 1:
+            return None
+        i = self.key_index[0]
+        stored, records = _key_numbers(self.stored.column(i)), _key_numbers(self.recs.column(i))
+        if stored is None or records is None or not bool(np.all(stored[1:] > stored[:-1])):
+            return None
+        self.group_keys = stored  # a group's key, for ordering the final rows (new keys appended below)
+        at = np.searchsorted(stored, records)
+        found = (at < H) & (stored[np.minimum(at, H - 1)] == records)
+        rgid = np.where(found, at, 0)
+        new = np.flatnonzero(~found)
+        if len(new):
+            encoded = pa.array(records[new]).dictionary_encode()
+            rgid[new] = H + encoded.indices.to_numpy().astype(np.int64)
+            self.group_keys = np.concatenate([stored, encoded.dictionary.to_numpy(zero_copy_only=False)])
+        return np.concatenate([np.arange(H, dtype=np.int64), rgid])
 
     def _init_state(self) -> None:
         C = len(self.names)
@@ -362,28 +386,47 @@ class _BucketMerge:
             parts += self.agg[i].computed_arrays()
         return pa.concat_arrays([p.cast(t) if p.type != t else p for p in parts]) if parts else pa.nulls(0, t)
 
+    @property
+    def whole_rows(self) -> bool:
+        """Every row state points at one stored row or record for all its columns: no partial writes, no
+        aggregated values, no ids (then a row's index is its first column's)."""
+        return self.target is None and not self.agg and self.ai is None
+
     def _gather(self, idx: np.ndarray) -> list[pa.Array]:
-        """The values ``idx`` points at, per column. Rows taken whole from a stored row or a record (every
-        full write of every engine but aggregation) are one take of the stored rows and records."""
-        first = idx[:, 0] if len(idx) else np.zeros(0, np.int64)
-        if len(idx) and (idx == first[:, None]).all() and int(first.max()) < self.H + self.n:
+        """The values ``idx`` points at, per column; a 1-D ``idx`` (or rows all of whose columns point at one
+        place) takes whole stored rows and records, in one take."""
+        first = idx if idx.ndim == 1 else (idx[:, 0] if len(idx) else np.zeros(0, np.int64))
+        if idx.ndim == 1 or (len(idx) and (idx == first[:, None]).all() and int(first.max()) < self.NULL):
             whole = pa.concat_tables(([self.stored] if self.stored is not None else []) + [self.recs])
             return whole.take(pa.array(first)).columns
         return [self._store(i).take(pa.array(idx[:, i])) for i in range(len(self.names))]
 
     def _final_rows(self) -> pa.Table:
         live = np.flatnonzero(self.exists)
-        idx = self.idx[live]
+        if self.group_keys is not None:
+            # Stored keys increase with their group ids: merge the new keys in by binary search.
+            old, new = live[live < self.H], live[live >= self.H]
+            new = new[np.argsort(self.group_keys[new], kind="stable")]
+            live = np.insert(old, np.searchsorted(self.group_keys[old], self.group_keys[new]), new)
+            return pa.Table.from_arrays(self._gather(self._live_idx(live)), schema=self.schema)
+        idx = self._live_idx(live)
         if len(live) and live[-1] < self.H and self._stored_in_key_order():
             # The first H group ids are the stored rows, in their order: with no new key alive, the live rows
             # are in key order already.
             return pa.Table.from_arrays(self._gather(idx), schema=self.schema)
         keys = [self.names[i] for i in self.key_index]
-        key_table = pa.Table.from_arrays(
-            [self._store(i).take(pa.array(idx[:, i])) for i in self.key_index], names=keys
-        )
+        if idx.ndim == 1:
+            key_table = pa.Table.from_arrays(self._gather(idx), schema=self.schema).select(keys)
+        else:
+            key_table = pa.Table.from_arrays(
+                [self._store(i).take(pa.array(idx[:, i])) for i in self.key_index], names=keys
+            )
         order = pc.sort_indices(key_table, sort_keys=[(k, "ascending") for k in keys]).to_numpy()
         return pa.Table.from_arrays(self._gather(idx[order]), schema=self.schema)
+
+    def _live_idx(self, groups: np.ndarray) -> np.ndarray:
+        """The value indexes of these groups' rows: 1-D (whole rows) when every row is whole."""
+        return self.idx[groups, 0] if self.whole_rows else self.idx[groups]
 
     def _stored_in_key_order(self) -> bool:
         """Whether the stored rows are in increasing key order (a bucket file is written so; two files
@@ -410,7 +453,7 @@ class _BucketMerge:
         seqs = np.concatenate([e[0] for e in self.emitted])
         subs = np.concatenate([np.full(len(e[0]), e[1], np.int32) for e in self.emitted])
         types = np.concatenate([np.full(len(e[0]), e[2], np.int8) for e in self.emitted])
-        idx = np.concatenate([e[3] for e in self.emitted])
+        idx = np.concatenate([e[3][:, 0] if self.whole_rows else e[3] for e in self.emitted])
         if len(seqs) < 2 or bool(
             np.all((seqs[1:] > seqs[:-1]) | ((seqs[1:] == seqs[:-1]) & (subs[1:] > subs[:-1])))
         ):
@@ -437,6 +480,24 @@ class _NoIds:
 
     def next(self):  # pragma: no cover - never called
         raise AssertionError
+
+
+def _key_numbers(column: pa.ChunkedArray) -> np.ndarray | None:
+    """A key column as numbers numpy orders as Arrow does (integers, floats, dates, timestamps; -0.0 as 0.0),
+    or None for another type or a null."""
+    t = column.type
+    if column.null_count:
+        return None
+    if pa.types.is_floating(t):
+        column = pc.add(column, pa.scalar(0.0, t))
+    elif pa.types.is_date32(t):
+        column = column.cast(pa.int32())
+    elif pa.types.is_timestamp(t):
+        column = column.cast(pa.int64())
+    elif not pa.types.is_integer(t):
+        return None
+    array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    return array.to_numpy(zero_copy_only=False)
 
 
 def _group_ids(keys: pa.Table) -> np.ndarray:
