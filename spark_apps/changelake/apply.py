@@ -147,7 +147,7 @@ class Applier:
             self.roll_forward_changelog(spec)
             table = self.storage.pk_table(spec)
             state = Storage.state(table)
-            done = self._already_committed(spec, table, batch_id, plan.checksum, state.last_batch)
+            done = self._already_committed(spec, table, batch_id, plan, state.last_batch)
             if done is not None:
                 return done
             if decoded is None:
@@ -180,8 +180,10 @@ class Applier:
 
     # --- exactly-once bookkeeping ---------------------------------------------------------------------
     def _already_committed(
-        self, spec, table, batch_id: int, checksum: str, last_batch: int
+        self, spec, table, batch_id: int, plan: decode.BatchPlan, last_batch: int
     ) -> BatchResult | None:
+        """A no-op result for a batch committed with this input, None for the next batch; refuses the rest.
+        Only a batch at or below the last one waits for the input's checksum here."""
         if batch_id > last_batch:
             if batch_id != last_batch + 1:
                 raise BatchRefusedError(
@@ -193,6 +195,7 @@ class Applier:
         if snap is None:
             raise BatchRefusedError(f"{spec.full_name}: batch {batch_id} is not in the table's history")
         summary = Storage.snapshot_summary(snap)
+        checksum = plan.checksum
         if summary.get("changelake.checksum") != checksum:
             raise BatchRefusedError(
                 f"{spec.full_name}: batch {batch_id} was already applied from a different input "

@@ -26,6 +26,7 @@ import json
 import os
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -72,10 +73,15 @@ class Range:
 
 @dataclass
 class BatchPlan:
-    checksum: str
     ranges: list[Range]
     bytes: int = 0
     messages: int = 0  # about: Parquet rows and JSON lines (an empty line counts too)
+    digest: Future | None = None  # the checksum, computed while the batch decodes
+
+    @property
+    def checksum(self) -> str:
+        """The batch's input checksum (waits for it; raises what reading the files raised)."""
+        return self.digest.result()
 
 
 @dataclass
@@ -104,11 +110,12 @@ class StagedGroup:
 def plan_batch(
     paths: list[Path], spec: TableSpec, fmt: str | None, target_columns: list[str] | None
 ) -> BatchPlan:
-    """Checksum the batch's files and cut them into decode ranges, reading each file once in 1 MiB chunks.
+    """Cut the batch's files into decode ranges (JSON lines read once in 1 MiB chunks, Parquet by its footer)
+    and start checksumming them in a thread: a new batch needs its checksum only at its commit, so hashing
+    (a second for a few hundred MB) overlaps the decode.
 
     The checksum covers contents, format and target columns (not the file names), as before.
     """
-    h = hashlib.sha256(json.dumps([fmt, target_columns]).encode())
     ranges: list[Range] = []
     total = messages = 0
     names = [fmt or readers.format_for(path, spec) for path in paths]
@@ -119,19 +126,17 @@ def plan_batch(
         if name == "changelog-parquet" and (spec.source_options.ordering != "arrival" or not parquet_alone):
             raise ChangelakeError(f"{path}: Parquet batches are read in arrival order, alone")
     for index, (path, name) in enumerate(zip(paths, names, strict=True)):
+        if name == "changelog-parquet":
+            total += _size(path)
+            parts = _parquet_ranges(index, str(path))
+            ranges += parts
+            messages += sum(max(0, r.end - r.start) for r in parts)
+            continue
         start = offset = 0
         lines = 0
         first_line = 1
-        try:
-            fh = open(path, "rb")  # closed by the with below
-        except OSError as e:
-            raise ChangelakeError(f"{path}: cannot read the landed file: {e.strerror or e}") from None
-        with fh:
+        with _open_landed(path) as fh:
             for chunk in iter(functools.partial(fh.read, 1 << 20), b""):
-                h.update(chunk)
-                if name == "changelog-parquet":
-                    offset += len(chunk)
-                    continue
                 # Close a range at the first line boundary where it holds enough bytes (maybe several per chunk).
                 at = 0
                 while (target := start + RANGE_BYTES - 1 - offset) < len(chunk):
@@ -144,17 +149,39 @@ def plan_batch(
                     start, first_line = offset + at, lines + 1
                 lines += chunk.count(b"\n", at)
                 offset += len(chunk)
-        h.update(b"\x00")
         total += offset
-        if name == "changelog-parquet":
-            parts = _parquet_ranges(index, str(path))
-            ranges += parts
-            messages += sum(max(0, r.end - r.start) for r in parts)
-        else:
-            messages += lines + 1
-            if offset > start or not ranges or ranges[-1].file_index != index:
-                ranges.append(Range(index, str(path), name, start, offset, first_line))
-    return BatchPlan(h.hexdigest(), ranges, total, messages)
+        messages += lines + 1
+        if offset > start or not ranges or ranges[-1].file_index != index:
+            ranges.append(Range(index, str(path), name, start, offset, first_line))
+    hasher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="changelake-checksum")
+    digest = hasher.submit(_checksum, list(paths), fmt, target_columns)
+    hasher.shutdown(wait=False)
+    return BatchPlan(ranges, total, messages, digest)
+
+
+def _checksum(paths: list[Path], fmt: str | None, target_columns: list[str] | None) -> str:
+    """sha256 of format and target columns, then every file's bytes and a separator."""
+    h = hashlib.sha256(json.dumps([fmt, target_columns]).encode())
+    for path in paths:
+        with _open_landed(path) as fh:
+            for chunk in iter(functools.partial(fh.read, 1 << 20), b""):
+                h.update(chunk)  # hashlib releases the GIL on large updates
+        h.update(b"\x00")
+    return h.hexdigest()
+
+
+def _open_landed(path: Path):
+    try:
+        return open(path, "rb")
+    except OSError as e:
+        raise ChangelakeError(f"{path}: cannot read the landed file: {e.strerror or e}") from None
+
+
+def _size(path: Path) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError as e:
+        raise ChangelakeError(f"{path}: cannot read the landed file: {e.strerror or e}") from None
 
 
 def _parquet_ranges(index: int, path: str) -> list[Range]:
