@@ -529,19 +529,27 @@ def _kind(arrow_type: pa.DataType) -> str:
         return "bool"
     if pa.types.is_timestamp(arrow_type) or pa.types.is_date(arrow_type):
         return "temporal"
-    return "object"  # decimal, string, binary
+    if pa.types.is_decimal128(arrow_type) and arrow_type.precision <= 18:
+        return "decimal64"  # the unscaled value fits a long: exact int64 arithmetic at the column's scale
+    return "object"  # wider decimals, string, binary
 
 
-def _to_numpy(array: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
-    """Values and null mask; integers and temporals as int64, floats keep their width, the rest objects."""
+def _to_numpy(array: pa.Array | pa.ChunkedArray, objects: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Values and null mask; integers and temporals as int64, floats keep their width, DECIMAL(<=18) as its
+    unscaled int64, the rest (or everything, with ``objects``: for merge's scalar functions) as objects."""
     if isinstance(array, pa.ChunkedArray):
         array = array.combine_chunks() if array.num_chunks else pa.array([], array.type)
-    kind = _kind(array.type)
+    kind = "object" if objects else _kind(array.type)
     nulls = array.is_null().to_numpy(zero_copy_only=False)
     if kind == "object":
         values = np.empty(len(array), object)
         values[:] = array.to_pylist()
         return values, nulls
+    if kind == "decimal64":
+        words = np.frombuffer(array.buffers()[1], "<i8").reshape(-1, 2)[
+            array.offset : array.offset + len(array)
+        ]
+        return np.where(nulls, 0, words[:, 0]), nulls  # the low word of a 128-bit value of at most 18 digits
     if kind == "temporal":
         array = array.cast(pa.int32() if pa.types.is_date(array.type) else pa.int64())
     if kind == "bool":
@@ -550,10 +558,18 @@ def _to_numpy(array: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray
     return (values.astype(np.int64) if kind in ("int", "temporal") else values), nulls
 
 
-def _from_numpy(values: np.ndarray, nulls: np.ndarray, arrow_type: pa.DataType) -> pa.Array:
-    kind = _kind(arrow_type)
+def _from_numpy(
+    values: np.ndarray, nulls: np.ndarray, arrow_type: pa.DataType, objects: bool = False
+) -> pa.Array:
+    kind = "object" if objects else _kind(arrow_type)
     if kind == "object":
         return pa.array([None if z else v for v, z in zip(values, nulls, strict=True)], arrow_type)
+    if kind == "decimal64":
+        words = np.empty((len(values), 2), np.int64)
+        words[:, 0] = values
+        words[:, 1] = values.astype(np.int64) >> 63  # the high word: the sign extended
+        array = pa.Array.from_buffers(arrow_type, len(values), [None, pa.py_buffer(words)])
+        return pc.if_else(pa.array(nulls), pa.scalar(None, arrow_type), array) if nulls.any() else array
     if kind == "temporal":
         base = pa.int32() if pa.types.is_date(arrow_type) else pa.int64()
         return pa.array(values.astype(base.to_pandas_dtype()), base, mask=nulls).cast(arrow_type)
@@ -582,7 +598,11 @@ class _AggColumn:
         self.name = spec.agg_function(column.name)
         self.type_name = column.type.name
         self.scalar = None
-        if self.name not in _VECTOR_FUNCTIONS or self.type_name == "DECIMAL":
+        # DECIMAL(<=18) adds and compares exactly as unscaled longs; wider ones, and products (which round),
+        # call merge's function per value.
+        self.decimal64 = _kind(self.type) == "decimal64"
+        exact = self.type_name != "DECIMAL" or (self.decimal64 and self.name != "product")
+        if self.name not in _VECTOR_FUNCTIONS or not exact:
             self.scalar = np.frompyfunc(
                 _refusals_as_values(merge.aggregate_function(spec, column.name)), 2, 1
             )
@@ -601,7 +621,8 @@ class _AggColumn:
             chunks = [c.cast(self.type) for p in parts for c in p.chunks] + [pa.nulls(1, self.type)]
             self._base = pa.concat_arrays(chunks)
         low = positions < self.offset
-        values, nulls = _to_numpy(self._base.take(pa.array(np.where(low, positions, 0))))
+        taken = self._base.take(pa.array(np.where(low, positions, 0)))
+        values, nulls = _to_numpy(taken, objects=self.scalar is not None)
         if (~low).any():
             values = values.astype(np.result_type(values.dtype, self.computed[0][0].dtype))  # a copy
             nulls = nulls.copy()
@@ -629,7 +650,10 @@ class _AggColumn:
 
     def computed_arrays(self) -> list[pa.Array]:
         # The id slots sit between the null slot and the computed values (an id column never aggregates).
-        return [pa.nulls(self.bm.n, self.type)] + [_from_numpy(v, z, self.type) for v, z in self.computed]
+        objects = self.scalar is not None
+        return [pa.nulls(self.bm.n, self.type)] + [
+            _from_numpy(v, z, self.type, objects) for v, z in self.computed
+        ]
 
     def _apply(self, a, a_null, b, b_null) -> tuple[np.ndarray, np.ndarray]:
         name = self.name
@@ -658,7 +682,11 @@ class _AggColumn:
         else:
             combined = self._arith(a, b, both, name)
         value = np.where(a_null, b, np.where(b_null, a, combined))
-        return value, a_null & b_null
+        null = a_null & b_null
+        if self.decimal64 and name == "sum":
+            # A sum beyond the precision is null (merge's DECIMAL rule); two 18-digit longs cannot overflow.
+            null = null | (both & (np.abs(combined) > 10**self.type.precision - 1))
+        return value, null
 
     def _arith(self, a, b, both, name):
         with np.errstate(over="ignore", invalid="ignore"):
