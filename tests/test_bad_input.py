@@ -569,3 +569,34 @@ def test_a_parquet_row_with_several_problems_gets_its_first_one(tmp_path):
     batch = read_batch([path], spec({"on-bad-record": "quarantine"}, columns=columns))
     assert [(d["line"], d["field"]) for d in batch.dead_letters] == expected
     assert batch.records.column("id").to_pylist() == [1]
+
+
+@pytest.mark.parametrize("local_records", ["10000", "0"], ids=["in-process", "spark"])
+def test_a_lone_carriage_return_stays_inside_its_line_in_the_apply(tmp_path, monkeypatch, local_records):
+    """Found by test_failed_apply's fuzzing: the apply split lines at a lone \\r, so a dead letter named line
+    4 where the reader (and an editor counting newlines) says line 3."""
+    from changelake import ChangeLake, apply
+
+    monkeypatch.setattr(apply, "LOCAL_RECORDS", int(local_records))
+    lake = ChangeLake(home=tmp_path / "home", tables_dir=tmp_path / "tables", progress=None)
+    lake.create_table(
+        {
+            "name": "t.cr",
+            "columns": [{"name": "id", "type": "INT"}, {"name": "s", "type": "STRING"}],
+            "primary_key": ["id"],
+            "source": {"format": "changelog-json", "on-bad-record": "quarantine"},
+        }
+    )
+    landed = lake.settings.landing_dir / "t.cr" / "1.jsonl"
+    landed.parent.mkdir(parents=True)
+    landed.write_bytes(
+        b'{"op": "+I", "data": {"id": 1, "s": "a\\rb"}}\n{"op": "+I", "data": {"id": 2}}\n\ru\n'
+    )
+    reference = read_batch([landed], lake.spec("t.cr"))
+    assert [(d["line"], d["reason"]) for d in reference.dead_letters] == [
+        (3, "malformed JSON at column 2: Expecting value")
+    ]
+    lake.apply_pending("t.cr")
+    assert [(d["line"], d["reason"]) for d in lake.dead_letters("t.cr", 1)] == [
+        (d["line"], d["reason"]) for d in reference.dead_letters
+    ]

@@ -56,6 +56,8 @@ def test_apply_on_a_standalone_cluster_equals_the_local_run(tmp_path):
     for run in ("local", "cluster"):
         env = {k: v for k, v in os.environ.items() if not k.startswith("CHANGELAKE_")}
         env.update(CHANGELAKE_HOME=str(tmp_path / run), CHANGELAKE_TABLES=str(tables))
+        # Batches this small apply in-process without Spark; this test is about Spark on a cluster.
+        env["CHANGELAKE_LOCAL_APPLY_RECORDS"] = "0"
         subprocess.run(
             [sys.executable, "-m", "changelake.cli", "datagen", "--batches", "2", "--records", "60"],
             env=env, check=True, capture_output=True, timeout=120,

@@ -403,7 +403,7 @@ def _decode_lines(r: Range, spec: TableSpec, out: readers.DecodedBatch) -> pa.Ta
     order_number: list = []
     order_text: list = []
     base = r.file_index << FILE_SHIFT
-    for line_no, raw in enumerate(data.splitlines(keepends=True), start=r.first_line):
+    for line_no, raw in enumerate(_lines(data), start=r.first_line):
         if not raw.strip():
             continue
         out.messages += 1
@@ -508,6 +508,15 @@ def _json_columns(data: bytes, r: Range, spec: TableSpec) -> pa.Table | None:
     return pa.Table.from_arrays(columns, schema=staged)
 
 
+def _lines(data: bytes) -> list[bytes]:
+    """The lines of a byte range, each with its newline, ending at b"\\n" only: as the byte-range planner and
+    the reader of a landed file count them (``bytes.splitlines`` would also break at a lone \\r and shift
+    every later line number of an error or dead letter)."""
+    parts = data.split(b"\n")
+    tail = parts.pop()  # what follows the last newline: b"" when the range ends with one
+    return [p + b"\n" for p in parts] + ([tail] if tail else [])
+
+
 def _object_lines(data: bytes, first_line: int) -> np.ndarray | None:
     """The line number of every non-blank line, if each is one ``{...}`` (a carriage return only before a
     newline, the text valid UTF-8); else None."""
@@ -520,7 +529,7 @@ def _object_lines(data: bytes, first_line: int) -> np.ndarray | None:
         len(returns)
         and ((returns + 1 >= len(raw)) | (raw[np.minimum(returns + 1, len(raw) - 1)] != 10)).any()
     ):
-        return None  # Python's splitlines also breaks at a lone \r
+        return None  # a lone \r: the per-line path decides what it means inside its line
     starts = np.r_[0, newlines + 1]
     ends = np.r_[newlines, len(raw)]  # exclusive, without the newline
     ends = ends - ((ends > starts) & (raw[np.maximum(ends - 1, 0)] == 13))  # without a \r before it
