@@ -11,9 +11,10 @@ the stores with Arrow ``take`` at the end; the rules of each engine are the ones
 for one record, written over arrays.
 
 Exactness: integer sums and products wrap around as Java's do, FLOAT arithmetic is float32, max/min order
-floats as ``Double.compare`` does and strings by code point (= UTF-8 byte order). DECIMAL sum/product,
-listagg/string_agg and rbm32/rbm64 call the scalar function of :mod:`changelake.merge` element by element
-(numpy ``frompyfunc``): exact, but a Python call per merged value for those columns.
+floats as ``Double.compare`` does and strings by code point (= UTF-8 byte order), DECIMAL(<=18) adds and
+compares as unscaled longs. DECIMAL products, wider DECIMAL sums and rbm32/rbm64 call the scalar function of
+:mod:`changelake.merge` element by element (numpy ``frompyfunc``): exact, but a Python call per merged value
+for those columns; listagg/string_agg join Python strings in numpy's object loop.
 """
 
 from __future__ import annotations
@@ -30,6 +31,15 @@ from changelake.spec import TableSpec
 
 CHANGE_TYPES = ("+I", "-U", "+U", "-D")
 INSERT, UPDATE_BEFORE, UPDATE_AFTER, DELETE = range(4)
+# Functions whose result is one of their two inputs: a fold points at it instead of computing a value.
+_SELECTING = {
+    "last_value",
+    "last_value_ignore_nulls",
+    "first_value",
+    "first_value_ignore_nulls",
+    "max",
+    "min",
+}
 # Functions computed with numpy arrays; the others call merge.aggregate_function per value.
 _VECTOR_FUNCTIONS = {
     "sum",
@@ -602,7 +612,8 @@ class _AggColumn:
         # call merge's function per value.
         self.decimal64 = _kind(self.type) == "decimal64"
         exact = self.type_name != "DECIMAL" or (self.decimal64 and self.name != "product")
-        if self.name not in _VECTOR_FUNCTIONS or not exact:
+        self.delimiter = spec.agg_delimiter(column.name) if self.name in ("listagg", "string_agg") else None
+        if (self.name not in _VECTOR_FUNCTIONS and self.delimiter is None) or not exact:
             self.scalar = np.frompyfunc(
                 _refusals_as_values(merge.aggregate_function(spec, column.name)), 2, 1
             )
@@ -613,6 +624,7 @@ class _AggColumn:
         self.offset = bm.ID_BASE + bm.n  # computed values come after the id slots in the store
         self.computed: list[tuple[np.ndarray, np.ndarray]] = []
         self._base: pa.Array | None = None
+        self._base_null: np.ndarray | None = None
 
     def value_at(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         if self._base is None:
@@ -633,10 +645,20 @@ class _AggColumn:
         return values, nulls
 
     def null_at(self, positions: np.ndarray) -> np.ndarray:
-        return self.value_at(positions)[1]
+        if self._base_null is None:
+            self.value_at(positions[:0])  # builds the base
+            self._base_null = self._base.is_null().to_numpy(zero_copy_only=False)
+        low = positions < self.offset
+        nulls = self._base_null[np.where(low, positions, 0)]
+        if (~low).any():
+            all_nulls = np.concatenate([z for _, z in self.computed])
+            nulls[~low] = all_nulls[positions[~low] - self.offset]
+        return nulls
 
     def fold(self, old_positions: np.ndarray, r: np.ndarray) -> np.ndarray:
         """Aggregate record ``r``'s value into the values at ``old_positions``; returns the new positions."""
+        if self.scalar is None and self.name in _SELECTING:
+            return self._select(old_positions, self.bm.H + r)
         old, old_null = self.value_at(old_positions)
         new, new_null = self.value_at(self.bm.H + r)
         value, null = self._apply(old, old_null, new, new_null)
@@ -647,6 +669,25 @@ class _AggColumn:
         start = self.offset + sum(len(v) for v, _ in self.computed)
         self.computed.append((value, null))
         return np.arange(start, start + len(r))
+
+    def _select(self, old: np.ndarray, new: np.ndarray) -> np.ndarray:
+        """A function whose result is one of its inputs points at it (no value computed or converted, but for
+        the pairs max/min compare)."""
+        name = self.name
+        a_null, b_null = self.null_at(old), self.null_at(new)
+        if name == "last_value":
+            take_new = np.ones(len(new), bool)
+        elif name == "last_value_ignore_nulls":
+            take_new = ~b_null
+        elif name in ("first_value", "first_value_ignore_nulls"):
+            take_new = a_null
+        else:  # max, min
+            take_new = a_null.copy()
+            both = np.flatnonzero(~a_null & ~b_null)
+            if len(both):
+                ka, kb = _order_key(self.value_at(old[both])[0]), _order_key(self.value_at(new[both])[0])
+                take_new[both] = (kb > ka) if name == "max" else (kb < ka)
+        return np.where(take_new, new, old)
 
     def computed_arrays(self) -> list[pa.Array]:
         # The id slots sit between the null slot and the computed values (an id column never aggregates).
@@ -675,6 +716,11 @@ class _AggColumn:
             ka, kb = _order_key(a[both]), _order_key(b[both])
             better[both] = (kb > ka) if name == "max" else (kb < ka)
             combined = np.where(better, b, a)
+        elif self.delimiter is not None:
+            # Python strings joined element by element by numpy's object loop (no call per value).
+            combined = a.copy()
+            at = np.flatnonzero(both)
+            combined[at] = a[at] + self.delimiter + b[at]
         elif name == "bool_and":
             combined = a & b
         elif name == "bool_or":
