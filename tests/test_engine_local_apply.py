@@ -76,6 +76,7 @@ def test_in_process_batches_equal_spark_batches(lake, monkeypatch, case):
 
 def test_a_small_batch_needs_no_spark_and_a_large_one_uses_it(lake, home, monkeypatch):
     monkeypatch.setattr(apply, "LOCAL_RECORDS", 10_000)
+
     def no_spark():
         raise AssertionError("a small batch started Spark")
 
