@@ -77,7 +77,8 @@ def main() -> int:
     import changelake.apply as applier
 
     lake.create_table({**SPEC, "name": "bench.warmup"})
-    local_records, applier.LOCAL_RECORDS = applier.LOCAL_RECORDS, 0
+    local_records = getattr(applier, "LOCAL_RECORDS", None)  # None: an older version, always Spark
+    applier.LOCAL_RECORDS = 0
     lake.apply("bench.warmup", file=data / "warmup.parquet", batch_id=1)
     applier.LOCAL_RECORDS = local_records
 
