@@ -353,19 +353,7 @@ def _read_parquet_range(r: Range, spec: TableSpec, opts, out: readers.DecodedBat
     except (pa.ArrowException, OSError, ValueError):
         # Whatever the reader says of this file (it reads it whole), in its words.
         return readers._read_parquet(path, spec, opts, out), 0
-    names = set(spec.column_names)
-    seen: set[str] = set()
-    for name in table.column_names:  # the file's problems, as readers._read_parquet names them
-        if name in seen:
-            raise BadRecordError(str(path), 1, name, "the column appears twice in the file")
-        seen.add(name)
-        if name != "op" and name not in names and not opts.ignore_unknown_fields:
-            raise BadRecordError(
-                str(path), 1, name, f"unknown column; table columns are {list(spec.column_names)}"
-            )
-    if "op" not in table.column_names:
-        raise BadRecordError(str(path), 1, "op", "missing the 'op' column")
-    table = table.select([c for c in table.column_names if c == "op" or c in names])
+    table = readers.parquet_columns(table, path, spec, opts)
     out.messages += table.num_rows
     rows = pa.array(np.arange(r.start + 1, r.start + 1 + table.num_rows), pa.int64())
     result, bad = readers._decode_rows(table, path, spec, rows)

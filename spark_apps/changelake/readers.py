@@ -428,15 +428,10 @@ def raw_text(line: str | bytes) -> str:
     return line.decode("utf-8", "backslashreplace") if isinstance(line, bytes) else line
 
 
-def _read_parquet(path: Path, spec: TableSpec, opts: SourceOptions, out: DecodedBatch) -> pa.Table:
-    """Validate column-wise; under quarantine, set each bad row aside and validate the rest again.
-
-    A file that is not Parquet, or whose columns do not fit the table (unknown, repeated, no ``op``), is
-    refused whole: those are problems of the file, not of a record."""
-    try:
-        table = pq.read_table(path)
-    except (pa.ArrowException, OSError, ValueError) as e:
-        raise BadRecordError(str(path), 0, None, f"not a readable Parquet file: {e}") from None
+def parquet_columns(table: pa.Table, path, spec: TableSpec, opts) -> pa.Table:
+    """The columns of a landed Parquet file the batch reads (``op`` and the table's), after the file-level
+    checks: a column twice, an unknown column (unless ``ignore-unknown-fields``), no ``op`` column. Shared by
+    the whole-file reader and the engine's row-group ranges, so both refuse a file in the same words."""
     names = set(spec.column_names)
     seen: set[str] = set()
     for name in table.column_names:
@@ -449,7 +444,19 @@ def _read_parquet(path: Path, spec: TableSpec, opts: SourceOptions, out: Decoded
             )
     if "op" not in table.column_names:
         raise BadRecordError(str(path), 1, "op", "missing the 'op' column")
-    table = table.select([c for c in table.column_names if c == "op" or c in names])
+    return table.select([c for c in table.column_names if c == "op" or c in names])
+
+
+def _read_parquet(path: Path, spec: TableSpec, opts: SourceOptions, out: DecodedBatch) -> pa.Table:
+    """Validate column-wise; under quarantine, set each bad row aside and validate the rest again.
+
+    A file that is not Parquet, or whose columns do not fit the table (unknown, repeated, no ``op``), is
+    refused whole: those are problems of the file, not of a record."""
+    try:
+        table = pq.read_table(path)
+    except (pa.ArrowException, OSError, ValueError) as e:
+        raise BadRecordError(str(path), 0, None, f"not a readable Parquet file: {e}") from None
+    table = parquet_columns(table, path, spec, opts)
     out.messages += table.num_rows
     rows = pa.array(range(1, table.num_rows + 1), pa.int64())  # original row numbers (1-based)
     result, bad = _decode_rows(table, path, spec, rows)
