@@ -4,7 +4,7 @@ SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 
 export CHANGELAKE_HOME ?= $(CURDIR)/.changelake
-export CHANGELAKE_TABLES ?= $(CURDIR)/tables
+export CHANGELAKE_TABLES ?= $(CURDIR)/examples/tables
 export UV_LINK_MODE ?= copy
 # Bytecode compiled at install: where PYTHONDONTWRITEBYTECODE is set (as on CI machines), every process
 # otherwise recompiles pyspark, pyiceberg, pandas and Airflow from source (3.7 of the 6.9 s of a CLI apply).
@@ -34,7 +34,7 @@ setup: uv check-java ## Create both environments from their lock files (.venv, .
 	@echo "data env ready: $$($(PY) -c 'import pyspark, pyiceberg; print("pyspark", pyspark.__version__, "pyiceberg", pyiceberg.__version__)')"
 	@UV_PROJECT_ENVIRONMENT=$(CURDIR)/.venv-airflow $(UV) sync --frozen --quiet --project infra/airflow
 	@echo "airflow env ready: apache-airflow $$($(AIRFLOW_PY) -c 'import importlib.metadata as m; print(m.version("apache-airflow"))')"
-	@$(PY) -m compileall -q -j 0 spark_apps dags >/dev/null
+	@$(PY) -m compileall -q -j 0 src spark_apps dags >/dev/null
 	@infra/datadocs_assets.sh
 	@infra/postgres.sh
 
@@ -75,12 +75,12 @@ apply: setup ## spark-submit the apply app for all pending batches (SPARK_MASTER
 		--conf spark.pyspark.python=$(CURDIR)/.venv/bin/python spark_apps/apply_app.py
 
 lint: setup ## ruff lint and format check
-	$(PY) -m ruff check spark_apps expectations tests benchmarks dags infra
-	$(PY) -m ruff format --check spark_apps expectations tests benchmarks dags infra
+	$(PY) -m ruff check src spark_apps tests benchmarks dags infra
+	$(PY) -m ruff format --check src spark_apps tests benchmarks dags infra
 
 format: setup ## Apply ruff formatting and safe fixes
-	$(PY) -m ruff check --fix spark_apps expectations tests benchmarks dags infra
-	$(PY) -m ruff format spark_apps expectations tests benchmarks dags infra
+	$(PY) -m ruff check --fix src spark_apps tests benchmarks dags infra
+	$(PY) -m ruff format src spark_apps tests benchmarks dags infra
 
 demo: setup ## Land sample batches and run the Airflow pipeline end to end (apply), then print a summary
 	@infra/demo.sh

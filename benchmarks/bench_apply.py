@@ -48,6 +48,7 @@ import numpy as np
 import pyarrow.parquet as pq
 from bench_data import COLUMNS, UPDATE, make_records
 from bench_memory import PhaseMemory, child_jvm
+
 from changelake import ChangeLake
 
 HERE = Path(__file__).resolve().parent
@@ -285,7 +286,7 @@ def main() -> int:
 
     # JVM classes, Python workers and imports start once here, not inside the first timed scenario. A 10k-row
     # batch is applied in this process (no Spark job), so the warm-up sends it through Spark explicitly.
-    import changelake.apply as applier
+    import changelake.engine.apply as applier
 
     lake.create_table({**SPEC, "name": "bench.warmup"})
     local_records, applier.LOCAL_RECORDS = applier.LOCAL_RECORDS, 0

@@ -2,7 +2,7 @@
 versions of the code on a busy machine: the same data, the same JVM, every scenario repeated.
 
     .venv/bin/python benchmarks/bench_engine.py --rows 1000000 --batch 100000 --reps 3
-    PYTHONPATH=/path/to/other/checkout/spark_apps .venv/bin/python benchmarks/bench_engine.py ...   # the other
+    PYTHONPATH=/path/to/other/checkout/src .venv/bin/python benchmarks/bench_engine.py ...   # the other
 
 Scenarios per repetition, each on a fresh table: ``initial`` (the rows as batch 1), ``parquet`` (the change
 batch: 70% updates, 20% inserts, 10% deletes), ``bucket`` (``--small`` updates in one bucket), ``json`` (a batch
@@ -27,6 +27,7 @@ import numpy as np
 import pyarrow.parquet as pq
 from bench_apply import SPEC
 from bench_data import UPDATE, generate, make_records
+
 from changelake import ChangeLake
 
 SCENARIOS = ("initial", "parquet", "bucket", "json")
@@ -74,7 +75,7 @@ def main() -> int:
     print(f"changelake from {changelake.__file__}", file=sys.stderr)
 
     # Warm-up: JVM classes, Python workers and imports (through Spark: 10k rows would apply in this process).
-    import changelake.apply as applier
+    import changelake.engine.apply as applier
 
     lake.create_table({**SPEC, "name": "bench.warmup"})
     local_records = getattr(applier, "LOCAL_RECORDS", None)  # None: an older version, always Spark

@@ -28,7 +28,7 @@ then the endpoint is stopped and the script checks that none of its processes is
 and warm apply different batches of the same shape to the same table.
 
 CHANGELAKE_* variables of the caller are ignored (the run has its own home). Python bytecode of
-``spark_apps`` is compiled first, as ``make setup`` does. Writes ``benchmarks/results/latency.json``
+``src`` is compiled first, as ``make setup`` does. Writes ``benchmarks/results/latency.json``
 (figures, targets met or missed, machine, load average at start and end) and prints a table.
 """
 
@@ -283,8 +283,9 @@ class Truth:
     """A table as pyiceberg and pyarrow read it (the reference the CLI's answers are checked against)."""
 
     def __init__(self, home: Path, table: str):
-        from changelake.config import load_settings
         from pyiceberg.catalog import load_catalog
+
+        from changelake.config import load_settings
 
         settings = load_settings(home=home, tables_dir=home / "tables")
         props = {"type": settings.catalog_type, "uri": settings.catalog_uri, "warehouse": settings.warehouse}
@@ -390,6 +391,7 @@ def build(home: Path, plan: dict[str, dict[str, int]], chunk: int) -> None:
     """In a child process: generate each table's rows and batch 2 with bench_data.py, write its spec file,
     create it and apply both batches through changelake's own apply (the API, one SparkSession)."""
     import yaml
+
     from changelake import ChangeLake
 
     (home / "tables").mkdir(parents=True, exist_ok=True)
@@ -939,7 +941,7 @@ def main(argv: list[str] | None = None) -> int:
     when = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     machine = machine_info()
     # As `make setup` leaves a clone: the package's bytecode compiled (stale .pyc files recompile per run).
-    subprocess.run([sys.executable, "-m", "compileall", "-q", str(REPO / "spark_apps")], check=False)
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(REPO / "src")], check=False)
     home = (args.home or Path(tempfile.mkdtemp(prefix="changelake-latency-"))).resolve()
     home.mkdir(parents=True, exist_ok=True)
     built, built_now = ensure_built(home, build_plan(args), args.chunk)

@@ -32,7 +32,7 @@ def main() -> int:
             f"{row['deduplicated']:>13}"
         )
     home = lake.settings.home
-    from changelake.dbt_runner import BUILD_RESULTS, dbt_dirs, summarize
+    from changelake.runtime.dbt_runner import BUILD_RESULTS, dbt_dirs, summarize
 
     target = dbt_dirs(lake.settings)["target"]
     build = summarize(target / BUILD_RESULTS)

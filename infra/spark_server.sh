@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CHANGELAKE_HOME="${CHANGELAKE_HOME:-$PWD/.changelake}"
-export CHANGELAKE_TABLES="${CHANGELAKE_TABLES:-$PWD/tables}"
+export CHANGELAKE_TABLES="${CHANGELAKE_TABLES:-$PWD/examples/tables}"
 export SPARK_THRIFT_HOST="${SPARK_THRIFT_HOST:-127.0.0.1}"
 export SPARK_THRIFT_PORT="${SPARK_THRIFT_PORT:-10000}"
 export SPARK_CONNECT_PORT="${SPARK_CONNECT_PORT:-15002}"

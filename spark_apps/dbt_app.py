@@ -10,7 +10,7 @@ renders when unset), are dropped.
 import sys
 
 from changelake.cli import without_empty_args
-from changelake.dbt_runner import main
+from changelake.runtime.dbt_runner import main
 
 if __name__ == "__main__":
     sys.exit(main(without_empty_args(sys.argv[1:])))

@@ -6,7 +6,7 @@ Exits 1 when an expectation of severity critical fails.
 
 import sys
 
-from changelake.quality import main
+from changelake.quality.runner import main
 
 if __name__ == "__main__":
     sys.exit(main())

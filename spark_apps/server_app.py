@@ -10,7 +10,7 @@ master is CHANGELAKE_SPARK_MASTER (the script sets it from SPARK_MASTER).
 
 import sys
 
-from changelake.server import main
+from changelake.runtime.server import main
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

@@ -27,7 +27,7 @@ def pytest_collection_modifyitems(items):
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory):
     from changelake.config import load_settings
-    from changelake.session import get_spark
+    from changelake.runtime.session import get_spark
 
     home = tmp_path_factory.mktemp("spark-home")
     settings = load_settings(home=home, spark_conf={"spark.sql.shuffle.partitions": "4"})
@@ -115,17 +115,17 @@ def changelog_of(lake, table: str) -> list[tuple]:
     return [(r["_log_offset"], r["_change_type"], *[r[c] for c in cols]) for r in rows]
 
 
-DEMO_TABLES = sorted(p.stem for p in (REPO / "tables").glob("*.yaml"))
+DEMO_TABLES = sorted(p.stem for p in (REPO / "examples" / "tables").glob("*.yaml"))
 
 
 def land_and_apply_demo(lake, batches: int = 2, records: int = 30):
     """Every demo table's spec copied into ``lake``, ``batches`` datagen batches landed per table, applied."""
     import shutil
 
-    from changelake.datagen import generate
+    from changelake.inputs.datagen import generate
 
     for name in DEMO_TABLES:
-        shutil.copy(REPO / "tables" / f"{name}.yaml", lake.settings.tables_dir)
+        shutil.copy(REPO / "examples" / "tables" / f"{name}.yaml", lake.settings.tables_dir)
     specs = lake.specs()
     for name in DEMO_TABLES:
         generate(specs[name], lake.settings.landing_dir, batches=batches, records=records)

@@ -3,7 +3,7 @@
 import math
 
 from changelake import ChangeLake
-from changelake.readers import read_batch
+from changelake.inputs.readers import read_batch
 
 
 def test_nan_and_infinities_survive_staging(tmp_path):

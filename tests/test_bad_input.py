@@ -15,13 +15,14 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from pyroaring import BitMap, BitMap64
+
 from changelake.errors import BadRecordError, ChangelakeError, SpecError
 from changelake.identifiers import check_name
-from changelake.landing import landed_batches, landing_problems, read_manifest, scan_landing
-from changelake.readers import read_batch
+from changelake.inputs.landing import landed_batches, landing_problems, read_manifest, scan_landing
+from changelake.inputs.readers import read_batch
 from changelake.spec import TableSpec
 from changelake.types import parse_type
-from pyroaring import BitMap, BitMap64
 
 D = decimal.Decimal
 COLUMNS = [
@@ -519,7 +520,7 @@ def test_timestamps_from_debezium_stay_exact(tmp_path):
     ],
 )
 def test_datagen_profiles_of_the_wrong_types_are_changelake_errors(tmp_path, profile, message):
-    from changelake.datagen import generate
+    from changelake.inputs.datagen import generate
 
     s = TableSpec.from_dict({"name": "t.x", "columns": COLUMNS, "primary_key": ["id"], "datagen": profile})
     with pytest.raises(ChangelakeError, match=message):
@@ -530,8 +531,8 @@ def test_datagen_profiles_of_the_wrong_types_are_changelake_errors(tmp_path, pro
 def test_the_per_line_path_validates_for_every_caller():
     """Executors decode byte ranges through ``_JsonReader._entry``: it takes bytes or text and applies every
     rule itself (UTF-8, the Parquet check, the catch-all), so no caller has to repeat one."""
-    from changelake import formats
-    from changelake.readers import DecodedBatch, _JsonReader, batch_arrow_schema
+    from changelake.inputs import formats
+    from changelake.inputs.readers import DecodedBatch, _JsonReader, batch_arrow_schema
 
     s = spec()
     reader = _JsonReader(
@@ -575,7 +576,8 @@ def test_a_parquet_row_with_several_problems_gets_its_first_one(tmp_path):
 def test_a_lone_carriage_return_stays_inside_its_line_in_the_apply(tmp_path, monkeypatch, local_records):
     """Found by test_failed_apply's fuzzing: the apply split lines at a lone \\r, so a dead letter named line
     4 where the reader (and an editor counting newlines) says line 3."""
-    from changelake import ChangeLake, apply
+    from changelake import ChangeLake
+    from changelake.engine import apply
 
     monkeypatch.setattr(apply, "LOCAL_RECORDS", int(local_records))
     lake = ChangeLake(home=tmp_path / "home", tables_dir=tmp_path / "tables", progress=None)

@@ -4,7 +4,7 @@ catalog's own tables."""
 import multiprocessing as mp
 
 from changelake.config import load_settings
-from changelake.storage import Storage
+from changelake.storage.iceberg import Storage
 
 
 def _open(home, catalog_uri, results):

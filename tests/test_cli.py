@@ -58,7 +58,7 @@ def test_walkthrough_spec_2_2_through_the_cli(home, cli_env):
         for line in cli(cli_env, "scan", "demo.fruit", "--format", "jsonl").stdout.splitlines()
     ]
     from changelake.config import load_settings
-    from changelake.storage import Storage
+    from changelake.storage.iceberg import Storage
 
     arrow = Storage(load_settings(home=home)).catalog.load_table("demo.fruit").scan().to_arrow()
     assert scan == [{"k": 2, "price": 1.5, "name": "cherry"}]
@@ -113,7 +113,7 @@ _PROBE = (
 
 
 def test_read_commands_start_no_jvm_and_equal_the_spark_reads(lake, home, cli_env):
-    from changelake.fastread import json_default
+    from changelake.storage.fastread import json_default
 
     (home / "tables" / "demo.fruit.yaml").write_text(SPEC)
     lake.apply(

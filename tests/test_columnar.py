@@ -1,4 +1,4 @@
-"""Differential test: the columnar merge (``changelake.columnar.merge_records``) equals the sequential
+"""Differential test: the columnar merge (``changelake.engine.columnar.merge_records``) equals the sequential
 reference (``merge.apply_sequential``) on one bucket: same final rows, same changelog (types, images, order),
 same counts, same remaining auto-increment range, and the same refusal when the reference refuses.
 
@@ -11,8 +11,6 @@ from __future__ import annotations
 import dataclasses
 import decimal
 import functools
-import importlib
-import importlib.util
 import math
 import traceback
 from dataclasses import dataclass
@@ -20,8 +18,6 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-from changelake.errors import WriteRefusedError
-from changelake.merge import BatchCounts, IdAllocator, apply_sequential
 from columnar_strategies import (
     AGG_ALL,
     AGG_GROUPS,
@@ -38,13 +34,9 @@ from columnar_strategies import (
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-if importlib.util.find_spec("changelake.columnar") is None:
-    columnar = pytest.importorskip(
-        "changelake.columnar", reason="changelake.columnar (the columnar merge) is not written yet"
-    )
-else:
-    # Present: import it plainly, so a broken module fails the run instead of skipping it.
-    columnar = importlib.import_module("changelake.columnar")
+from changelake.engine import columnar
+from changelake.engine.merge import BatchCounts, IdAllocator, apply_sequential
+from changelake.errors import WriteRefusedError
 
 # Pure Python/Arrow: the whole module runs in about a minute; the cap catches a hanging merge. The reference
 # computes FLOAT sums in numpy float32, which warns when they overflow to inf or multiply inf by 0 (intended).

@@ -10,8 +10,9 @@ import json
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+
 from changelake.errors import ChangelakeError
-from changelake.storage import Storage
+from changelake.storage.iceberg import Storage
 
 pytestmark = pytest.mark.integration
 
@@ -37,7 +38,7 @@ def land(lake, table: str, batch_id: int, lines: list) -> object:
 
 
 def recorded(lake, table: str) -> bool:
-    """Whether the apply records how it read each batch (``changelake.input``, spark_apps' apply.py)."""
+    """Whether the apply records how it read each batch (``changelake.input``, changelake.engine.apply)."""
     pk = lake.storage.pk_table(lake.spec(table))
     return all("changelake.input" in Storage.snapshot_summary(s) for s in Storage.batch_snapshots(pk))
 
@@ -140,14 +141,14 @@ def test_dbt_exact_recomputation_still_matches_after_the_source_changes(lake, sp
     import shutil
 
     import yaml
-    from changelake.datagen import generate
-    from changelake.dbt_runner import dbt_dirs, run_dbt, summarize
     from pyspark.sql import functions as F
 
+    from changelake.inputs.datagen import generate
+    from changelake.runtime.dbt_runner import dbt_dirs, run_dbt, summarize
     from tests.conftest import REPO
 
     name = "shop.shop_user_stats"
-    shutil.copy(REPO / "tables" / f"{name}.yaml", lake.settings.tables_dir)
+    shutil.copy(REPO / "examples" / "tables" / f"{name}.yaml", lake.settings.tables_dir)
     generate(lake.specs()[name], lake.settings.landing_dir, batches=2, records=60)
     lake.apply_pending()
     needs_recorded_input(lake, name)

@@ -7,10 +7,10 @@ from __future__ import annotations
 import decimal
 
 import pytest
-from changelake.datagen import generate
-from changelake.dbt_runner import dbt_dirs, run_dbt, summarize
 from pyspark.sql import functions as F
 
+from changelake.inputs.datagen import generate
+from changelake.runtime.dbt_runner import dbt_dirs, run_dbt, summarize
 from tests.conftest import DEMO_TABLES, REPO, land_and_apply_demo
 
 pytestmark = pytest.mark.integration
@@ -115,9 +115,9 @@ def test_a_duplicated_key_fails_dbt_test(demo, spark):
 def test_without_dedup_the_drift_check_fails_and_says_by_how_much(lake, spark):
     """The same redelivering source into an aggregation table without `dedup: kafka-offsets`: dbt's exact
     recomputation exposes the drift and the quality app fails on it, naming the drifted keys."""
-    from changelake.quality import run_quality
+    from changelake.quality.runner import run_quality
 
-    for path in sorted((REPO / "tables").glob("*.yaml")):
+    for path in sorted((REPO / "examples" / "tables").glob("*.yaml")):
         text = path.read_text()
         if path.stem == "shop.shop_user_stats":
             text = text.replace("dedup: kafka-offsets", "dedup: none")

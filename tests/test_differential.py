@@ -2,11 +2,12 @@
 reference, for every engine: same rows, same changelog, same counts."""
 
 import pytest
-from changelake.merge import apply_sequential
-from changelake.spec import TableSpec
 from conftest import changelog_of, rows_of
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+from changelake.engine.merge import apply_sequential
+from changelake.spec import TableSpec
 
 pytestmark = pytest.mark.integration
 

@@ -10,11 +10,12 @@ import decimal
 import numpy as np
 import pyarrow as pa
 import pytest
-from changelake.buckets import bucket_ids, xxhash64_columns
-from changelake.fastread import bucket_of, spark_xxhash64
-from changelake.spec import TableSpec
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from changelake.engine.buckets import bucket_ids, xxhash64_columns
+from changelake.spec import TableSpec
+from changelake.storage.fastread import bucket_of, spark_xxhash64
 
 TYPES = {
     "BOOLEAN": st.booleans(),

@@ -7,7 +7,9 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from changelake import buckets, decode
+
+from changelake.engine import buckets
+from changelake.inputs import decode
 from changelake.spec import TableSpec
 
 SPEC = TableSpec.from_dict(

@@ -12,11 +12,12 @@ import json
 import math
 
 import pytest
-from changelake import decode, readers
-from changelake.errors import BadRecordError
-from changelake.spec import TableSpec
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+from changelake.errors import BadRecordError
+from changelake.inputs import decode, readers
+from changelake.spec import TableSpec
 
 COLUMNS = {
     "k": "BIGINT",

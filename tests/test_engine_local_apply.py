@@ -9,16 +9,16 @@ import shutil
 
 import pytest
 import yaml
-from changelake import apply
-from changelake.apply import Applier
-from changelake.datagen import generate
-from changelake.spec import TableSpec
 
+from changelake.engine import apply
+from changelake.engine.apply import Applier
+from changelake.inputs.datagen import generate
+from changelake.spec import TableSpec
 from tests.conftest import REPO, changelog_of, rows_of
 
 pytestmark = pytest.mark.integration
 
-ORDERS = yaml.safe_load((REPO / "tables" / "shop.orders.yaml").read_text())
+ORDERS = yaml.safe_load((REPO / "examples" / "tables" / "shop.orders.yaml").read_text())
 CASES = {
     "changelog_json": {"format": "changelog-json", "on-bad-record": "quarantine"},
     "changelog_parquet": {"format": "changelog-parquet"},

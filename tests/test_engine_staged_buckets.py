@@ -12,10 +12,12 @@ import json
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from changelake import decode, tables
-from changelake.errors import BadRecordError
-from changelake.readers import read_batch
 from conftest import changelog_of, rows_of
+
+from changelake.errors import BadRecordError
+from changelake.inputs import decode
+from changelake.inputs.readers import read_batch
+from changelake.storage import sparkread
 
 pytestmark = pytest.mark.integration
 
@@ -23,7 +25,7 @@ pytestmark = pytest.mark.integration
 @pytest.fixture(autouse=True)
 def through_spark(monkeypatch):
     """These batches are small: without this they would be applied in the test's process."""
-    from changelake import apply
+    from changelake.engine import apply
 
     monkeypatch.setattr(apply, "LOCAL_RECORDS", 0)
 
@@ -114,20 +116,20 @@ def test_many_decode_tasks_apply_as_one(lake, spark, home, monkeypatch):
     assert changelog_of(lake, "s.split") == changelog_of(lake, "s.whole")
 
     spec = lake.spec("s.split")
-    stored = tables.rows_df(spark, lake.storage, spec)
+    stored = sparkread.rows_df(spark, lake.storage, spec)
     expected = F.pmod(F.xxhash64(*spec.bucket_key), F.lit(spec.bucket_num)).cast("int")
     assert stored.filter(stored["_bucket"] != expected).count() == 0
     assert stored.select("_bucket").distinct().count() > 1
     # Each data file holds one (partition, bucket): its rows' day and bucket are the file's partition.
     for f in lake.storage.data_files(lake.storage.pk_table(spec)):
         got = pq.read_table(f.file_path, columns=["day", "_bucket"]).to_pylist()
-        day, bucket = tables.partition_tuple(f)
+        day, bucket = sparkread.partition_tuple(f)
         assert {((r["day"] - dt.date(1970, 1, 1)).days, r["_bucket"]) for r in got} == {(day, bucket)}
 
 
 @pytest.mark.parametrize("row_group", [6, 40], ids=["ranges of row groups", "one row group cut"])
 def test_bad_rows_in_later_cuts_name_their_lines_and_quarantine_alike(lake, home, monkeypatch, row_group):
-    from changelake import apply
+    from changelake.engine import apply
 
     records = [_record(i, "+I") for i in range(40)]
     for row in (3, 12, 25, 39):

@@ -4,10 +4,11 @@ import decimal
 import math
 
 import pytest
-from changelake.errors import SpecError, WriteRefusedError
-from changelake.merge import apply_sequential
-from changelake.spec import TableSpec
 from pyroaring import BitMap, BitMap64
+
+from changelake.engine.merge import apply_sequential
+from changelake.errors import SpecError, WriteRefusedError
+from changelake.spec import TableSpec
 
 D = decimal.Decimal
 

@@ -42,7 +42,7 @@ def read_state(home, catalog_uri):
     Checks on the way that every bucket's changelog offsets are gapless from 0 and grow with the batch id
     (the log is per bucket), so a batch logged twice or half shows up as a gap or a repeat."""
     from changelake.config import load_settings
-    from changelake.storage import Storage
+    from changelake.storage.iceberg import Storage
 
     storage = Storage(load_settings(home=home, tables_dir=home / "tables", catalog_uri=catalog_uri))
     rows = storage.catalog.load_table("t.kv").scan().to_arrow()
@@ -101,7 +101,7 @@ RACER = """
 import os, sys, time
 from pathlib import Path
 from changelake.cli import main
-from changelake.storage import Storage
+from changelake.storage.iceberg import Storage
 
 barrier, commit, waited = Path(sys.argv[1]), Storage.commit_batch, []
 

@@ -18,13 +18,13 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from changelake.errors import BadRecordError, ChangelakeError
-from changelake.readers import read_batch
-from changelake.spec import TableSpec
-from changelake.storage import Storage
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from changelake.errors import BadRecordError, ChangelakeError
+from changelake.inputs.readers import read_batch
+from changelake.spec import TableSpec
+from changelake.storage.iceberg import Storage
 from tests.test_fuzz_inputs import COLUMNS, json_lines, write_lines
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

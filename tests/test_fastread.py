@@ -1,4 +1,4 @@
-"""Reads without a JVM (changelake.fastread) return exactly what the Spark reads return.
+"""Reads without a JVM (changelake.storage.fastread) return exactly what the Spark reads return.
 
 Spark builds the tables and is the reference side of every comparison; the fast reads run both ways to the
 metadata (direct: sqlite3 + JSON + Avro; pyiceberg).
@@ -13,10 +13,11 @@ import json
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from changelake import fastread
+
 from changelake.errors import ChangelakeError
-from changelake.fastread import FastReader, bucket_of, spark_xxhash64
 from changelake.spec import TableSpec
+from changelake.storage import fastread
+from changelake.storage.fastread import FastReader, bucket_of, spark_xxhash64
 
 # Arrow type of a fast read -> Spark's simpleString of the same column in the Spark read.
 _SPARK_NAME = {
@@ -97,9 +98,10 @@ def _assert_same(arrow: pa.Table, df, ordered: bool, key: list[str]) -> None:
 
 
 def test_xxhash64_and_buckets_equal_spark(spark):
-    from changelake import tables
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
+
+    from changelake.storage import sparkread
 
     columns = [{"name": f"c{i}", "type": t} for i, t in enumerate(HASHED)]
     spec = TableSpec.from_dict(
@@ -112,10 +114,10 @@ def test_xxhash64_and_buckets_equal_spark(spark):
     )
     width = max(len(v) for v in HASHED.values())
     rows = [tuple(v[i % len(v)] for v in HASHED.values()) for i in range(width)]
-    struct = tables.storage_struct(spec, with_bucket=False)
+    struct = sparkread.storage_struct(spec, with_bucket=False)
     df = spark.createDataFrame(rows, T.StructType(struct.fields))
     names = list(spec.column_names)
-    expected = df.select(*[F.xxhash64(n) for n in names], tables.bucket_expr(spec)).collect()
+    expected = df.select(*[F.xxhash64(n) for n in names], sparkread.bucket_expr(spec)).collect()
     for row, want in zip(rows, expected, strict=True):
         values = dict(zip(names, row, strict=True))
         got = [spark_xxhash64([values[n]], [spec.column(n).type]) for n in names]

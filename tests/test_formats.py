@@ -7,8 +7,9 @@ import decimal
 import json
 
 import pytest
+
 from changelake.errors import BadRecordError, SpecError
-from changelake.readers import read_batch
+from changelake.inputs.readers import read_batch
 from changelake.spec import TableSpec
 
 COLUMNS = [

@@ -27,12 +27,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
-from changelake.errors import BadRecordError, ChangelakeError
-from changelake.readers import UNEXPECTED, read_batch
-from changelake.spec import TableSpec, load_specs
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyroaring import BitMap, BitMap64
+
+from changelake.errors import BadRecordError, ChangelakeError
+from changelake.inputs.readers import UNEXPECTED, read_batch
+from changelake.spec import TableSpec, load_specs
 
 REPO = Path(__file__).resolve().parents[1]
 FUZZ = settings(
@@ -492,7 +493,7 @@ def test_damaged_parquet_files_are_bad_records(data, flips):
 
 
 # --- spec loader -----------------------------------------------------------------------------------------
-DEMO_SPECS = [yaml.safe_load(p.read_text()) for p in sorted((REPO / "tables").glob("*.yaml"))]
+DEMO_SPECS = [yaml.safe_load(p.read_text()) for p in sorted((REPO / "examples" / "tables").glob("*.yaml"))]
 yaml_values = st.recursive(
     st.one_of(
         st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=10),

@@ -11,9 +11,10 @@ import sys
 import textwrap
 
 import pytest
+
 from changelake import ChangeLake
 from changelake.errors import ChangelakeError
-from changelake.storage import Storage
+from changelake.storage.iceberg import Storage
 
 UIDS = {
     "name": "web.uid_mapping",

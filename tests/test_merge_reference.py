@@ -1,8 +1,9 @@
 """The reference model of the default engine (spec §2.2, §3.1, §5, §2.1) — what the Spark plan is checked against."""
 
 import pytest
+
+from changelake.engine.merge import apply_sequential
 from changelake.errors import WriteRefusedError
-from changelake.merge import apply_sequential
 from changelake.spec import TableSpec
 
 

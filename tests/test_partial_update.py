@@ -3,10 +3,11 @@
 import json
 
 import pytest
-from changelake.errors import WriteRefusedError
-from changelake.merge import apply_sequential
-from changelake.spec import TableSpec
 from conftest import changelog_of, rows_of
+
+from changelake.engine.merge import apply_sequential
+from changelake.errors import WriteRefusedError
+from changelake.spec import TableSpec
 
 T = {
     "name": "t.partial",

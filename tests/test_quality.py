@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from changelake.quality import _context, _validate, run_quality
-from changelake.spec import TableSpec
-from changelake_expectations import suites
 
+from changelake.quality import suites
+from changelake.quality.runner import _context, _validate, run_quality
+from changelake.spec import TableSpec
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.integration
@@ -150,7 +150,7 @@ def test_quality_app_fails_on_a_hand_corrupted_table_and_reports_the_keys(lake, 
     assert not summary["success"] and summary["suites"]["pk_uniqueness"]["failed"] == 1
 
     # The spark-submit entrypoint's arguments (as the quality DAG passes them): --report-only exits 0.
-    from changelake.quality import main
+    from changelake.quality.runner import main
 
     monkeypatch.setenv("CHANGELAKE_HOME", str(lake.settings.home))
     monkeypatch.setenv("CHANGELAKE_TABLES", str(lake.settings.tables_dir))

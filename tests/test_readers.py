@@ -7,8 +7,9 @@ import decimal
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+
 from changelake.errors import BadRecordError
-from changelake.readers import read_batch
+from changelake.inputs.readers import read_batch
 from changelake.spec import TableSpec
 
 ALL_TYPES = TableSpec.from_dict(

@@ -10,10 +10,11 @@ import json
 
 import pytest
 import yaml
+from conftest import changelog_of, rows_of
+
 from changelake.errors import ChangelakeError, SpecError
 from changelake.spec import TableSpec
-from changelake.storage import CHANGELOG_SUFFIX
-from conftest import changelog_of, rows_of
+from changelake.storage.iceberg import CHANGELOG_SUFFIX
 
 ORDERS = {
     "name": "e.orders",
@@ -485,7 +486,8 @@ def test_valid_fluss_table_options_are_accepted_and_enums_normalised():
 def test_an_applier_with_a_stale_spec_refuses_to_rewrite_a_bucket_holding_newer_columns(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
-    from changelake.buckets import BucketContext, merge_bucket
+
+    from changelake.engine.buckets import BucketContext, merge_bucket
 
     path = tmp_path / "written-after-the-alter.parquet"
     pq.write_table(

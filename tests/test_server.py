@@ -1,4 +1,4 @@
-"""The warm SQL endpoint (infra/spark_server.sh, changelake.server).
+"""The warm SQL endpoint (infra/spark_server.sh, changelake.runtime.server).
 
 Without Spark: the endpoint's settings and the view refresher's decisions (which tables to re-register, a
 broken table not blocking the others, gone tables dropped).
@@ -21,8 +21,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from changelake.server import Endpoint, ViewRefresher, server_conf
 
+from changelake.runtime.server import Endpoint, ViewRefresher, server_conf
 from tests.conftest import DEMO_TABLES, REPO, land_and_apply_demo
 
 DEMO = DEMO_TABLES
@@ -161,7 +161,7 @@ def test_wait_for_views_returns_when_the_views_catch_up_and_names_stale_tables(t
 
     from changelake.config import load_settings
     from changelake.errors import ChangelakeError
-    from changelake.server import VIEW_STATE, server_dir, wait_for_views
+    from changelake.runtime.server import VIEW_STATE, server_dir, wait_for_views
 
     settings = load_settings(home=tmp_path)
     state = server_dir(settings) / VIEW_STATE
@@ -180,7 +180,7 @@ def test_wait_for_views_returns_when_the_views_catch_up_and_names_stale_tables(t
 
 def test_running_endpoint_needs_a_live_process_and_an_answering_port(tmp_path):
     from changelake.config import load_settings
-    from changelake.server import running_endpoint, server_dir
+    from changelake.runtime.server import running_endpoint, server_dir
 
     settings = load_settings(home=tmp_path)
     assert running_endpoint(settings) is None  # never started
@@ -266,8 +266,8 @@ def _query(cursor, sql: str) -> list[tuple]:
 @pytest.mark.integration
 @pytest.mark.timeout(2400)
 def test_endpoint_serves_dbt_sql_clients_and_new_batches(demo, spark, endpoint, tmp_path, monkeypatch):
-    from changelake.dbt_runner import run_dbt
-    from changelake.server import connect_session
+    from changelake.runtime.dbt_runner import run_dbt
+    from changelake.runtime.server import connect_session
 
     # The session target's marts, built in this process's SparkSession (as `changelake dbt build` does).
     monkeypatch.setenv("CHANGELAKE_DBT_SCHEMA", "analytics_session")
@@ -334,7 +334,7 @@ def test_endpoint_serves_dbt_sql_clients_and_new_batches(demo, spark, endpoint, 
 
     before = (frozenset(r.order_id for r in orders.select("order_id").collect()), changelog_batches())
     assert seen() == before
-    from changelake.datagen import generate
+    from changelake.inputs.datagen import generate
 
     generate(demo.spec("shop.orders"), demo.settings.landing_dir, batches=1, records=40)
     # Applied as the pipeline's warm path does: the apply app over Spark Connect, no JVM of its own.

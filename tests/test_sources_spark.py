@@ -8,14 +8,14 @@ import shutil
 
 import pytest
 import yaml
-from changelake.datagen import Profile, _Source, generate
-from changelake.spec import TableSpec, load_specs
 
+from changelake.inputs.datagen import Profile, _Source, generate
+from changelake.spec import TableSpec, load_specs
 from tests.conftest import REPO, changelog_of, rows_of
 
 pytestmark = pytest.mark.integration
 
-ORDERS = yaml.safe_load((REPO / "tables" / "shop.orders.yaml").read_text())
+ORDERS = yaml.safe_load((REPO / "examples" / "tables" / "shop.orders.yaml").read_text())
 
 
 def orders_spec(name: str, source: dict) -> dict:
@@ -113,7 +113,7 @@ def test_upsert_kafka_tombstone_deletes_or_is_ignored(lake, tmp_path, behavior):
         )
 
 
-STATS = yaml.safe_load((REPO / "tables" / "shop.shop_user_stats.yaml").read_text())
+STATS = yaml.safe_load((REPO / "examples" / "tables" / "shop.shop_user_stats.yaml").read_text())
 
 
 def exact_stats(paths, distinct: bool) -> dict:
@@ -196,7 +196,7 @@ def test_quarantine_commits_the_good_records_and_keeps_exactly_the_bad_lines(lak
 
 
 def test_datagen_is_deterministic_and_continues_after_the_last_landed_batch(home, tmp_path):
-    specs = load_specs(REPO / "tables")
+    specs = load_specs(REPO / "examples" / "tables")
     assert set(specs) == {
         "shop.orders", "shop.shop_user_stats", "shop.customers", "web.user_profiles", "web.pageviews",
         "web.uid_mapping",
@@ -218,7 +218,7 @@ def test_datagen_is_deterministic_and_continues_after_the_last_landed_batch(home
 
 def test_demo_tables_apply_cleanly(lake):
     """Every demo spec with its datagen profile applies with no quarantined records, and each engine shows."""
-    for path in sorted((REPO / "tables").glob("*.yaml")):
+    for path in sorted((REPO / "examples" / "tables").glob("*.yaml")):
         shutil.copy(path, lake.settings.tables_dir / path.name)
     for spec in lake.specs().values():
         generate(spec, lake.settings.landing_dir, batches=2, records=30)

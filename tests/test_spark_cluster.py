@@ -27,7 +27,7 @@ def stored(home, tables) -> tuple[list, list]:
     """The table's rows and changelog as stored, read with pyiceberg alone (no Spark, no extra JVM)."""
     from changelake.config import load_settings
     from changelake.spec import load_specs
-    from changelake.storage import Storage
+    from changelake.storage.iceberg import Storage
 
     storage = Storage(load_settings(home=home, tables_dir=tables))
     spec = load_specs(tables)["shop.orders"]
@@ -51,7 +51,7 @@ def submit(env, master: str) -> str:
 def test_apply_on_a_standalone_cluster_equals_the_local_run(tmp_path):
     tables = tmp_path / "tables"
     tables.mkdir()
-    shutil.copy(REPO / "tables" / "shop.orders.yaml", tables)
+    shutil.copy(REPO / "examples" / "tables" / "shop.orders.yaml", tables)
     envs = {}
     for run in ("local", "cluster"):
         env = {k: v for k, v in os.environ.items() if not k.startswith("CHANGELAKE_")}

@@ -1,6 +1,7 @@
 """Table spec validation follows Fluss (spec §1, §3, §5, §13) with errors that name the problem."""
 
 import pytest
+
 from changelake.errors import SpecError
 from changelake.spec import TableSpec, load_specs
 
@@ -120,7 +121,7 @@ def test_repository_demo_specs_are_valid():
 
     from changelake.spec import load_specs
 
-    specs = load_specs(Path(__file__).resolve().parents[1] / "tables")
+    specs = load_specs(Path(__file__).resolve().parents[1] / "examples" / "tables")
     assert "shop.orders" in specs
 
 

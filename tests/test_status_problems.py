@@ -3,7 +3,7 @@
 import json
 
 from changelake.config import load_settings
-from changelake.fastread import FastReader
+from changelake.storage.fastread import FastReader
 
 
 def _spec(name: str) -> dict:

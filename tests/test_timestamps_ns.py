@@ -17,13 +17,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from changelake import evolution
-from changelake.errors import BadRecordError, ChangelakeError, SpecError
-from changelake.readers import read_batch
-from changelake.spec import TableSpec
-from changelake.types import parse_type
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from changelake import evolution
+from changelake.errors import BadRecordError, ChangelakeError, SpecError
+from changelake.inputs.readers import read_batch
+from changelake.spec import TableSpec
+from changelake.types import parse_type
 
 
 def ns(text: str, offset_minutes: int = 0) -> int:
@@ -359,7 +360,7 @@ def test_widening_a_timestamp_precision_is_refused_as_fluss_does():
 
 def _storage(home):
     from changelake.config import load_settings
-    from changelake.storage import Storage
+    from changelake.storage.iceberg import Storage
 
     return Storage(load_settings(home=home, tables_dir=home / "tables"))
 
@@ -386,8 +387,8 @@ def test_a_table_storing_a_nanosecond_column_as_microseconds_is_refused(home):
     """A TIMESTAMP(9) column made before nanoseconds were kept is a microsecond ``timestamp``: reading it as
     nanoseconds would be 1000 times off and hash lookups to other buckets."""
     from changelake.config import load_settings
-    from changelake.fastread import FastReader
-    from changelake.storage import P
+    from changelake.storage.fastread import FastReader
+    from changelake.storage.iceberg import P
 
     storage = _storage(home)
     old = spec(columns=[{"name": "id", "type": "BIGINT"}, {"name": "ts", "type": "TIMESTAMP(6)"}])
@@ -499,7 +500,7 @@ def test_lookup_by_keys_holding_nanosecond_timestamps(lake, cli_env):
     ]
     lake.apply("t.keys", records, batch_id=1)
     spec = lake.spec("t.keys")
-    from changelake.fastread import bucket_of, decode_lookup_value
+    from changelake.storage.fastread import bucket_of, decode_lookup_value
 
     buckets = set()
     for i in range(24):
@@ -593,7 +594,7 @@ def test_parquet_landing_with_timestamp_ns_columns_round_trips(lake, tmp_path):
 def test_spark_view_shows_microseconds_and_the_exact_nanoseconds(lake, spark):
     """Spark's timestamps hold microseconds: the view floors to them (no session time zone involved) and adds
     ``<column>__nanos``, the exact BIGINT."""
-    from changelake import tables
+    from changelake.storage import sparkread
 
     lake.create_table(
         {
@@ -625,7 +626,7 @@ def test_spark_view_shows_microseconds_and_the_exact_nanoseconds(lake, spark):
         batch_id=1,
     )
     spec = lake.spec("t.view")
-    stored = tables.rows_df(spark, lake.storage, spec).drop("_bucket")
+    stored = sparkread.rows_df(spark, lake.storage, spec).drop("_bucket")
     view = stored.select(*[c for col in spec.columns for c in col.type.view_spark_columns(col.name)])
     assert view.dtypes == [
         ("id", "int"),
@@ -647,7 +648,7 @@ def test_spark_view_shows_microseconds_and_the_exact_nanoseconds(lake, spark):
     for i, v in enumerate(values):
         floor = None if v is None else dt.datetime(1970, 1, 1) + dt.timedelta(microseconds=v // 1000)
         assert got[i] == (floor, v, None if v is None else v // 1000, floor), i
-    # The API's rows(), changelog() and the dbt/GX views show the same columns (tables.to_view_types).
+    # The API's rows(), changelog() and the dbt/GX views show the same columns (sparkread.to_view_types).
     assert lake.rows("t.view").dtypes == view.dtypes
     assert sorted(tuple(r) for r in lake.rows("t.view").collect()) == sorted(tuple(r) for r in view.collect())
     assert [c for c in lake.changelog("t.view").columns if c.startswith(("ts", "at"))] == [
@@ -658,8 +659,8 @@ def test_spark_view_shows_microseconds_and_the_exact_nanoseconds(lake, spark):
 def test_quality_suites_identify_rows_by_the_exact_nanoseconds():
     """GX's key uniqueness and tombstone checks key on ``<col>__nanos``: the view's microsecond TIMESTAMP
     would make two keys 1 ns apart look like one duplicated key."""
+    from changelake.quality.suites import key_columns
     from changelake.spec import TableSpec
-    from changelake_expectations.suites import key_columns
 
     spec = TableSpec.from_dict(
         {

@@ -30,7 +30,7 @@ def home() -> Path:
 
 
 def tables_dir() -> Path:
-    return Path(os.environ.get("CHANGELAKE_TABLES", REPO / "tables"))
+    return Path(os.environ.get("CHANGELAKE_TABLES", REPO / "examples" / "tables"))
 
 
 SPEC_SUFFIXES = (".yaml", ".yml")  # the spec loader reads both
@@ -168,7 +168,7 @@ def quality_results() -> dict:
 def warm_endpoint() -> dict | None:
     """The SQL endpoint serving this CHANGELAKE_HOME (``infra/spark_server.sh``), if its process lives and its
     Spark Connect port answers: its ready file (``connect_url``, ``jdbc_url``, pids). None when it is not
-    running or ``CHANGELAKE_WARM`` is ``0``. (changelake.server.running_endpoint does the same in the data env,
+    running or ``CHANGELAKE_WARM`` is ``0``. (changelake.runtime.server.running_endpoint does the same in the data env,
     which the Airflow env cannot import.)"""
     if os.environ.get("CHANGELAKE_WARM", "1").strip().lower() in ("0", "false", "no", "off"):
         return None

@@ -3,7 +3,7 @@
 # data env's bin (spark-submit, changelake) comes first on PATH so tasks run Spark in the data env.
 REPO_ROOT="${REPO_ROOT:-$(pwd)}"
 export CHANGELAKE_HOME="${CHANGELAKE_HOME:-$REPO_ROOT/.changelake}"
-export CHANGELAKE_TABLES="${CHANGELAKE_TABLES:-$REPO_ROOT/tables}"
+export CHANGELAKE_TABLES="${CHANGELAKE_TABLES:-$REPO_ROOT/examples/tables}"
 export AIRFLOW_HOME="${AIRFLOW_HOME:-$CHANGELAKE_HOME/airflow}"
 export AIRFLOW_PORT="${AIRFLOW_PORT:-8080}"
 export AIRFLOW__CORE__DAGS_FOLDER="$REPO_ROOT/dags"

@@ -29,7 +29,7 @@ def pipeline_home(tmp_path):
     tables = tmp_path / "tables"
     tables.mkdir()
     for name in ("shop.orders", "shop.shop_user_stats"):
-        shutil.copy(REPO / "tables" / f"{name}.yaml", tables / f"{name}.yaml")
+        shutil.copy(REPO / "examples" / "tables" / f"{name}.yaml", tables / f"{name}.yaml")
     home = tmp_path / "home"
     env = airflow_env(home, tables)
     subprocess.run([str(REPO / "infra" / "airflow" / "standalone.sh"), "init"], env=env, check=True, cwd=REPO)

@@ -17,7 +17,7 @@ def dagbag(tmp_path_factory):
     import sys
 
     tmp = tmp_path_factory.mktemp("dagbag")
-    env = airflow_env(tmp / "home", REPO / "tables")
+    env = airflow_env(tmp / "home", REPO / "examples" / "tables")
     # No metadata DB is reachable while parsing: a DAG that queries it at parse time fails to import.
     env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = f"sqlite:///{tmp}/missing-dir/airflow.db"
     saved = dict(os.environ)
@@ -71,7 +71,7 @@ def test_dag_conventions(dagbag, dag_id):
 
 def test_apply_dag_has_a_task_pair_per_table_with_assets_and_the_spark_pool(dagbag):
     dag = dagbag.dags["changelake_apply"]
-    tables = sorted(p.stem for p in (REPO / "tables").glob("*.yaml"))
+    tables = sorted(p.stem for p in (REPO / "examples" / "tables").glob("*.yaml"))
     assert len(tables) == 6
     for table in tables:
         name = table.replace(".", "__")

@@ -50,7 +50,7 @@ def test_no_tables_directory_means_no_tables(common, tmp_path):
 def test_the_apply_dag_has_tasks_for_a_yml_spec(monkeypatch, tmp_path):
     tables = tmp_path / "tables"
     tables.mkdir()
-    shutil.copy(REPO / "tables" / "shop.orders.yaml", tables / "shop.orders.yml")
+    shutil.copy(REPO / "examples" / "tables" / "shop.orders.yaml", tables / "shop.orders.yml")
     for key, value in airflow_env(tmp_path / "home", tables).items():  # Airflow's files under tmp_path
         monkeypatch.setenv(key, value)
     from airflow.dag_processing.dagbag import DagBag

@@ -24,7 +24,7 @@ pytestmark = pytest.mark.integration
 EXPECTED = r"""
 import collections, decimal, json, sys
 from pathlib import Path
-from changelake.datagen import Profile, _Source
+from changelake.inputs.datagen import Profile, _Source
 from changelake.spec import load_specs
 
 tables, landing, batches = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])

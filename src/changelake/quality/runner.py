@@ -1,6 +1,6 @@
 """The data-quality app (``changelake quality``): Great Expectations suites on the current snapshots.
 
-Builds the checks of :mod:`changelake_expectations.suites` for every PK table and for the dbt marts that
+Builds the checks of :mod:`changelake.quality.suites` for every PK table and for the dbt marts that
 exist, validates each through a GX checkpoint (file context under ``$CHANGELAKE_HOME/quality``), then rebuilds the Data Docs once and writes a compact JSON summary and a PNG of redelivery share per batch and drift
 per aggregation table. Returns 1 when an expectation of severity ``critical`` failed, else 0.
 """
@@ -12,21 +12,52 @@ import json
 import os
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from changelake.config import Settings
+from changelake.config import CHECKOUT, Settings
 
-#: Grain of each dbt mart (the uniqueness suite checks it when the mart exists).
-MART_GRAINS = {
-    "orders_per_shop": ["shop_id"],
-    "pageviews_per_region": ["region"],
-    "user_clicks_hourly": ["user_id", "window_start"],
-    "shop_user_stats_drift": ["shop_id", "user_id"],
-}
-#: Drift marts per aggregation-engine table: (mart, key columns).
-DRIFT_MARTS = {"shop.shop_user_stats": ("shop_user_stats_drift", ["shop_id", "user_id"])}
 MAX_REPORTED_KEYS = 20
+
+
+@dataclass(frozen=True)
+class MartChecks:
+    """What ``marts.yaml`` in the ``expectations_dir`` setting asks of the dbt marts."""
+
+    grains: dict[str, list[str]]  # mart -> the columns that identify a row (checked for uniqueness)
+    drift: dict[str, tuple[str, list[str]]]  # aggregation table -> (its drift mart, the mart's keys)
+
+
+def mart_checks(settings: Settings) -> MartChecks:
+    """Read ``<expectations_dir>/marts.yaml``; a missing file means no mart is checked."""
+    import yaml
+
+    from changelake.errors import ChangelakeError
+    from changelake.identifiers import check_name
+
+    path = settings.expectations_dir / "marts.yaml"
+    if not path.exists():
+        return MartChecks({}, {})
+    data = yaml.safe_load(path.read_text()) or {}
+    try:
+        grains = {
+            check_name(mart, f"{path}: mart"): [check_name(c, f"{path}: {mart} column") for c in cols]
+            for mart, cols in (data.get("grains") or {}).items()
+        }
+        drift = {
+            table: (
+                check_name(d["mart"], f"{path}: {table} mart"),
+                [check_name(c, f"{path}: {table} key") for c in d["keys"]],
+            )
+            for table, d in (data.get("drift") or {}).items()
+        }
+    except (AttributeError, KeyError, TypeError) as e:
+        raise ChangelakeError(
+            f"{path}: expected `grains: {{mart: [columns]}}` and "
+            f"`drift: {{table: {{mart: name, keys: [columns]}}}}` ({e!r})"
+        ) from e
+    return MartChecks(grains, drift)
 
 
 def quality_dir(settings: Settings) -> Path:
@@ -46,11 +77,10 @@ def run_quality(
 
     ``tables`` limits the PK-table suites (and the drift checks) to those tables; marts are always checked.
     """
-    from changelake_expectations import suites
-
     from changelake.api import ChangeLake
     from changelake.identifiers import check_name
-    from changelake.session import get_spark
+    from changelake.quality import suites
+    from changelake.runtime.session import get_spark
 
     started = time.monotonic()
     # The schema dbt builds into (profiles.yml reads the same variable); it reaches SQL, so it is validated.
@@ -83,13 +113,14 @@ def run_quality(
     if redeliveries:
         checks.append(suites.redelivery(spark.createDataFrame(redeliveries), max_redelivery_share))
     marts = _existing_marts(spark, dbt_schema)
-    for mart, grain in MART_GRAINS.items():
+    configured = mart_checks(settings)
+    for mart, grain in configured.grains.items():
         if mart in marts:
             checks.append(
                 suites.pk_uniqueness(f"{dbt_schema}.{mart}", spark.table(f"{dbt_schema}.{mart}"), grain)
             )
     drift_totals: dict[str, float] = {}
-    for table, (mart, keys) in DRIFT_MARTS.items():
+    for table, (mart, keys) in configured.drift.items():
         if tables is not None and table not in tables:
             continue
         if mart in marts:
@@ -186,7 +217,7 @@ def localize_data_docs(site: Path, assets: Path | None = None) -> int:
     """
     import shutil
 
-    default = Path(__file__).resolve().parents[2] / ".venv" / "datadocs-assets" / "node_modules"
+    default = CHECKOUT / ".venv" / "datadocs-assets" / "node_modules"
     assets = Path(os.environ.get("CHANGELAKE_DATADOCS_ASSETS", assets or default))
     if not (assets / "jquery").is_dir():
         return 0

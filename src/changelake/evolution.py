@@ -3,7 +3,7 @@
 A table's layout — columns, keys, bucketing, merge engine, options — is the spec stored with it (the
 ``changelake.spec`` property of its PK table). The spec file in ``$CHANGELAKE_TABLES`` may differ from it
 only in what Fluss lets ``ALTER TABLE`` change on a primary-key table; :func:`plan` finds those changes
-(applied by :meth:`changelake.storage.Storage.create` when the table is opened for ``create``/``apply``) and
+(applied by :meth:`changelake.storage.iceberg.Storage.create` when the table is opened for ``create``/``apply``) and
 refuses anything else, naming the column or option and Fluss's rule:
 
 * ``ADD COLUMN``: nullable columns appended after the existing ones (``SchemaUpdate.addColumn``:

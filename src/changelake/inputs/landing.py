@@ -125,7 +125,7 @@ def read_manifest(path: Path) -> list[str] | None:
 
     Any problem with the manifest (not UTF-8, not JSON, a repeated key, not a list of names) is a
     ChangelakeError naming the file."""
-    from changelake import formats
+    from changelake.inputs import formats
 
     manifest = path.with_name(f"{path.name.split('.')[0]}.manifest.json")
     if not manifest.exists():

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 from changelake.config import Settings
 from changelake.errors import ChangelakeError
 from changelake.spec import TableSpec
-from changelake.storage import Storage, TableState
+from changelake.storage.iceberg import Storage, TableState
 
 if TYPE_CHECKING:
     from changelake.api import ChangeLake
@@ -291,8 +291,8 @@ class ViewRefresher:
 
 def _import_engine(batches):
     """mapInArrow function: import the engine's modules in a Python worker, pass the batches through."""
-    import changelake.buckets
-    import changelake.decode  # noqa: F401  (imported for its cost, once per reused worker)
+    import changelake.engine.buckets
+    import changelake.inputs.decode  # noqa: F401  (imported for its cost, once per reused worker)
 
     yield from batches
 
@@ -319,7 +319,7 @@ class Server:
     def start(self) -> None:
         """Build the session (Connect starts with the context), start the Thrift server, register views."""
         from changelake.api import ChangeLake
-        from changelake.session import get_spark
+        from changelake.runtime.session import get_spark
 
         conf = server_conf(self.settings, self.endpoint)
         (self.settings.home / "spark-server").mkdir(parents=True, exist_ok=True)

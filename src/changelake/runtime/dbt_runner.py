@@ -23,7 +23,6 @@ from pathlib import Path
 
 from changelake.config import Settings
 
-PROJECT_DIR = Path(__file__).resolve().parents[2] / "dbt_project"
 BUILD_RESULTS = "build_run_results.json"  # run_results.json of the last build/run/test
 
 
@@ -52,8 +51,8 @@ def run_dbt(args: list[str], settings: Settings, progress=print) -> int:
     os.environ.setdefault("DBT_USE_COLORS", "false")
     command = [
         *args,
-        "--project-dir", str(PROJECT_DIR),
-        "--profiles-dir", str(PROJECT_DIR),
+        "--project-dir", str(settings.dbt_project_dir),
+        "--profiles-dir", str(settings.dbt_project_dir),
         "--target-path", str(dirs["target"]),
         "--log-path", str(dirs["logs"]),
         *([] if "--target" in args else target_args),
@@ -82,7 +81,7 @@ def run_dbt(args: list[str], settings: Settings, progress=print) -> int:
 def _session_target(settings: Settings, args: list[str], progress) -> list[str]:
     """Cold: start Spark here (Hive catalog for dbt's tables) and register the views in it."""
     from changelake.api import ChangeLake
-    from changelake.session import get_spark
+    from changelake.runtime.session import get_spark
 
     spark = get_spark(settings, app_name=f"changelake-dbt-{args[0]}", hive=True)
     # insert_overwrite models replace only the partitions a run produces (incremental windows).
@@ -96,7 +95,7 @@ def _session_target(settings: Settings, args: list[str], progress) -> list[str]:
 def _warm_target(settings: Settings, progress) -> list[str]:
     """Warm: the endpoint's views, once they show the current snapshots, through dbt's thrift target."""
     from changelake.errors import ChangelakeError
-    from changelake.server import running_endpoint, wait_for_views
+    from changelake.runtime.server import running_endpoint, wait_for_views
 
     info = running_endpoint(settings)
     if info is None:

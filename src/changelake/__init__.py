@@ -1,7 +1,7 @@
 """changelake: primary-key tables with Apache Fluss semantics on Iceberg, applied exactly once by PySpark.
 
 The public Python API lives in :mod:`changelake.api` (``from changelake import ChangeLake``); Spark-free
-reads in :mod:`changelake.fastread` (``from changelake import FastReader``).
+reads in :mod:`changelake.storage.fastread` (``from changelake import FastReader``).
 """
 
 from changelake.errors import ChangelakeError
@@ -17,7 +17,7 @@ def __getattr__(name: str):
 
         return ChangeLake
     if name == "FastReader":
-        from changelake.fastread import FastReader
+        from changelake.storage.fastread import FastReader
 
         return FastReader
     raise AttributeError(name)

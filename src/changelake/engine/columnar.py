@@ -1,4 +1,4 @@
-"""The columnar merge of one bucket: what :func:`changelake.merge.apply_sequential` computes, without a Python
+"""The columnar merge of one bucket: what :func:`changelake.engine.merge.apply_sequential` computes, without a Python
 loop per record.
 
 How it works ("wavefront"): the bucket's records are grouped by primary key and numbered by their *depth* in
@@ -7,13 +7,13 @@ record at once, with numpy operations over the keys that have one, so the number
 of the batch (usually 1-3), not the number of records. The state of a key is whether its row exists and, per
 column, the index of the value it holds in that column's *value store*: the stored rows, then the records,
 then one null slot, then the values aggregation steps computed. Rows and changelog images are gathered from
-the stores with Arrow ``take`` at the end; the rules of each engine are the ones :mod:`changelake.merge` states
+the stores with Arrow ``take`` at the end; the rules of each engine are the ones :mod:`changelake.engine.merge` states
 for one record, written over arrays.
 
 Exactness: integer sums and products wrap around as Java's do, FLOAT arithmetic is float32, max/min order
 floats as ``Double.compare`` does and strings by code point (= UTF-8 byte order), DECIMAL(<=18) adds and
 compares as unscaled longs. DECIMAL products, wider DECIMAL sums and rbm32/rbm64 call the scalar function of
-:mod:`changelake.merge` element by element (numpy ``frompyfunc``): exact, but a Python call per merged value
+:mod:`changelake.engine.merge` element by element (numpy ``frompyfunc``): exact, but a Python call per merged value
 for those columns; listagg/string_agg join Python strings in numpy's object loop.
 """
 
@@ -25,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from changelake import merge
+from changelake.engine import merge
 from changelake.errors import WriteRefusedError
 from changelake.spec import TableSpec
 
@@ -85,7 +85,7 @@ def merge_records(
 ) -> MergeResult:
     """Apply ``records`` (``_seq``, ``_op``, columns; applied in ``_seq`` order) to a bucket's ``stored`` rows.
 
-    Equal to :func:`changelake.merge.apply_sequential` over the same rows and records: rows, changelog (types,
+    Equal to :func:`changelake.engine.merge.apply_sequential` over the same rows and records: rows, changelog (types,
     images, order), counts, remaining ids, and the same :class:`WriteRefusedError` where that one raises.
     """
     return _BucketMerge(spec, stored, records, target_columns, id_ranges).run()

@@ -11,7 +11,7 @@ from typing import Any
 
 from changelake.errors import ChangelakeError
 
-# Read commands served by changelake.fastread: no SparkSession, no JVM, not even a pyspark import.
+# Read commands served by changelake.storage.fastread: no SparkSession, no JVM, not even a pyspark import.
 _FAST_COMMANDS = ("scan", "changelog", "lookup", "status", "dead-letters")
 
 
@@ -53,7 +53,7 @@ def _light_pyarrow() -> None:
 
 
 def _print_rows(rows: list[dict[str, Any]], fmt: str, out=sys.stdout) -> None:
-    from changelake.fastread import json_default
+    from changelake.storage.fastread import json_default
 
     if fmt == "jsonl":
         for row in rows:
@@ -72,7 +72,7 @@ def _print_rows(rows: list[dict[str, Any]], fmt: str, out=sys.stdout) -> None:
 
 
 def _cell(value: Any) -> str:
-    from changelake.fastread import json_default
+    from changelake.storage.fastread import json_default
 
     if value is None:
         return "NULL"
@@ -188,10 +188,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run_fast(args: argparse.Namespace) -> int:
-    """The read commands, through :class:`changelake.fastread.FastReader` (progress on stderr)."""
+    """The read commands, through :class:`changelake.storage.fastread.FastReader` (progress on stderr)."""
     _light_pyarrow()
-    from changelake import fastread
     from changelake.config import load_settings
+    from changelake.storage import fastread
 
     settings = load_settings(home=args.home, tables_dir=args.tables, spark_master=args.master)
     reader = fastread.FastReader(settings, progress=fastread.stderr_progress)
@@ -298,11 +298,11 @@ def _run(args: argparse.Namespace) -> int:
             args.summary.write_text(json.dumps([dataclasses.asdict(r) for r in results], indent=2) + "\n")
         return 0
     if args.command == "dbt":
-        from changelake.dbt_runner import run_dbt
+        from changelake.runtime.dbt_runner import run_dbt
 
         return run_dbt(args.dbt_args, lake.settings, progress=lambda m: print(m, file=sys.stderr, flush=True))
     if args.command == "quality":
-        from changelake.quality import run_quality
+        from changelake.quality.runner import run_quality
 
         return run_quality(
             lake.settings,
@@ -316,7 +316,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _datagen(lake, args: argparse.Namespace) -> int:
-    from changelake.datagen import generate
+    from changelake.inputs.datagen import generate
 
     specs = lake.specs()
     names = args.table or sorted(n for n, s in specs.items() if s.datagen)

@@ -1,10 +1,10 @@
 """The bucket task: one per touched (partition, bucket), run inside Spark by ``mapInArrow``.
 
-The decode tasks stage each bucket's records as a record batch of their staged Arrow files (:mod:`changelake.decode`,
+The decode tasks stage each bucket's records as a record batch of their staged Arrow files (:mod:`changelake.inputs.decode`,
 bucketed by :func:`bucket_ids`, Spark's ``pmod(xxhash64(bucket key), bucket.num)`` in numpy). A bucket task
 reads those record batches and the bucket's current files directly with pyarrow (no record goes through a Spark
 shuffle or a Spark row), orders and de-duplicates the records as the table's source settings say, merges them
-with :func:`changelake.columnar.merge_records`, and writes each output once: the bucket's new data file
+with :func:`changelake.engine.columnar.merge_records`, and writes each output once: the bucket's new data file
 (sorted by key) and its changelog file, already numbered. Fluss keeps one log per bucket, and so does
 changelake: ``_log_offset`` is gapless per (partition, bucket), continuing from the end the previous batch
 committed, so the task numbers its own rows and no other task or job is involved. It returns one small marker
@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 import pyarrow.ipc  # noqa: F401 - pa.ipc
 import pyarrow.parquet as pq
 
-from changelake.columnar import merge_records
+from changelake.engine.columnar import merge_records
 from changelake.errors import ChangelakeError
 from changelake.spec import TableSpec
 
@@ -169,7 +169,7 @@ def merge_bucket(key: tuple, records: pa.Table, ctx: BucketContext) -> pa.Table:
 
     ``key`` holds the partition values and the bucket as Arrow scalars; the files and log end come from
     ``ctx``. Returns the bucket's marker row (partition columns first)."""
-    from changelake.tables import iceberg_partition_value
+    from changelake.storage.sparkread import iceberg_partition_value
 
     spec = ctx.spec
     partition = tuple(iceberg_partition_value(k.as_py()) for k in key)
@@ -419,8 +419,8 @@ def _renumber(records: pa.Table, ctx: BucketContext) -> pa.Table:
 
 
 # --- Spark's xxhash64 over Arrow columns: the bucket of every record, computed where it is decoded -------------
-# The same function as :func:`changelake.tables.bucket_expr` (Spark's ``pmod(xxhash64(bucket key), n)``) and
-# :func:`changelake.fastread.bucket_of` (its one-value reference), over whole columns with numpy uint64
+# The same function as :func:`changelake.storage.sparkread.bucket_expr` (Spark's ``pmod(xxhash64(bucket key), n)``) and
+# :func:`changelake.storage.fastread.bucket_of` (its one-value reference), over whole columns with numpy uint64
 # arithmetic (which wraps around as Java's long does). A column type it does not know is hashed value by value
 # with the reference.
 _P1, _P2, _P3 = np.uint64(0x9E3779B185EBCA87), np.uint64(0xC2B2AE3D27D4EB4F), np.uint64(0x165667B19E3779F9)
@@ -598,7 +598,7 @@ def _hash_column(array: pa.Array, dtype, seed: np.ndarray) -> np.ndarray:
 
 def _hash_each(array: pa.Array, dtype, seed: np.ndarray) -> np.ndarray:
     """The reference, value by value: for a storage type the vectorised steps do not cover."""
-    from changelake.fastread import _hash_value
+    from changelake.storage.fastread import _hash_value
 
     out = [_hash_value(v, dtype, int(s)) for v, s in zip(array.to_pylist(), seed.tolist(), strict=True)]
     return np.array(out, np.uint64)
@@ -617,7 +617,7 @@ def xxhash64_columns(columns: list[pa.Array], dtypes: list) -> np.ndarray:
 
 def bucket_ids(spec: TableSpec, records: pa.Table) -> np.ndarray:
     """The bucket of every record: ``pmod(xxhash64(bucket key columns), bucket.num)`` (int32), as
-    :func:`changelake.tables.bucket_expr` computes it in Spark."""
+    :func:`changelake.storage.sparkread.bucket_expr` computes it in Spark."""
     keys = list(spec.bucket_key)
     h = xxhash64_columns([records.column(k) for k in keys], [spec.column(k).type for k in keys])
     return np.mod(h, np.int64(spec.bucket_num)).astype(np.int32)  # numpy's mod of a positive n is pmod

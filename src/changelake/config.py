@@ -14,6 +14,8 @@ environment variable       config-file key                        default
 ``CHANGELAKE_CATALOG_TYPE````catalog_type`` (``sql`` | ``rest``)  ``sql``
 ``CHANGELAKE_SPARK_MASTER````spark_master``                       ``local[2]``
 ``CHANGELAKE_SPARK_REMOTE````spark_remote`` (``sc://host:port``)    unset: each process starts its own Spark
+``CHANGELAKE_DBT_PROJECT`` ``dbt_project_dir``                    the checkout's ``dbt_project/``
+``CHANGELAKE_EXPECTATIONS````expectations_dir``                   the checkout's ``expectations/``
 (n/a)                      ``spark_conf`` (mapping)               ``{}``
 (n/a)                      ``catalog_properties`` (mapping)       ``{}`` (e.g. credentials for a REST catalog)
 =========================  =====================================  ===============================================
@@ -40,7 +42,13 @@ _ENV_KEYS = {
     "catalog_type": "CHANGELAKE_CATALOG_TYPE",
     "spark_master": "CHANGELAKE_SPARK_MASTER",
     "spark_remote": "CHANGELAKE_SPARK_REMOTE",
+    "dbt_project_dir": "CHANGELAKE_DBT_PROJECT",
+    "expectations_dir": "CHANGELAKE_EXPECTATIONS",
 }
+
+#: The checkout this package runs from (``src/changelake/config.py`` -> the repository root). The dbt project and
+#: the quality settings default to its folders; an installed package points them elsewhere by settings.
+CHECKOUT = Path(__file__).resolve().parents[2]
 
 
 @dataclass(frozen=True)
@@ -58,6 +66,8 @@ class Settings:
     spark_remote: str = ""  # a warm Spark Connect server (sc://host:port) to run Spark work on instead
     spark_conf: dict[str, str] = field(default_factory=dict)
     catalog_properties: dict[str, str] = field(default_factory=dict)
+    dbt_project_dir: Path = CHECKOUT / "dbt_project"  # dbt_project.yml and profiles.yml
+    expectations_dir: Path = CHECKOUT / "expectations"  # marts.yaml: the marts the quality suites check
 
     @property
     def metastore_dir(self) -> Path:
@@ -85,6 +95,8 @@ def load_settings(**overrides: Any) -> Settings:
         "landing_dir": home / "landing",
         "warehouse": (home / "warehouse").as_uri(),
         "catalog_uri": f"sqlite:///{home / 'catalog.db'}",
+        "dbt_project_dir": CHECKOUT / "dbt_project",
+        "expectations_dir": CHECKOUT / "expectations",
     }
     config_path = os.environ.get("CHANGELAKE_CONFIG") or home / "changelake.yaml"
     values.update(_read_config_file(Path(config_path), explicit="CHANGELAKE_CONFIG" in os.environ))
@@ -92,7 +104,7 @@ def load_settings(**overrides: Any) -> Settings:
         if os.environ.get(env):
             values[key] = os.environ[env]
     values.update({k: v for k, v in overrides.items() if v is not None})
-    for key in ("tables_dir", "landing_dir"):
+    for key in ("tables_dir", "landing_dir", "dbt_project_dir", "expectations_dir"):
         values[key] = Path(values[key]).expanduser().resolve()
     if values.get("catalog_type", "sql") not in ("sql", "rest"):
         raise ChangelakeError(f"catalog_type must be 'sql' or 'rest', got {values['catalog_type']!r}")
@@ -110,6 +122,8 @@ _FILE_KEYS = {
     "spark_remote",
     "spark_conf",
     "catalog_properties",
+    "dbt_project_dir",
+    "expectations_dir",
 }
 
 

@@ -3,8 +3,8 @@
 The driver streams each file once (:func:`plan_batch`): it hashes it (the batch's checksum) and cuts JSON-lines
 files into byte ranges at line boundaries, noting each range's first line number. Each range (a Parquet file
 is cut into ranges of rows along its row groups) becomes a task that decodes its lines with the per-message
-path of :mod:`changelake.readers` (same validation, same errors naming file, line and field), computes every
-record's bucket (:func:`changelake.buckets.bucket_ids`, Spark's function) and writes the records as one staged
+path of :mod:`changelake.inputs.readers` (same validation, same errors naming file, line and field), computes every
+record's bucket (:func:`changelake.engine.buckets.bucket_ids`, Spark's function) and writes the records as one staged
 Arrow IPC file with one record batch per (partition, bucket) it touched. It returns one small row: what it read,
 skipped, quarantined, its counts per operation and where each bucket's records are. The staged files are the
 shuffle: a bucket task reads its record batches directly, no record goes through Spark.
@@ -12,7 +12,7 @@ shuffle: a bucket task reads its record batches directly, no record goes through
 Records carry ``_seq``, a deterministic arrival position: ``file << 48 | line << 2 | change`` (a message
 yields at most two records: an update's before and after images). ``_seq >> 2`` identifies the message, which
 the bucket task uses to tell a Kafka redelivery from the two images of one update. Source ordering and Kafka
-de-duplication happen in the bucket tasks (:func:`changelake.buckets.order_and_dedup`), since only the
+de-duplication happen in the bucket tasks (:func:`changelake.engine.buckets.order_and_dedup`), since only the
 order of a key's records matters and a key's records all meet in one bucket task.
 """
 
@@ -36,8 +36,7 @@ import pyarrow.compute as pc
 import pyarrow.ipc  # noqa: F401 - pa.ipc
 import pyarrow.parquet as pq
 
-from changelake import formats, readers
-from changelake.buckets import (
+from changelake.engine.buckets import (
     KAFKA_COLUMNS,
     MESSAGE_SHIFT,
     ORDER_COLUMNS,
@@ -46,6 +45,7 @@ from changelake.buckets import (
     partition_key,
 )
 from changelake.errors import BadRecordError, ChangelakeError
+from changelake.inputs import formats, readers
 from changelake.spec import TableSpec
 
 RANGE_BYTES = int(os.environ.get("CHANGELAKE_DECODE_RANGE_BYTES", 16 << 20))
@@ -280,7 +280,7 @@ def decode_range(r: Range, spec: TableSpec, staging_dir: str, io) -> dict:
 def bucket_groups(spec: TableSpec, table: pa.Table) -> tuple[np.ndarray, list[tuple[str, int]]]:
     """A group id per record and, per group, its partition key and bucket: the records' (partition, bucket).
 
-    The key is :func:`changelake.buckets.partition_key` of the partition values as Iceberg keeps them
+    The key is :func:`changelake.engine.buckets.partition_key` of the partition values as Iceberg keeps them
     (dates as days, timestamps as microseconds) and the bucket, as the bucket's data files are keyed."""
     bucket = bucket_ids(spec, table)
     if not spec.partition_keys:
@@ -288,7 +288,7 @@ def bucket_groups(spec: TableSpec, table: pa.Table) -> tuple[np.ndarray, list[tu
         slot = np.zeros(spec.bucket_num, np.int64)
         slot[present] = np.arange(len(present))
         return slot[bucket], [(partition_key((int(b),)), int(b)) for b in present]
-    from changelake.columnar import _group_ids
+    from changelake.engine.columnar import _group_ids
 
     columns = [_iceberg_values(table.column(k)) for k in spec.partition_keys]
     keys = pa.Table.from_arrays([*columns, pa.array(bucket, pa.int32())], names=[*spec.partition_keys, "_b"])
@@ -336,7 +336,7 @@ def _stage(table: pa.Table, spec: TableSpec, io, path: str) -> list[list]:
 
 def _read_parquet_range(r: Range, spec: TableSpec, opts, out: readers.DecodedBatch) -> tuple[pa.Table, int]:
     """The decoded rows ``[r.start, r.end)`` of a Parquet file (reading only their row groups) and the row
-    number before the first; checks and errors as :func:`changelake.readers._read_parquet` has them."""
+    number before the first; checks and errors as :func:`changelake.inputs.readers._read_parquet` has them."""
     path = Path(r.path)
     if r.end < 0:
         return readers._read_parquet(path, spec, opts, out), 0

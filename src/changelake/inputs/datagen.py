@@ -38,7 +38,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from changelake.errors import ChangelakeError, short_repr
-from changelake.sources import FORMATS
+from changelake.inputs.sources import FORMATS
 from changelake.spec import TableSpec
 
 BASE_TIME = dt.datetime(2026, 1, 1)
@@ -496,7 +496,7 @@ def generate(
     ``stream`` names the random stream (default: the table name); two tables with the same stream, seed
     and profile get the same logical changes.
     """
-    from changelake.landing import landed_batches
+    from changelake.inputs.landing import landed_batches
 
     profile = Profile.of(spec, **overrides)
     fmt = fmt or profile.format or spec.source.get("format") or "changelog-json"

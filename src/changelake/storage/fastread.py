@@ -17,7 +17,7 @@ Two ways to the metadata, with one reading code on top (:class:`_Source`):
   the metadata JSON with ``json`` and the manifests with a small Avro decoder. Importing pyiceberg (and
   pandas, which ``pyarrow.dataset`` pulls in) costs seconds on a small machine, more than the whole read;
 * **pyiceberg** — every other catalog or warehouse (PostgreSQL, REST, object stores), through
-  :class:`changelake.storage.Storage`; also the fallback when the direct way meets anything it does not
+  :class:`changelake.storage.iceberg.Storage`; also the fallback when the direct way meets anything it does not
   know (another Avro codec, delete files).
 
 Values come back in the types Spark reads return (:func:`view_schema`: storage types, TINYINT/SMALLINT as
@@ -51,7 +51,7 @@ import pyarrow.parquet as pq
 from changelake.config import Settings
 from changelake.errors import ChangelakeError
 from changelake.identifiers import split_table_name
-from changelake.landing import scan_landing
+from changelake.inputs.landing import scan_landing
 from changelake.spec import TableSpec, load_specs
 from changelake.types import DataType, format_timestamp_nanos
 
@@ -199,7 +199,7 @@ def spark_xxhash64(values: list[Any], dtypes: list[DataType]) -> int:
 
 def bucket_of(spec: TableSpec, values: dict[str, Any]) -> int:
     """The bucket the apply puts a key in: ``pmod(xxhash64(bucket key columns), bucket.num)`` (see
-    :func:`changelake.tables.bucket_expr`), from storage values of the bucket key columns."""
+    :func:`changelake.storage.sparkread.bucket_expr`), from storage values of the bucket key columns."""
     h = spark_xxhash64([values[k] for k in spec.bucket_key], [spec.column(k).type for k in spec.bucket_key])
     return h % spec.bucket_num  # Python's % of a positive modulus is Spark's pmod
 
@@ -698,7 +698,7 @@ class _IcebergSource(_Source):
         )
 
     def current(self) -> tuple[int | None, dict[str, str]]:
-        from changelake.storage import Storage
+        from changelake.storage.iceberg import Storage
 
         snap = self.table.current_snapshot()
         return (snap.snapshot_id, Storage.snapshot_summary(snap)) if snap else (None, {})
@@ -706,7 +706,7 @@ class _IcebergSource(_Source):
     def ancestry(self) -> list[tuple[int, dict[str, str]]]:
         from pyiceberg.table.snapshots import ancestors_of
 
-        from changelake.storage import Storage
+        from changelake.storage.iceberg import Storage
 
         current = self.table.current_snapshot()
         if current is None:
@@ -777,14 +777,14 @@ class FastReader:
         sqlite = settings.catalog_type == "sql" and settings.catalog_uri.startswith("sqlite:///")
         custom_io = any(k.startswith("py-io-impl") for k in settings.catalog_properties)
         self.direct = (sqlite and not custom_io) if direct is None else direct
-        self._storage = storage  # a changelake.storage.Storage, made when the pyiceberg way needs one
+        self._storage = storage  # a changelake.storage.iceberg.Storage, made when the pyiceberg way needs one
         self.last_stats = _Stats()
 
     # --- tables ---------------------------------------------------------------------------------------
     @property
     def storage(self):
         if self._storage is None:
-            from changelake.storage import Storage
+            from changelake.storage.iceberg import Storage
 
             self._storage = Storage(self.settings)
         return self._storage
@@ -1014,7 +1014,7 @@ class FastReader:
         return out
 
     def _roll_forward(self, spec: TableSpec) -> None:
-        from changelake.apply import Applier
+        from changelake.engine.apply import Applier
 
         self.progress(
             f"[{spec.full_name}] committing the changelog of a committed batch first (roll forward)"
@@ -1135,7 +1135,7 @@ def to_pylist(table: pa.Table) -> list[dict[str, Any]]:
 
 
 def _check_stored_types(spec: TableSpec, source: _Source) -> None:
-    """As :func:`changelake.storage.check_stored_types`: a nanosecond timestamp column still stored as
+    """As :func:`changelake.storage.iceberg.check_stored_types`: a nanosecond timestamp column still stored as
     microseconds (a table made before they were kept exactly) would read 1000 times off and hash a lookup
     to another bucket."""
     for c in spec.columns:

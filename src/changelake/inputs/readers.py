@@ -2,11 +2,11 @@
 
 :func:`read_batch` yields a :class:`DecodedBatch`: an Arrow table with ``_seq`` (the record's position in the
 batch), ``_op`` (``+I``, ``-U``, ``+U``, ``-D``) and the table's columns in storage types, plus what the
-source settings (:mod:`changelake.sources`) did: records quarantined, messages skipped, Kafka redeliveries
+source settings (:mod:`changelake.inputs.sources`) did: records quarantined, messages skipped, Kafka redeliveries
 found and dropped, and the Kafka offsets applied so far.
 
 Formats: ``changelog-json``, ``upsert-kafka``, ``debezium-json``, ``canal-json``, ``maxwell-json`` (JSON
-lines; envelopes in :mod:`changelake.formats`) and ``changelog-parquet`` (an ``op`` column plus the row
+lines; envelopes in :mod:`changelake.inputs.formats`) and ``changelog-parquet`` (an ``op`` column plus the row
 columns). A bad record raises :class:`BadRecordError` naming file, line and field before anything is
 written, or, under ``on-bad-record: quarantine``, becomes a dead letter with its raw text and reason.
 """
@@ -25,9 +25,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from changelake import formats
 from changelake.errors import BadRecordError, ChangelakeError, short_repr
-from changelake.sources import SourceOptions
+from changelake.inputs import formats
+from changelake.inputs.sources import SourceOptions
 from changelake.spec import TableSpec
 from changelake.types import ColumnTypeError
 
@@ -227,7 +227,7 @@ class _Entry:
 
 
 class _JsonReader:
-    """Reads the JSON-lines formats through their envelope decoder (:mod:`changelake.formats`)."""
+    """Reads the JSON-lines formats through their envelope decoder (:mod:`changelake.inputs.formats`)."""
 
     def __init__(self, spec: TableSpec, fmt: str, opts: SourceOptions, out: DecodedBatch):
         self.spec, self.opts, self.out = spec, opts, out

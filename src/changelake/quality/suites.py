@@ -66,9 +66,10 @@ def pk_uniqueness(asset: str, frame, keys: list[str]) -> Check:
 
 def tombstone_handling(spec, rows, changelog) -> list[Check]:
     """Deletes that reach the table stay deleted; changelog pairs and values are well formed."""
-    from changelake.merge import deletes_dropped_before_table
     from pyspark.sql import Window
     from pyspark.sql import functions as F
+
+    from changelake.engine.merge import deletes_dropped_before_table
 
     keys = key_columns(spec)
     newest = Window.partitionBy(*keys).orderBy(F.col("_log_offset").desc())

@@ -2,7 +2,7 @@
 
 :class:`RowMerger` applies one record to the rows of a key, exactly as Fluss's ``KvTablet.putAsLeader``
 does, and returns the changelog it emits. Every path uses it: the Spark apply runs it inside one task per
-touched bucket (:mod:`changelake.buckets`), over that bucket's records in batch order, and the tests use
+touched bucket (:mod:`changelake.engine.buckets`), over that bucket's records in batch order, and the tests use
 :func:`apply_sequential` as the plain one-record-at-a-time reference.
 
 Rules of the default (last-row) engine, FULL image: an upsert of a new key emits ``+I``; of an existing key

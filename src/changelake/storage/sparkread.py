@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 
 from changelake.spec import TableSpec
-from changelake.storage import Storage
+from changelake.storage.iceberg import Storage
 
 
 def bucket_expr(spec: TableSpec):

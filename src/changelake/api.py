@@ -20,15 +20,16 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from changelake import evolution, tables
-from changelake.apply import Applier, BatchResult, Progress, stderr_progress
+from changelake import evolution
 from changelake.config import Settings, load_settings
+from changelake.engine.apply import Applier, BatchResult, Progress, stderr_progress
 from changelake.errors import ChangelakeError
-from changelake.fastread import FastReader, changelog_order, json_default
 from changelake.identifiers import split_table_name
-from changelake.landing import INPUT_PROPERTY, read_manifest, scan_landing
+from changelake.inputs.landing import INPUT_PROPERTY, read_manifest, scan_landing
 from changelake.spec import TableSpec, check_new_table, load_specs
-from changelake.storage import CHANGELOG_SUFFIX, Storage
+from changelake.storage import sparkread
+from changelake.storage.fastread import FastReader, changelog_order, json_default
+from changelake.storage.iceberg import CHANGELOG_SUFFIX, Storage
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -41,7 +42,7 @@ MAX_INSERT_ATTEMPTS = 5
 
 
 class ChangeLake:
-    """Entry point of the Python API. Creates the SparkSession lazily through :func:`changelake.session.get_spark`."""
+    """Entry point of the Python API. Creates the SparkSession lazily through :func:`changelake.runtime.session.get_spark`."""
 
     def __init__(
         self,
@@ -59,7 +60,7 @@ class ChangeLake:
     @property
     def spark(self):
         if self._spark is None:
-            from changelake.session import get_spark
+            from changelake.runtime.session import get_spark
 
             self._spark = get_spark(self.settings)
         return self._spark
@@ -205,18 +206,18 @@ class ChangeLake:
             if snap is None:
                 raise ChangelakeError(f"{table}: batch {at_batch} is not in the table's history")
             snapshot_id = snap.snapshot_id
-        df = tables.rows_df(self.spark, self.storage, spec, snapshot_id).drop("_bucket")
-        return tables.to_view_types(spec, df)
+        df = sparkread.rows_df(self.spark, self.storage, spec, snapshot_id).drop("_bucket")
+        return sparkread.to_view_types(spec, df)
 
     def rows_arrow(self, table: str, at_batch: int | None = None) -> pa.Table:
         """:meth:`rows` without Spark: a pyarrow Table with the same rows and types (TIMESTAMP_LTZ values
-        timezone-aware in UTC), read by :class:`changelake.fastread.FastReader`."""
+        timezone-aware in UTC), read by :class:`changelake.storage.fastread.FastReader`."""
         return self.reader.rows_arrow(table, at_batch=at_batch)
 
     def changelog(self, table: str, from_batch: int | None = None, to_batch: int | None = None):
         """The changelog (``_change_type``, ``_batch_id``, ``_log_offset``, ``_commit_timestamp``) in its total
         order: (``_batch_id``, partition columns, ``_bucket``, ``_log_offset``) when ``_log_offset`` counts per
-        bucket, else ``_log_offset`` (:func:`changelake.fastread.changelog_order`).
+        bucket, else ``_log_offset`` (:func:`changelake.storage.fastread.changelog_order`).
 
         If a crashed apply left a committed batch's changelog uncommitted, it is rolled forward first (the
         same deterministic commit the next apply would make), so readers never miss a committed batch.
@@ -225,12 +226,12 @@ class ChangeLake:
 
         spec = self.spec(table)
         self.applier.roll_forward_changelog(spec)
-        df = tables.changelog_df(self.spark, self.storage, spec)
+        df = sparkread.changelog_df(self.spark, self.storage, spec)
         if from_batch is not None:
             df = df.filter(F.col("_batch_id") >= from_batch)
         if to_batch is not None:
             df = df.filter(F.col("_batch_id") <= to_batch)
-        return tables.to_view_types(spec, df.orderBy(*changelog_order(df.columns, spec)))
+        return sparkread.to_view_types(spec, df.orderBy(*changelog_order(df.columns, spec)))
 
     def changelog_arrow(
         self, table: str, from_batch: int | None = None, to_batch: int | None = None
@@ -277,7 +278,7 @@ class ChangeLake:
         for the ... merge engine."). The batch ids are the table's, so a table fed by landed batches should
         not also be fed by inserts (its next landed batch id would already be taken).
         """
-        from changelake.fastread import check_lookup_columns, decode_lookup_value
+        from changelake.storage.fastread import check_lookup_columns, decode_lookup_value
 
         spec = self._ensure(table) if insert_if_not_exists else self.spec(table)
         if insert_if_not_exists:
@@ -313,7 +314,7 @@ class ChangeLake:
     def _insert_keys(self, spec: TableSpec, keys: list[dict[str, Any]]) -> None:
         """Apply the missing ``keys`` as the table's next batch: ``+I`` records of the primary key columns
         only. A batch id another writer took first is not an error: the caller looks the keys up again."""
-        from changelake import merge
+        from changelake.engine import merge
         from changelake.errors import BatchRefusedError
 
         target = list(spec.primary_key)
@@ -371,7 +372,7 @@ class ChangeLake:
         :meth:`input_arrow` as a DataFrame with the declared types. dbt recomputes aggregation tables exactly
         from this (the ``__input`` view)."""
         spec = self.spec(table)
-        return tables.to_view_types(spec, self.spark.createDataFrame(self._committed_input(spec)))
+        return sparkread.to_view_types(spec, self.spark.createDataFrame(self._committed_input(spec)))
 
     def input_arrow(self, table: str) -> pa.Table:
         """The records :meth:`input_records` holds, without Spark: a pyarrow Table.
@@ -404,7 +405,7 @@ class ChangeLake:
     def _failing_input(self, spec: TableSpec, message: str):
         from pyspark.sql import functions as F
 
-        empty = tables.to_view_types(spec, self.spark.createDataFrame(_input_schema(spec).empty_table()))
+        empty = sparkread.to_view_types(spec, self.spark.createDataFrame(_input_schema(spec).empty_table()))
         # A filter, not a projection: a query that reads no column (count(*)) still evaluates it.
         row = self.spark.range(1).select(*[F.lit(None).cast(f.dataType).alias(f.name) for f in empty.schema])
         return empty.unionByName(row.where(F.raise_error(F.lit(message)).isNull()))
@@ -455,7 +456,7 @@ def _finite(value: Any) -> Any:
 def _input_schema(spec: TableSpec) -> pa.Schema:
     import pyarrow as pa
 
-    from changelake.readers import INPUT_META
+    from changelake.inputs.readers import INPUT_META
 
     return pa.schema(
         [pa.field(c.name, c.type.arrow_type()) for c in spec.columns]
@@ -486,7 +487,7 @@ def _verify(
 ) -> None:
     """Refuse landed files that are not the ones batch ``batch_id`` committed (the checksum the apply
     computed: contents, format and target columns)."""
-    from changelake.decode import plan_batch
+    from changelake.inputs.decode import plan_batch
 
     names = ", ".join(str(p) for p in paths)
     missing = [p for p in paths if not p.is_file()]
@@ -507,7 +508,7 @@ def _batch_input(batch_id: int, paths: list[Path], spec: TableSpec, fmt: str | N
     """One batch's records as delivered, decoded with ``spec`` (the batch's own); quarantined ones left out."""
     import pyarrow as pa
 
-    from changelake.readers import JSON_FORMATS, delivered_records, format_for, read_batch
+    from changelake.inputs.readers import JSON_FORMATS, delivered_records, format_for, read_batch
 
     if fmt is not None:
         spec = dataclasses.replace(spec, source={**spec.source, "format": fmt})
@@ -561,7 +562,7 @@ def _staged_key_value(spec: TableSpec, name: str, value: Any) -> Any:
     """A lookup key value as the changelog-json reader takes it, decoding to the value the lookup used: the
     value as given if the reader takes it (text of textual columns), else CLI text parsed as JSON (numbers,
     booleans), else the JSON form of a Python value (dates, decimals, bytes) or of the stored value."""
-    from changelake.fastread import decode_lookup_value
+    from changelake.storage.fastread import decode_lookup_value
 
     stored = decode_lookup_value(spec, name, value)
     decode = spec.column(name).type.decode_json

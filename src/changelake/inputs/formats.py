@@ -2,7 +2,7 @@
 
 Each decoder takes the parsed line and returns a :class:`Message` (or ``None`` when the line carries no row
 change: a Debezium tombstone, a DDL event, a filtered database/table), raising :class:`FieldError` naming the
-offending field. Values stay raw JSON here; :mod:`changelake.readers` converts them to the table's types,
+offending field. Values stay raw JSON here; :mod:`changelake.inputs.readers` converts them to the table's types,
 using ``coerce`` for formats that encode values their own way (Canal's strings, Debezium's epochs).
 
 Row kinds follow Flink's formats of the same names: an update yields ``-U`` (before image) and ``+U``
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from changelake.errors import short_repr
-from changelake.sources import SourceOptions
+from changelake.inputs.sources import SourceOptions
 from changelake.spec import TableSpec
 from changelake.types import (
     DECIMAL_CONTEXT,

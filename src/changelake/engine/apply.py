@@ -6,9 +6,9 @@ Protocol for batch N of table T (every step is safe to crash in):
    commit it from the manifest that snapshot names (files written before the PK commit).
 2. Idempotency: batch N already committed with the same input checksum -> no-op; different checksum ->
    refused. N != last + 1 -> refused (no skipping ahead, no going back).
-3. Decode: Spark tasks decode byte ranges of the landed files (:mod:`changelake.decode`) and stage the
+3. Decode: Spark tasks decode byte ranges of the landed files (:mod:`changelake.inputs.decode`) and stage the
    records as Parquet; the driver gets counts, dead letters and the first error, never the records.
-4. Merge: one Spark task per touched bucket (:mod:`changelake.buckets`) reads the bucket once, merges its
+4. Merge: one Spark task per touched bucket (:mod:`changelake.engine.buckets`) reads the bucket once, merges its
    records column-wise and writes the bucket's new data file and its changelog file, numbered per bucket
    from the log end the previous batch committed. Files go to fresh per-attempt directories (never read
    unless committed).
@@ -33,13 +33,15 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from changelake import buckets, decode, merge, tables
-from changelake.buckets import COUNTERS, BucketContext
-from changelake.buckets import SOURCE_COUNTERS as TASK_SOURCE_COUNTERS
+from changelake.engine import buckets, merge
+from changelake.engine.buckets import COUNTERS, BucketContext
+from changelake.engine.buckets import SOURCE_COUNTERS as TASK_SOURCE_COUNTERS
 from changelake.errors import BatchRefusedError, ChangelakeError
-from changelake.landing import INPUT_PROPERTY, input_record, read_manifest, scan_landing
+from changelake.inputs import decode
+from changelake.inputs.landing import INPUT_PROPERTY, input_record, read_manifest, scan_landing
 from changelake.spec import TableSpec
-from changelake.storage import CommitFailedException, Storage
+from changelake.storage import sparkread
+from changelake.storage.iceberg import CommitFailedException, Storage
 
 MAX_COMMIT_ATTEMPTS = 5
 # A batch of at most this many messages is decoded in this process, and merged here too if its buckets' files
@@ -331,7 +333,7 @@ class Applier:
             },
         )
         touched = {m["partition_key"] for m in markers}
-        removed = [f for f in data_files if buckets.partition_key(tables.partition_tuple(f)) in touched]
+        removed = [f for f in data_files if buckets.partition_key(sparkread.partition_tuple(f)) in touched]
         added = self.storage.to_data_files(table, sorted(m["_path"] for m in markers if m["_path"]))
         self.storage.commit_batch(
             table,
@@ -375,7 +377,7 @@ class Applier:
     def _merge(
         self, spec, table, batch_id, decoded, target_columns, previous, commit_ts, data_files
     ) -> tuple[list[dict], int | None]:
-        """Run one bucket task (:func:`changelake.buckets.run_task`) per touched bucket: their markers, and
+        """Run one bucket task (:func:`changelake.engine.buckets.run_task`) per touched bucket: their markers, and
         the auto-increment counter after allocating the batch's ids (None without an auto-increment column).
 
         The decode tasks staged every bucket's records as record batches; a task reads its own and its bucket's
@@ -385,7 +387,7 @@ class Applier:
         started = time.monotonic()
         files_by_key: dict[str, list] = {}
         for f in data_files:
-            files_by_key.setdefault(buckets.partition_key(tables.partition_tuple(f)), []).append(f)
+            files_by_key.setdefault(buckets.partition_key(sparkread.partition_tuple(f)), []).append(f)
         id_ranges, id_counter = self._allocate_ids(spec, table, decoded)
         log_ends = previous.get("log_ends", {})
         tasks = [
@@ -566,7 +568,7 @@ def _spark_schema(arrow_schema: pa.Schema, spec: TableSpec):
     """Spark type of each Arrow column: table columns keep their storage types, the rest map simply."""
     from pyspark.sql import types as T
 
-    by_name = {f.name: f for f in tables.storage_struct(spec).fields}
+    by_name = {f.name: f for f in sparkread.storage_struct(spec).fields}
     simple = {
         pa.string(): T.StringType(),
         pa.int64(): T.LongType(),

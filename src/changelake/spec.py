@@ -26,7 +26,7 @@ import yaml
 
 from changelake.errors import SpecError, short_repr
 from changelake.identifiers import check_column_name, check_table_name, derived_names
-from changelake.sources import SourceOptions, parse_source
+from changelake.inputs.sources import SourceOptions, parse_source
 from changelake.types import NANOS_SUFFIX, DataType, parse_type
 
 DELETE_BEHAVIORS = ("allow", "ignore", "disable")

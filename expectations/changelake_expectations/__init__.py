@@ -1,1 +1,0 @@
-"""changelake's Great Expectations suites (see :mod:`changelake_expectations.suites`)."""

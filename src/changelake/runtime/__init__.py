@@ -1,0 +1,1 @@
+"""Running Spark for changelake: the one SparkSession builder, the warm SQL endpoint and the dbt runner."""
