@@ -1,6 +1,7 @@
-"""Auto-increment columns (spec §8): ids from per-bucket cached segments, only on a key's first insert."""
+"""Auto-increment columns (docs/semantics.md §8): ids from per-bucket cached segments, only on a key's first insert."""
 
 import pytest
+
 from changelake.errors import SpecError, WriteRefusedError
 from changelake.spec import TableSpec
 

@@ -1,4 +1,4 @@
-"""The CLI end to end (real subprocesses): the spec §2.2 walkthrough, and scan == pyiceberg alone."""
+"""The CLI end to end (real subprocesses): the docs/semantics.md §2.2 walkthrough, and scan == pyiceberg alone."""
 
 import json
 import subprocess

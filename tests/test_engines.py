@@ -1,4 +1,4 @@
-"""Merge engines (spec §3, §4): first_row, versioned and aggregation with the 14 functions, and their rules."""
+"""Merge engines (docs/semantics.md §3, §4): first_row, versioned and aggregation with the 14 functions, and their rules."""
 
 import decimal
 import math
@@ -158,7 +158,7 @@ def agg(col_type, fn, *values, **options):
         ),
         ("INT", "last_value", [1, None], None),
         ("INT", "last_value_ignore_nulls", [1, None, 2, None], 2),
-        ("INT", "first_value", [None, 3, 4], 3),  # spec §12 #1: the code replaces a stored null
+        ("INT", "first_value", [None, 3, 4], 3),  # docs/semantics.md §12 #1: the code replaces a stored null
         ("INT", "first_value_ignore_nulls", [None, None, 5, 6], 5),
         ("STRING", "listagg", ["a", None, "b", "c"], "a,b,c"),
         ("STRING", "string_agg", ["a", "b"], "a,b"),

@@ -84,7 +84,7 @@ def rows_by_key(lake, name: str) -> dict:
 
 
 def merged(before: dict, records) -> dict:
-    """Last-row merge of decoded records (spec §2): +I/+U replace the row, -D removes it, -U is dropped."""
+    """Last-row merge of decoded records (docs/semantics.md §2): +I/+U replace the row, -D removes it, -U is dropped."""
     after = dict(before)
     for r in records.to_pylist():
         op = r.pop("_op")

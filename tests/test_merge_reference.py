@@ -1,4 +1,4 @@
-"""The reference model of the default engine (spec §2.2, §3.1, §5, §2.1) — what the Spark plan is checked against."""
+"""The reference model of the default engine (docs/semantics.md §2.2, §3.1, §5, §2.1) — what the Spark plan is checked against."""
 
 import pytest
 

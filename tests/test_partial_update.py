@@ -1,4 +1,4 @@
-"""Partial updates (spec §6, §4.3): target columns, partial deletes, and Fluss's refusals."""
+"""Partial updates (docs/semantics.md §6, §4.3): target columns, partial deletes, and Fluss's refusals."""
 
 import json
 

@@ -1,4 +1,4 @@
-"""Table spec validation follows Fluss (spec §1, §3, §5, §13) with errors that name the problem."""
+"""Table spec validation follows Fluss (docs/semantics.md §1, §3, §5, §13) with errors that name the problem."""
 
 import pytest
 

@@ -242,7 +242,7 @@ class ChangeLake:
     def lookup(
         self, table: str, key: dict[str, Any], prefix: bool = False, insert_if_not_exists: bool = False
     ) -> list[dict[str, Any]]:
-        """Primary-key lookup (all PK columns) or, with ``prefix=True``, prefix lookup by bucket key (spec §9).
+        """Primary-key lookup (all PK columns) or, with ``prefix=True``, prefix lookup by bucket key (docs/semantics.md §9).
 
         No Spark: reads only the files of the key's (partition, bucket), see :meth:`FastReader.lookup`.
         ``insert_if_not_exists`` (Fluss's ``Lookup.enableInsertIfNotExists``): a key that is not there is

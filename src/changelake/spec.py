@@ -211,7 +211,7 @@ class TableSpec:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], origin: str = "<dict>") -> TableSpec:
-        """Validate a spec mapping (Fluss rules, spec §1) and return the TableSpec."""
+        """Validate a spec mapping (Fluss rules, docs/semantics.md §1) and return the TableSpec."""
         if not isinstance(data, dict):
             raise SpecError(f"{origin}: expected a mapping with name, columns and primary_key")
         try:
@@ -335,7 +335,7 @@ _DIGITS = re.compile(r"[0-9]{1,10}")
 
 
 def _normalize_options(raw: Any) -> dict[str, str]:
-    """Lower-case enum values, map the seed documents' option names to Fluss's (spec §13)."""
+    """Lower-case enum values, map the seed documents' option names to Fluss's (docs/semantics.md §13)."""
     if not isinstance(raw, dict):
         raise SpecError(f"'options' must be a mapping of option names to values, got {short_repr(raw)}")
     for k, v in raw.items():
@@ -631,7 +631,7 @@ def _validate_fluss_table_options(options: dict[str, str], partition_keys: tuple
 def _validate_auto_increment(
     options: dict[str, str], columns: list[Column], primary_key: tuple[str, ...]
 ) -> None:
-    """Spec §8: one INT/BIGINT column outside the primary key; the cache size is a positive integer."""
+    """docs/semantics.md §8: one INT/BIGINT column outside the primary key; the cache size is a positive integer."""
     size = options.get("table.auto-increment.cache-size")
     if size is not None and (not _DIGITS.fullmatch(size) or int(size) < 1):
         raise SpecError(f"Option 'table.auto-increment.cache-size' must be a positive integer, got '{size}'")
@@ -653,8 +653,8 @@ def _validate_auto_increment(
 
 AGG_NUMERIC = ("TINYINT", "SMALLINT", "INT", "BIGINT", "FLOAT", "DOUBLE", "DECIMAL")
 AGG_ORDERED = ("CHAR", "STRING", *AGG_NUMERIC, "DATE", "TIME", "TIMESTAMP", "TIMESTAMP_LTZ")
-#: Fluss's 14 aggregate functions and the column types each accepts (spec §4.2); None = every type.
-#: listagg/string_agg follow Fluss's code, which refuses CHAR when the merger is built (spec §12 #2).
+#: Fluss's 14 aggregate functions and the column types each accepts (docs/semantics.md §4.2); None = every type.
+#: listagg/string_agg follow Fluss's code, which refuses CHAR when the merger is built (docs/semantics.md §12 #2).
 AGG_FUNCTIONS: dict[str, tuple[str, ...] | None] = {
     "sum": AGG_NUMERIC,
     "product": AGG_NUMERIC,
@@ -675,7 +675,7 @@ _VERSION_TYPES = ("INT", "BIGINT", "TIMESTAMP", "TIMESTAMP_LTZ")
 
 
 def _validate_engine(options: dict[str, str], columns: list[Column], primary_key: tuple[str, ...]) -> None:
-    """Fluss's create-time checks for merge engines, aggregate functions and delete behaviour (spec §3-§5)."""
+    """Fluss's create-time checks for merge engines, aggregate functions and delete behaviour (docs/semantics.md §3-§5)."""
     engine = options.get("table.merge-engine")
     types = {c.name: c.type for c in columns}
     if engine in ("first_row", "versioned") and options.get("table.delete.behavior") == "allow":

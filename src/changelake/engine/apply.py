@@ -137,7 +137,7 @@ class Applier:
     ) -> BatchResult:
         """Apply the files of one batch (in order) as batch ``batch_id``, exactly once.
 
-        ``target_columns`` makes it a partial update (spec §6): only those columns are written.
+        ``target_columns`` makes it a partial update (docs/semantics.md §6): only those columns are written.
         """
         if batch_id <= 0:
             raise BatchRefusedError(f"batch ids are positive integers, got {batch_id}")
@@ -446,7 +446,7 @@ class Applier:
         return markers, id_counter
 
     def _allocate_ids(self, spec, table, decoded: decode.DecodeSummary) -> tuple[dict | None, int | None]:
-        """Auto-increment id ranges per touched bucket (spec §8), enough for every record to be a new key.
+        """Auto-increment id ranges per touched bucket (docs/semantics.md §8), enough for every record to be a new key.
 
         Each bucket continues its cached range; when that is short it takes whole segments of
         ``table.auto-increment.cache-size`` ids from the table-wide counter. The state is committed with

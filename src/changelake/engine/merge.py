@@ -1,4 +1,4 @@
-"""Merge semantics of primary-key tables — the one module that owns them (spec §2, §3.1, §5).
+"""Merge semantics of primary-key tables — the one module that owns them (docs/semantics.md §2, §3.1, §5).
 
 :class:`RowMerger` applies one record to the rows of a key, exactly as Fluss's ``KvTablet.putAsLeader``
 does, and returns the changelog it emits. Every path uses it: the Spark apply runs it inside one task per
@@ -76,7 +76,7 @@ class RowMerger:
 
     The default (last-row) engine; :func:`merger_for` picks the engine of a spec. Engines override
     :meth:`merge`; returning :data:`UNCHANGED` means "no change" — nothing stored, nothing emitted. That is
-    Fluss's identity rule (spec §2, §11) made explicit: Python may share equal tuples, so identity would lie.
+    Fluss's identity rule (docs/semantics.md §2, §11) made explicit: Python may share equal tuples, so identity would lie.
     """
 
     #: False when the engine never looks inside rows, so callers may pass handles instead of tuples.
@@ -93,7 +93,7 @@ class RowMerger:
         self.drop_deletes = deletes_dropped_before_table(spec)
         self.disable_deletes = spec.delete_behavior == "disable" and not spec.ignore_delete
         self.wal = spec.changelog_image == "wal"
-        # Partial update (spec §6): the indexes of the batch's target columns, None for full-row writes.
+        # Partial update (docs/semantics.md §6): the indexes of the batch's target columns, None for full-row writes.
         self.target = None if target is None else frozenset(target)
         self.target_is_key = self.target == frozenset(self.key_index)
         self.needs_values = type(self).needs_values or target is not None or ai is not None
@@ -211,7 +211,7 @@ class AggregationMerger(RowMerger):
         ]
 
     def first_write(self, new):
-        # Fluss stores an aggregation key's first row as given, even for a partial write (spec §4.3, §12 #3).
+        # Fluss stores an aggregation key's first row as given, even for a partial write (docs/semantics.md §4.3, §12 #3).
         return new
 
     def merge(self, old, new):
@@ -236,7 +236,7 @@ def merger_for(
 
 
 class IdAllocator:
-    """Auto-increment ids of one bucket (spec §8): consumes the id ranges the driver handed it, in order."""
+    """Auto-increment ids of one bucket (docs/semantics.md §8): consumes the id ranges the driver handed it, in order."""
 
     def __init__(self, ranges: list[tuple[int, int]], max_value: int):
         self.ranges = [list(r) for r in ranges]  # [next, last] each, inclusive
@@ -264,7 +264,7 @@ class IdAllocator:
 
 
 def check_target_columns(spec: TableSpec, target_columns: list[str] | None) -> tuple[int, ...] | None:
-    """Validate a partial write's target columns (spec §6, §4.3) with Fluss's messages.
+    """Validate a partial write's target columns (docs/semantics.md §6, §4.3) with Fluss's messages.
 
     Returns the target column indexes, or None for a full-row write (no list, or a list naming every column).
     """
@@ -304,7 +304,7 @@ def check_target_columns(spec: TableSpec, target_columns: list[str] | None) -> t
     return tuple(sorted({names.index(c) for c in target_columns}))
 
 
-# --- aggregate functions (spec §4.2) ---------------------------------------------------------------------
+# --- aggregate functions (docs/semantics.md §4.2) ---------------------------------------------------------------------
 INT_BITS = {"TINYINT": 8, "SMALLINT": 16, "INT": 32, "BIGINT": 64}
 
 
@@ -394,7 +394,7 @@ def aggregate_function(spec: TableSpec, column_name: str):
     if name == "last_value_ignore_nulls":
         return lambda acc, value: acc if value is None else value
     if name in ("first_value", "first_value_ignore_nulls"):
-        # Identical in Fluss's code (spec §12 #1): a stored null is replaced by the next non-null value.
+        # Identical in Fluss's code (docs/semantics.md §12 #1): a stored null is replaced by the next non-null value.
         return lambda acc, value: value if acc is None else acc
     if name in ("listagg", "string_agg"):
         delimiter = spec.agg_delimiter(column_name)

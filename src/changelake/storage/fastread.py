@@ -266,7 +266,7 @@ def decode_lookup_value(spec: TableSpec, name: str, value: Any) -> Any:
 
 
 def check_lookup_columns(spec: TableSpec, columns: list[str], prefix: bool) -> None:
-    """Spec §9 rules for lookups and prefix lookups, with Fluss's messages."""
+    """docs/semantics.md §9 rules for lookups and prefix lookups, with Fluss's messages."""
     pk = list(spec.primary_key)
     if not prefix:
         if sorted(columns) != sorted(pk):
@@ -1023,7 +1023,7 @@ class FastReader:
 
     # --- lookups --------------------------------------------------------------------------------------
     def lookup(self, table: str, key: dict[str, Any], prefix: bool = False) -> list[dict[str, Any]]:
-        """Primary-key lookup (all PK columns) or, with ``prefix=True``, prefix lookup by bucket key (spec §9).
+        """Primary-key lookup (all PK columns) or, with ``prefix=True``, prefix lookup by bucket key (docs/semantics.md §9).
 
         Reads only the files of the key's (partition, bucket) and, in them, only row groups whose statistics
         admit the key. Rows come back as dicts ordered by primary key.
