@@ -4,6 +4,7 @@ keys; the quality app fails its run on a table corrupted by hand and reports the
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -32,8 +33,29 @@ CLEAN_LOG = [
 ]
 
 
+@pytest.fixture(params=["pandas", "spark"], autouse=True)
+def engine(request, monkeypatch) -> str:
+    """Every test runs on both GX engines the runner picks between: small frames are validated by pandas
+    (one Arrow fetch), the rest by Spark (CHANGELAKE_QUALITY_LOCAL_ROWS=0 forces Spark)."""
+    monkeypatch.setenv("CHANGELAKE_QUALITY_LOCAL_ROWS", "100000" if request.param == "pandas" else "0")
+    return request.param
+
+
 def validate(lake, check) -> dict:
-    return _validate(_context(lake.settings), check)
+    result = _validate(_context(lake.settings), check)
+    expected = "spark" if os.environ["CHANGELAKE_QUALITY_LOCAL_ROWS"] == "0" else "pandas"
+    assert result["engine"] == expected
+    return result
+
+
+def test_frames_above_the_local_limit_stay_in_spark(lake, spark, monkeypatch):
+    monkeypatch.setenv("CHANGELAKE_QUALITY_LOCAL_ROWS", "2")
+    three = spark.createDataFrame([(1, "a"), (2, "b"), (2, "c")], "k long, v string")
+    result = _validate(_context(lake.settings), suites.pk_uniqueness("q.kv", three, ["k"]))
+    assert result["engine"] == "spark" and not result["success"]
+    two = spark.createDataFrame([(1, "a"), (1, "b")], "k long, v string")
+    result = _validate(_context(lake.settings), suites.pk_uniqueness("q.kv", two, ["k"]))
+    assert result["engine"] == "pandas" and not result["success"]
 
 
 def failures(result) -> list[dict]:
@@ -117,7 +139,7 @@ def test_drift_suite_passes_at_zero_and_names_drifting_keys(lake, spark):
     assert validate(lake, suites.drift("stats drift", drifted, ["shop_id", "user_id"], 4))["success"]
 
 
-def test_quality_app_fails_on_a_hand_corrupted_table_and_reports_the_keys(lake, spark, monkeypatch):
+def test_quality_app_fails_on_a_hand_corrupted_table_and_reports_the_keys(lake, spark, monkeypatch, engine):
     lake.create_table(SPEC.to_dict())
     lake.apply("q.kv", [{"op": "+I", "data": {"k": i, "v": f"v{i}"}} for i in range(1, 6)], batch_id=1)
     lake.apply(
@@ -128,6 +150,7 @@ def test_quality_app_fails_on_a_hand_corrupted_table_and_reports_the_keys(lake, 
     assert run_quality(lake.settings, spark=spark, progress=messages.append) == 0
     summary = json.loads((lake.settings.home / "quality" / "quality_summary.json").read_text())
     assert summary["success"] and summary["suites"]["pk_uniqueness"] == {"validations": 1, "failed": 0}
+    assert {v["engine"] for v in summary["validations"]} == {engine}
     docs = summary["data_docs"].removeprefix("file://")
     index = open(docs).read()
     assert "pk_uniqueness__q.kv" in index

@@ -263,10 +263,49 @@ def _context(settings: Settings):
     return context
 
 
+def local_rows_limit() -> int:
+    """Frames with at most this many rows are validated by GX's pandas engine (``CHANGELAKE_QUALITY_LOCAL_ROWS``,
+    default 100,000; 0 = always Spark)."""
+    return int(os.environ.get("CHANGELAKE_QUALITY_LOCAL_ROWS", "100000"))
+
+
+def _local_frame(frame, limit: int):
+    """``frame`` as a pandas DataFrame when it has at most ``limit`` rows, else None.
+
+    GX's Spark engine runs several Spark jobs per expectation (the metrics, then the unexpected rows): over
+    Spark Connect each costs a round trip, ~0.25 s, even on a ten-row table. One Arrow fetch of a small frame
+    and GX's pandas engine give the same results (the same built-in expectations) in milliseconds; frames
+    above the limit stay in Spark, so a large table never lands on the driver. Fetching ``limit + 1`` rows
+    is what tells the two apart without a count job.
+    """
+    if limit <= 0 or not hasattr(frame, "limit"):
+        return None
+    local = frame.limit(limit + 1).toPandas()
+    return local if len(local) <= limit else None
+
+
+def _plain(value: Any) -> Any:
+    """A numpy/pandas scalar as the Python value the Spark engine reports (NaN and NaT as None)."""
+    import math
+
+    import numpy as np
+    import pandas as pd
+
+    if isinstance(value, np.generic):
+        value = value.item()
+    if value is pd.NaT or (isinstance(value, float) and math.isnan(value)):
+        return None
+    return value
+
+
 def _validate(context, check) -> dict[str, Any]:
     import great_expectations as gx
 
-    source = context.data_sources.add_or_update_spark(name="changelake")
+    local = _local_frame(check.frame, local_rows_limit())
+    if local is not None:
+        source = context.data_sources.add_or_update_pandas(name="changelake-local")
+    else:
+        source = context.data_sources.add_or_update_spark(name="changelake")
     try:
         asset = source.get_asset(check.asset)
     except LookupError:
@@ -290,27 +329,30 @@ def _validate(context, check) -> dict[str, Any]:
             else {"result_format": "SUMMARY"},
         )
     )
-    result = checkpoint.run(batch_parameters={"dataframe": check.frame})
+    result = checkpoint.run(batch_parameters={"dataframe": check.frame if local is None else local})
     expectations = []
     for run in result.run_results.values():
         for r in run.results:
             config = r.expectation_config
             index = r.result.get("unexpected_index_list") or []
-            keys = [{k: v for k, v in row.items() if k in check.keys} for row in index[:MAX_REPORTED_KEYS]]
+            keys = [
+                {k: _plain(v) for k, v in row.items() if k in check.keys} for row in index[:MAX_REPORTED_KEYS]
+            ]
             expectations.append(
                 {
                     "type": config.type,
                     "kwargs": {k: v for k, v in config.kwargs.items() if k not in ("batch_id",)},
                     "severity": str(getattr(config.severity, "value", config.severity)),
                     "success": bool(r.success),
-                    "unexpected_count": r.result.get("unexpected_count"),
-                    "observed_value": r.result.get("observed_value"),
+                    "unexpected_count": _plain(r.result.get("unexpected_count")),
+                    "observed_value": _plain(r.result.get("observed_value")),
                     "offending_keys": keys,
                 }
             )
     return {
         "suite": check.suite,
         "asset": check.asset,
+        "engine": "spark" if local is None else "pandas",
         "success": bool(result.success),
         "expectations": expectations,
     }
