@@ -25,12 +25,12 @@ LANDING = common.landing_asset()
 )
 def changelake_demo_source():
     @task(outlets=[LANDING])
-    def land_batches(params=None) -> list[str]:
-        """Run `changelake datagen` for every table with a datagen profile; return what landed."""
-        out = common.changelake_cli(
-            "datagen", "--batches", str(params["batches"]), "--seed", str(params["seed"])
-        )
-        return [line for line in out.splitlines() if line.startswith("[")]
+    def land_batches(params=None) -> list[dict]:
+        """Run `changelake datagen --json` for every table with a datagen profile; return what landed (table,
+        batch_id, path, messages, changes per batch) from its JSON document."""
+        landed = common.land_batches(params["batches"], params["seed"])
+        print(f"{len(landed)} batch(es) landed for {len({b['table'] for b in landed})} table(s)")
+        return landed
 
     land_batches()
 

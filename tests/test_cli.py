@@ -1,12 +1,20 @@
-"""The CLI end to end (real subprocesses): the docs/semantics.md §2.2 walkthrough, and scan == pyiceberg alone."""
+"""The CLI end to end (real subprocesses): the docs/semantics.md §2.2 walkthrough, and scan == pyiceberg alone;
+and in this process, without a JVM: the JSON documents of ``--json`` / ``--format json`` that the DAGs read."""
 
+import dataclasses
 import json
+import os
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
+# Imported here, before any read command runs in this process: the CLI's _light_pyarrow would otherwise load
+# pyarrow without numpy and pandas for the rest of the test session.
+import pyarrow  # noqa: F401
 import pytest
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+REPO = Path(__file__).resolve().parents[1]
 
 SPEC = """name: demo.fruit
 columns:
@@ -26,6 +34,8 @@ def cli(env, *args):
     return result
 
 
+@pytest.mark.integration
+@pytest.mark.slow
 def test_walkthrough_spec_2_2_through_the_cli(home, cli_env):
     (home / "tables" / "demo.fruit.yaml").write_text(SPEC)
     landing = home / "landing" / "demo.fruit"
@@ -68,6 +78,8 @@ def test_walkthrough_spec_2_2_through_the_cli(home, cli_env):
     assert status["last_batch"] == 4 and status["rows"] == 1 and status["changelog_records"] == 5
 
 
+@pytest.mark.integration
+@pytest.mark.slow
 def test_cli_reports_bad_input_with_file_line_and_field(home, cli_env):
     (home / "tables" / "demo.fruit.yaml").write_text(SPEC)
     bad = home / "bad.jsonl"
@@ -112,6 +124,8 @@ _PROBE = (
 )
 
 
+@pytest.mark.integration
+@pytest.mark.slow
 def test_read_commands_start_no_jvm_and_equal_the_spark_reads(lake, home, cli_env):
     from changelake.storage.fastread import json_default
 
@@ -156,3 +170,148 @@ def test_read_commands_start_no_jvm_and_equal_the_spark_reads(lake, home, cli_en
     (status,) = read("status")
     assert (status["last_batch"], status["rows"], status["snapshots"]) == (2, 5, 2)
     assert read("dead-letters", "demo.fruit") == []
+
+
+# --- JSON output: one document on stdout, everything else on stderr (in this process, no JVM) -----------------
+
+
+@pytest.fixture
+def no_jvm(monkeypatch):
+    """A test of the CLI's JSON output that would start Spark fails instead (and stays out of the JVM)."""
+    from changelake.runtime import session
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("this CLI command started a SparkSession")
+
+    monkeypatch.setattr(session, "get_spark", refuse)
+    for key in [k for k in os.environ if k.startswith("CHANGELAKE_")]:
+        monkeypatch.delenv(key)
+
+
+def run_json(capfd, home: Path, *args: str) -> tuple[dict | list, str]:
+    """``changelake <args>`` through ``main`` in this process: the one JSON document on stdout, and stderr."""
+    from changelake.cli import main
+
+    capfd.readouterr()
+    code = main(["--home", str(home), "--tables", str(home / "tables"), *args])
+    out, err = capfd.readouterr()
+    assert code == 0, err[-3000:]
+    assert out.endswith("\n") and out.count("\n") == 1, out  # one line: one document, nothing else
+    return json.loads(out), err
+
+
+def test_datagen_json_lists_every_landed_batch(home, capfd, no_jvm):
+    shutil.copy(REPO / "examples" / "tables" / "shop.orders.yaml", home / "tables")
+    doc, err = run_json(capfd, home, "datagen", "--batches", "2", "--records", "7", "--json")
+    assert list(doc) == ["landed"]
+    assert [(b["table"], b["batch_id"]) for b in doc["landed"]] == [("shop.orders", 1), ("shop.orders", 2)]
+    for batch in doc["landed"]:
+        assert set(batch) == {"table", "batch_id", "path", "messages", "changes"}
+        path = Path(batch["path"])
+        assert path == home / "landing" / "shop.orders" / f"{batch['batch_id']}.jsonl"
+        assert batch["messages"] == len(path.read_text().splitlines()) == 7
+        assert sum(batch["changes"][k] for k in ("insert", "update", "delete")) == 7
+        # The text report of each batch is progress on stderr now.
+        assert f"[shop.orders] batch {batch['batch_id']}: 7 messages" in err
+    again, _ = run_json(capfd, home, "datagen", "--records", "3", "--json")
+    assert [b["batch_id"] for b in again["landed"]] == [3]  # after the last landed batch
+
+
+FRUIT = [
+    '{"op": "+I", "data": {"k": 1, "price": 2.0, "name": "apple"}}\n',
+    '{"op": "+I", "data": {"k": 1, "price": 4.0, "name": "banana"}}\n{"op": "+I", "data": {"k": 2}}\n',
+]
+
+
+def test_create_and_apply_json_report_tables_and_batch_results(home, capfd, no_jvm):
+    from changelake.engine.apply import BatchResult
+
+    (home / "tables" / "demo.fruit.yaml").write_text(SPEC)
+    created, _ = run_json(capfd, home, "create", "--json")
+    assert created == {
+        "created": [{"table": "demo.fruit", "changelog": "demo.fruit__changelog", "buckets": 2}]
+    }
+
+    landing = home / "landing" / "demo.fruit"
+    landing.mkdir(parents=True)
+    for batch_id, lines in enumerate(FRUIT, start=1):
+        (landing / f"{batch_id}.jsonl").write_text(lines)
+    summary = home / "summary.json"
+    doc, err = run_json(capfd, home, "apply", "demo.fruit", "--json", "--summary", str(summary))
+    assert (doc["applied"], doc["already_applied"]) == (2, 0)
+    fields = {f.name for f in dataclasses.fields(BatchResult)}
+    assert all(set(b) == fields for b in doc["batches"])
+    first, second = doc["batches"]
+    assert (first["table"], first["batch_id"], first["status"]) == ("demo.fruit", 1, "applied")
+    assert (first["counts"]["inserted"], second["counts"]["inserted"], second["counts"]["updated"]) == (
+        1,
+        1,
+        1,
+    )
+    assert second["log_start_offset"] == first["log_end_offset"] == 1 and second["log_end_offset"] == 4
+    assert json.loads(summary.read_text()) == doc["batches"]
+    assert "2 batch(es) applied, 0 already applied" in err  # the text report went to stderr
+
+    replay, _ = run_json(capfd, home, "apply", "--from-batch", "1", "--json")
+    assert (replay["applied"], replay["already_applied"]) == (0, 2)
+    assert [b["status"] for b in replay["batches"]] == ["already-applied", "already-applied"]
+
+
+def test_read_commands_json_is_one_array_of_the_jsonl_rows(home, capfd, no_jvm):
+    from changelake.cli import main
+
+    (home / "tables" / "demo.fruit.yaml").write_text(SPEC)
+    landing = home / "landing" / "demo.fruit"
+    landing.mkdir(parents=True)
+    for batch_id, lines in enumerate(FRUIT, start=1):
+        (landing / f"{batch_id}.jsonl").write_text(lines)
+    run_json(capfd, home, "apply", "--json")
+    (landing / "3.jsonl").write_text(FRUIT[0])  # landed, not applied: status counts it as pending
+
+    for command in (
+        ["scan", "demo.fruit"],
+        ["changelog", "demo.fruit"],
+        ["lookup", "demo.fruit", "k=1"],
+        ["dead-letters", "demo.fruit"],
+        ["status"],
+    ):
+        capfd.readouterr()
+        assert (
+            main(["--home", str(home), "--tables", str(home / "tables"), *command, "--format", "jsonl"]) == 0
+        )
+        lines = [json.loads(line) for line in capfd.readouterr().out.splitlines()]
+        doc, _ = run_json(capfd, home, *command, "--format", "json")
+        assert isinstance(doc, list) and doc == lines, command
+    (status,) = doc
+    assert (status["table"], status["last_batch"], status["rows"], status["pending_batches"]) == (
+        "demo.fruit", 2, 2, 1,
+    )  # fmt: skip
+
+
+def test_json_output_moves_any_other_stdout_to_stderr(home, capfd, no_jvm, monkeypatch):
+    """A library's print or a child process's output (Spark's JVM inherits fd 1) must not break the
+    document: while the command works, stdout is stderr, down to the file descriptor."""
+    from changelake.inputs import datagen
+
+    generate = datagen.generate
+
+    def noisy(*args, **kwargs):
+        print("noise from python")
+        subprocess.run(["echo", "noise from a child process"], check=True)
+        return generate(*args, **kwargs)
+
+    monkeypatch.setattr(datagen, "generate", noisy)
+    shutil.copy(REPO / "examples" / "tables" / "shop.orders.yaml", home / "tables")
+    doc, err = run_json(capfd, home, "datagen", "--records", "2", "--json")
+    assert [b["batch_id"] for b in doc["landed"]] == [1]
+    assert "noise from python" in err and "noise from a child process" in err
+
+
+def test_a_failed_json_command_prints_no_document(home, capfd, no_jvm):
+    from changelake.cli import main
+
+    (home / "tables" / "demo.fruit.yaml").write_text(SPEC)
+    capfd.readouterr()
+    assert main(["--home", str(home), "--tables", str(home / "tables"), "apply", "demo.nope", "--json"]) == 2
+    out, err = capfd.readouterr()
+    assert out == "" and "error: Unknown table demo.nope" in err

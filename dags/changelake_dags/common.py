@@ -9,6 +9,7 @@ import shutil
 import socket
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pendulum
 
@@ -102,26 +103,36 @@ def spark_conf() -> dict[str, str]:
     }
 
 
-def changelake_cli(*args: str, timeout: int = 600) -> str:
-    """Run the data env's ``changelake`` CLI, stream its stderr (progress) into the task log, return stdout."""
+def changelake_json(*args: str, timeout: int = 600) -> Any:
+    """Run the data env's ``changelake`` CLI with ``args``, which must ask for its JSON output (``--json``,
+    or ``--format json`` of a read command); stream its stderr (progress) into the task log and return the
+    one JSON document it printed on stdout. The DAGs read the CLI only this way, never its text."""
     command = [shutil.which("changelake") or str(REPO / ".venv" / "bin" / "changelake"), *args]
     print("$ " + " ".join(command), flush=True)
     proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
     if proc.stderr:
         print(proc.stderr, flush=True)
-    if proc.stdout:
-        print(proc.stdout, flush=True)
     if proc.returncode != 0:
         raise RuntimeError(
             f"{' '.join(command[1:])} exited with {proc.returncode}: {proc.stderr.strip()[-500:]}"
         )
-    return proc.stdout
+    try:
+        return json.loads(proc.stdout)
+    except json.JSONDecodeError as e:
+        raise RuntimeError(
+            f"{' '.join(command[1:])} printed no single JSON document on stdout ({e}): {proc.stdout[:500]!r}"
+        ) from None
 
 
 def status() -> dict[str, dict]:
-    """``changelake status`` per table (rows, last batch, pending batches, quarantined, redelivered)."""
-    rows = [json.loads(line) for line in changelake_cli("status", "--format", "jsonl").splitlines() if line]
-    return {r["table"]: r for r in rows}
+    """``changelake status`` per table (rows, last batch, pending batches, quarantined, redelivered, problem)."""
+    return {row["table"]: row for row in changelake_json("status", "--format", "json")}
+
+
+def land_batches(batches: int, seed: int) -> list[dict]:
+    """``changelake datagen`` for every table with a datagen profile: the landed batches (table, batch_id,
+    path, messages, changes), as the CLI's ``datagen --json`` document lists them."""
+    return changelake_json("datagen", "--batches", str(batches), "--seed", str(seed), "--json")["landed"]
 
 
 def dbt_results() -> dict[str, str]:

@@ -1,15 +1,30 @@
-"""``changelake`` command line. Run ``changelake --help`` or ``changelake <command> --help``."""
+"""``changelake`` command line. Run ``changelake --help`` or ``changelake <command> --help``.
+
+Machine-readable output, for orchestrators and scripts: the read commands take ``--format json`` (one JSON
+array of row objects), ``create``, ``apply`` and ``datagen`` take ``--json`` (one JSON object, see
+:func:`_created`, :func:`_applied` and :func:`_landed`). Either way stdout carries that one document and
+nothing else: progress and anything else the command writes go to stderr. A failed command prints no
+document, its error on stderr, and exits non-zero.
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
+import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from changelake.errors import ChangelakeError
+
+# Output of the read commands: aligned text, one JSON object per line, or one JSON array (one document).
+_ROW_FORMATS = ["table", "jsonl", "json"]
+_ROW_FORMATS_HELP = "table (default), jsonl (one JSON object a line) or json (one JSON array of the rows)"
+_JSON_HELP = "print one JSON document on stdout (progress and the text report go to stderr)"
 
 # Read commands served by changelake.storage.fastread: no SparkSession, no JVM, not even a pyspark import.
 _FAST_COMMANDS = ("scan", "changelog", "lookup", "status", "dead-letters")
@@ -52,9 +67,10 @@ def _light_pyarrow() -> None:
         sys.meta_path.remove(hook)
 
 
-def _print_rows(rows: list[dict[str, Any]], fmt: str, out=sys.stdout) -> None:
+def _print_rows(rows: list[dict[str, Any]], fmt: str, out: Any = None) -> None:
     from changelake.storage.fastread import json_default
 
+    out = out or sys.stdout  # looked up per call: a redirected or captured stdout counts
     if fmt == "jsonl":
         for row in rows:
             out.write(json.dumps(row, default=json_default) + "\n")
@@ -91,6 +107,7 @@ def _parser() -> argparse.ArgumentParser:
     c = sub.add_parser("create", help="create PK tables (and changelog tables) from specs")
     c.add_argument("table", nargs="*", help="namespace.table (default: every spec)")
     c.add_argument("--spec", type=Path, help="create from this YAML file instead")
+    c.add_argument("--json", action="store_true", help=_JSON_HELP)
 
     a = sub.add_parser("apply", help="apply pending landed batches, or one explicit file, exactly once")
     a.add_argument("table", nargs="?", help="namespace.table (default: every table with a spec)")
@@ -103,18 +120,19 @@ def _parser() -> argparse.ArgumentParser:
         "--from-batch", type=int, help="replay landed batches from this id (applied ones are no-ops)"
     )
     a.add_argument("--summary", type=Path, help="also write the batch results as JSON to this file")
+    a.add_argument("--json", action="store_true", help=_JSON_HELP)
 
     s = sub.add_parser("scan", help="current rows, or as of a batch")
     s.add_argument("table")
     s.add_argument("--at-batch", type=int)
-    s.add_argument("--format", choices=["table", "jsonl"], default="table")
+    s.add_argument("--format", choices=_ROW_FORMATS, default="table", help=_ROW_FORMATS_HELP)
     s.add_argument("--limit", type=int)
 
     lg = sub.add_parser("changelog", help="the table's changelog (+I/-U/+U/-D with offsets)")
     lg.add_argument("table")
     lg.add_argument("--from-batch", type=int)
     lg.add_argument("--to-batch", type=int)
-    lg.add_argument("--format", choices=["table", "jsonl"], default="table")
+    lg.add_argument("--format", choices=_ROW_FORMATS, default="table", help=_ROW_FORMATS_HELP)
     lg.add_argument("--limit", type=int)
 
     lk = sub.add_parser("lookup", help="primary-key lookup (col=value ...); --prefix for a bucket-key prefix")
@@ -129,12 +147,12 @@ def _parser() -> argparse.ArgumentParser:
     lk.add_argument(
         "--keys-file", type=Path, help="look up each key of this file (one JSON object per line) instead"
     )
-    lk.add_argument("--format", choices=["table", "jsonl"], default="table")
+    lk.add_argument("--format", choices=_ROW_FORMATS, default="table", help=_ROW_FORMATS_HELP)
 
     dl = sub.add_parser("dead-letters", help="quarantined records (on-bad-record: quarantine) of a table")
     dl.add_argument("table")
     dl.add_argument("--batch-id", type=int)
-    dl.add_argument("--format", choices=["table", "jsonl"], default="table")
+    dl.add_argument("--format", choices=_ROW_FORMATS, default="table", help=_ROW_FORMATS_HELP)
 
     g = sub.add_parser("datagen", help="write deterministic sample landing batches for tables with a profile")
     g.add_argument("table", nargs="*", help="namespace.table (default: every spec with a datagen profile)")
@@ -146,6 +164,7 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--redelivery", type=float, help="share of records redelivered (overrides the profile)")
     g.add_argument("--out-of-order", type=float, help="share of stale versions (overrides the profile)")
     g.add_argument("--start", type=int, help="first batch id (default: after the last landed batch)")
+    g.add_argument("--json", action="store_true", help=_JSON_HELP)
 
     d = sub.add_parser("dbt", help="run dbt (default: build) on the tables' current snapshots and changelogs")
     d.add_argument("dbt_args", nargs=argparse.REMAINDER, help="dbt arguments, e.g. build --select marts")
@@ -159,7 +178,7 @@ def _parser() -> argparse.ArgumentParser:
     )
 
     st = sub.add_parser("status", help="per table: last batch, rows, snapshots, pending batches")
-    st.add_argument("--format", choices=["table", "jsonl"], default="table")
+    st.add_argument("--format", choices=_ROW_FORMATS, default="table", help=_ROW_FORMATS_HELP)
     return p
 
 
@@ -180,15 +199,52 @@ def without_empty_args(args: list[str], empty: tuple[str, ...] = ("",)) -> list[
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    as_json = _json_output(args)
     try:
-        return _run(args)
+        with _stdout_to_stderr() if as_json else contextlib.nullcontext():
+            code, document = _run(args)
     except ChangelakeError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    if as_json:
+        from changelake.storage.fastread import json_default
+
+        sys.stdout.write(json.dumps(document, default=json_default) + "\n")
+        sys.stdout.flush()
+    return code
 
 
-def _run_fast(args: argparse.Namespace) -> int:
-    """The read commands, through :class:`changelake.storage.fastread.FastReader` (progress on stderr)."""
+def _json_output(args: argparse.Namespace) -> bool:
+    """Whether the command prints one JSON document: ``--json``, or ``--format json`` of a read command."""
+    return bool(getattr(args, "json", False)) or getattr(args, "format", None) == "json"
+
+
+@contextlib.contextmanager
+def _stdout_to_stderr() -> Iterator[None]:
+    """Send everything written to stdout meanwhile to stderr, so that stdout carries the JSON document alone.
+
+    At the file-descriptor level too: a library writing to fd 1 or a child process (Spark's JVM, which
+    inherits the descriptors) would otherwise break the document its reader parses."""
+    sys.stdout.flush()
+    try:
+        saved = os.dup(1)
+    except OSError:  # no stdout descriptor at all: only Python's own writes can be redirected
+        saved = None
+    if saved is not None:
+        os.dup2(2, 1)
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        sys.stderr.flush()
+        if saved is not None:
+            os.dup2(saved, 1)
+            os.close(saved)
+
+
+def _run_fast(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The read commands, through :class:`changelake.storage.fastread.FastReader` (progress on stderr):
+    their rows, printed unless the format is ``json`` (then the caller prints them as one document)."""
     _light_pyarrow()
     from changelake.config import load_settings
     from changelake.storage import fastread
@@ -196,19 +252,20 @@ def _run_fast(args: argparse.Namespace) -> int:
     settings = load_settings(home=args.home, tables_dir=args.tables, spark_master=args.master)
     reader = fastread.FastReader(settings, progress=fastread.stderr_progress)
     if args.command == "scan":
-        rows = reader.rows_arrow(args.table, at_batch=args.at_batch, limit=args.limit, by_key=True)
-        _print_rows(fastread.to_pylist(rows), args.format)
+        arrow = reader.rows_arrow(args.table, at_batch=args.at_batch, limit=args.limit, by_key=True)
+        rows = fastread.to_pylist(arrow)
     elif args.command == "changelog":
         log = reader.changelog_arrow(args.table, args.from_batch, args.to_batch, limit=args.limit)
-        _print_rows(fastread.to_pylist(log), args.format)
+        rows = fastread.to_pylist(log)
     elif args.command == "lookup":
         rows = [row for key in _lookup_keys(args) for row in reader.lookup(args.table, key, args.prefix)]
-        _print_rows(rows, args.format)
     elif args.command == "dead-letters":
-        _print_rows(reader.dead_letters(args.table, args.batch_id), args.format)
+        rows = reader.dead_letters(args.table, args.batch_id)
     else:
-        _print_rows(reader.status(), args.format)
-    return 0
+        rows = reader.status()
+    if args.format != "json":
+        _print_rows(rows, args.format)
+    return rows
 
 
 def _lookup_keys(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -244,9 +301,11 @@ def _lookup_keys(args: argparse.Namespace) -> list[dict[str, Any]]:
     return [key]
 
 
-def _run(args: argparse.Namespace) -> int:
+def _run(args: argparse.Namespace) -> tuple[int, Any]:
+    """Run the command: its exit code and its JSON document (None for ``dbt`` and ``quality``, whose
+    results are their artifacts: dbt's run results, the quality summary). Text goes to stdout."""
     if args.command in _FAST_COMMANDS and not getattr(args, "insert_if_not_exists", False):
-        return _run_fast(args)
+        return 0, _run_fast(args)
     from changelake.api import ChangeLake
 
     lake = ChangeLake(home=args.home, tables_dir=args.tables, spark_master=args.master)
@@ -257,65 +316,102 @@ def _run(args: argparse.Namespace) -> int:
                 "insertIfNotExists for primary key lookup."
             )
         rows = lake.lookup_keys(args.table, _lookup_keys(args), insert_if_not_exists=True)
-        _print_rows([r for r in rows if r is not None], args.format)
-        return 0
+        found = [r for r in rows if r is not None]
+        if args.format != "json":
+            _print_rows(found, args.format)
+        return 0, found
     if args.command == "create":
-        if args.spec:
-            created = [lake.create_table(args.spec)]
-        else:
-            specs = lake.specs()
-            unknown = [t for t in args.table if t not in specs]
-            if unknown:
-                raise ChangelakeError(f"no spec for {unknown} in {lake.settings.tables_dir}")
-            created = [lake.create_table(specs[t]) for t in (args.table or sorted(specs))]
-        for spec in created:
-            print(f"created {spec.full_name} (+ {spec.full_name}__changelog), {spec.bucket_num} bucket(s)")
-        return 0
+        return 0, _create(lake, args)
     if args.command == "apply":
-        if args.file:
-            if not args.table or args.batch_id is None:
-                raise ChangelakeError("apply --file needs a table and --batch-id")
-            target = [c.strip() for c in args.target_columns.split(",")] if args.target_columns else None
-            results = [
-                lake.apply(
-                    args.table, file=args.file, batch_id=args.batch_id, fmt=args.fmt, target_columns=target
-                )
-            ]
-        else:
-            results = lake.apply_pending(args.table, up_to=args.up_to, from_batch=args.from_batch)
-        applied = [r for r in results if r.status == "applied"]
-        print(f"{len(applied)} batch(es) applied, {len(results) - len(applied)} already applied")
-        for r in results:
-            c = r.counts
-            print(
-                f"  {r.table} batch {r.batch_id}: {r.status}; inserted {c.get('inserted', 0)}, updated "
-                f"{c.get('updated', 0)}, deleted {c.get('deleted', 0)}, ignored {c.get('ignored', 0)}; "
-                f"changelog {r.log_end_offset - r.log_start_offset} record(s)"
-                + "".join(f", {k} {v}" for k, v in r.source.items() if v and k != "messages")
-            )
-        if args.summary:
-            args.summary.parent.mkdir(parents=True, exist_ok=True)
-            args.summary.write_text(json.dumps([dataclasses.asdict(r) for r in results], indent=2) + "\n")
-        return 0
+        return 0, _apply(lake, args)
     if args.command == "dbt":
         from changelake.runtime.dbt_runner import run_dbt
 
-        return run_dbt(args.dbt_args, lake.settings, progress=lambda m: print(m, file=sys.stderr, flush=True))
+        return run_dbt(args.dbt_args, lake.settings, progress=_to_stderr), None
     if args.command == "quality":
         from changelake.quality.runner import run_quality
 
-        return run_quality(
-            lake.settings,
-            args.drift_threshold,
-            args.max_redelivery_share,
-            progress=lambda m: print(m, file=sys.stderr, flush=True),
+        code = run_quality(
+            lake.settings, args.drift_threshold, args.max_redelivery_share, progress=_to_stderr
         )
+        return code, None
     if args.command == "datagen":
-        return _datagen(lake, args)
+        return 0, _datagen(lake, args)
     raise AssertionError(args.command)
 
 
-def _datagen(lake, args: argparse.Namespace) -> int:
+def _to_stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def _create(lake, args: argparse.Namespace) -> dict[str, Any]:
+    """``create``: the tables created (each with its changelog table), as :func:`_created`."""
+    if args.spec:
+        created = [lake.create_table(args.spec)]
+    else:
+        specs = lake.specs()
+        unknown = [t for t in args.table if t not in specs]
+        if unknown:
+            raise ChangelakeError(f"no spec for {unknown} in {lake.settings.tables_dir}")
+        created = [lake.create_table(specs[t]) for t in (args.table or sorted(specs))]
+    for spec in created:
+        print(f"created {spec.full_name} (+ {spec.full_name}__changelog), {spec.bucket_num} bucket(s)")
+    return _created(created)
+
+
+def _created(specs: list) -> dict[str, Any]:
+    """The JSON document of ``create --json``:
+    ``{"created": [{"table": "ns.t", "changelog": "ns.t__changelog", "buckets": 4}, ...]}``."""
+    return {
+        "created": [
+            {"table": s.full_name, "changelog": f"{s.full_name}__changelog", "buckets": s.bucket_num}
+            for s in specs
+        ]
+    }
+
+
+def _apply(lake, args: argparse.Namespace) -> dict[str, Any]:
+    """``apply``: the batches' results, reported as text and returned as :func:`_applied`."""
+    if args.file:
+        if not args.table or args.batch_id is None:
+            raise ChangelakeError("apply --file needs a table and --batch-id")
+        target = [c.strip() for c in args.target_columns.split(",")] if args.target_columns else None
+        results = [
+            lake.apply(
+                args.table, file=args.file, batch_id=args.batch_id, fmt=args.fmt, target_columns=target
+            )
+        ]
+    else:
+        results = lake.apply_pending(args.table, up_to=args.up_to, from_batch=args.from_batch)
+    document = _applied(results)
+    print(f"{document['applied']} batch(es) applied, {document['already_applied']} already applied")
+    for r in results:
+        c = r.counts
+        print(
+            f"  {r.table} batch {r.batch_id}: {r.status}; inserted {c.get('inserted', 0)}, updated "
+            f"{c.get('updated', 0)}, deleted {c.get('deleted', 0)}, ignored {c.get('ignored', 0)}; "
+            f"changelog {r.log_end_offset - r.log_start_offset} record(s)"
+            + "".join(f", {k} {v}" for k, v in r.source.items() if v and k != "messages")
+        )
+    if args.summary:
+        args.summary.parent.mkdir(parents=True, exist_ok=True)
+        args.summary.write_text(json.dumps(document["batches"], indent=2) + "\n")
+    return document
+
+
+def _applied(results: list) -> dict[str, Any]:
+    """The JSON document of ``apply --json``: ``{"applied": n, "already_applied": m, "batches": [...]}``,
+    one object per batch in apply order with every field of :class:`changelake.engine.apply.BatchResult`
+    (``table``, ``batch_id``, ``status`` = applied | already-applied, ``counts``, ``snapshot_id``,
+    ``changelog_records``, ``log_start_offset``, ``log_end_offset``, ``seconds``, ``source``,
+    ``dead_letter``); ``--summary`` writes the same ``batches`` list to a file."""
+    batches = [dataclasses.asdict(r) for r in results]
+    applied = sum(1 for r in results if r.status == "applied")
+    return {"applied": applied, "already_applied": len(results) - applied, "batches": batches}
+
+
+def _datagen(lake, args: argparse.Namespace) -> dict[str, Any]:
+    """``datagen``: a progress line per landed batch, and the batches as :func:`_landed`."""
     from changelake.inputs.datagen import generate
 
     specs = lake.specs()
@@ -323,6 +419,7 @@ def _datagen(lake, args: argparse.Namespace) -> int:
     unknown = [t for t in names if t not in specs]
     if unknown:
         raise ChangelakeError(f"no spec for {unknown} in {lake.settings.tables_dir}")
+    landed = []
     for name in names:
         for g in generate(
             specs[name],
@@ -338,7 +435,26 @@ def _datagen(lake, args: argparse.Namespace) -> int:
         ):
             kinds = ", ".join(f"{k} {v}" for k, v in g.changes.items())
             print(f"[{name}] batch {g.batch_id}: {g.messages} messages ({kinds}) -> {g.path}", flush=True)
-    return 0
+            landed.append(g)
+    return _landed(landed)
+
+
+def _landed(generated: list) -> dict[str, Any]:
+    """The JSON document of ``datagen --json``: ``{"landed": [{"table": "ns.t", "batch_id": 3, "path":
+    "/.../landing/ns.t/3.jsonl", "messages": 120, "changes": {"insert": 70, ...}}, ...]}`` in landing
+    order."""
+    return {
+        "landed": [
+            {
+                "table": g.table,
+                "batch_id": g.batch_id,
+                "path": str(g.path),
+                "messages": g.messages,
+                "changes": dict(g.changes),
+            }
+            for g in generated
+        ]
+    }
 
 
 if __name__ == "__main__":
