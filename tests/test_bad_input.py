@@ -532,7 +532,8 @@ def test_the_per_line_path_validates_for_every_caller():
     """Executors decode byte ranges through ``_JsonReader._entry``: it takes bytes or text and applies every
     rule itself (UTF-8, the Parquet check, the catch-all), so no caller has to repeat one."""
     from changelake.inputs import formats
-    from changelake.inputs.readers import DecodedBatch, _JsonReader, batch_arrow_schema
+    from changelake.inputs.readers import _JsonReader
+    from changelake.inputs.records import DecodedBatch, batch_arrow_schema
 
     s = spec()
     reader = _JsonReader(

@@ -16,7 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from changelake.errors import BadRecordError
-from changelake.inputs import decode, readers
+from changelake.inputs import decode
+from changelake.inputs.records import DecodedBatch, batch_arrow_schema
 from changelake.spec import TableSpec
 
 COLUMNS = {
@@ -186,7 +187,7 @@ def _decode(tmp_path, data: bytes, spec: TableSpec, fast: bool, first_line: int)
     path = tmp_path / "r.jsonl"
     path.write_bytes(b"x\n" * 0 + data)
     r = decode.Range(3, str(path), "changelog-json", 0, len(data), first_line)
-    out = readers.DecodedBatch(readers.batch_arrow_schema(spec).empty_table())
+    out = DecodedBatch(batch_arrow_schema(spec).empty_table())
     previous = decode.FAST_JSON
     decode.FAST_JSON = fast
     try:

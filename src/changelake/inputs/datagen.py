@@ -23,7 +23,6 @@ A profile lives in the table spec under ``datagen:`` (every field optional)::
 
 from __future__ import annotations
 
-import base64
 import datetime as dt
 import decimal
 import json
@@ -34,11 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-
 from changelake.errors import ChangelakeError, short_repr
-from changelake.inputs.sources import FORMATS
+from changelake.inputs.formats import DEFAULT_FORMAT, FORMATS, SourceEvent
 from changelake.spec import TableSpec
 
 BASE_TIME = dt.datetime(2026, 1, 1)
@@ -160,20 +156,8 @@ def _number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
-@dataclass
-class Change:
-    """One logical change of the source: an insert, an update (with its before image) or a delete."""
-
-    kind: str  # insert | update | delete
-    before: dict | None
-    after: dict | None
-    lsn: int = 0
-    ts_ms: int = 0
-    kafka: tuple[str, int, int] | None = None  # filled for upsert-kafka rendering
-
-
 class _Source:
-    """The simulated source of one table: live rows, a clock, Kafka offsets."""
+    """The simulated source of one table: live rows, a clock, Kafka offsets; a batch is its events."""
 
     def __init__(self, spec: TableSpec, profile: Profile, seed: int, stream: str | None = None):
         self.spec, self.profile, self.seed = spec, profile, seed
@@ -182,42 +166,42 @@ class _Source:
         self.next_key = 1
         self.lsn = 0
         self.offsets = [0] * profile.partitions
-        self.previous: list[Change] = []  # the last batch's changes, without redelivered copies
+        self.previous: list[SourceEvent] = []  # the last batch's events, without redelivered copies
         self.ai = spec.auto_increment_column
         self.version = spec.version_column
 
-    def batch(self, batch_id: int) -> list[Change]:
+    def batch(self, batch_id: int) -> list[SourceEvent]:
         rng = random.Random(f"{self.seed}:{self.stream}:{batch_id}")
         p = self.profile
         target = p.partial[(batch_id - 1) % len(p.partial)] if p.partial else None
-        changes = []
+        events = []
         for i in range(p.records):
             self.lsn += 1
             clock = BASE_TIME + dt.timedelta(hours=batch_id, seconds=i)
-            change = self._next(rng, clock, target)
-            change.lsn, change.ts_ms = self.lsn, int((clock - dt.datetime(1970, 1, 1)).total_seconds() * 1000)
-            changes.append(change)
-        for change in changes:
-            row = change.after or change.before
+            event = self._next(rng, clock, target)
+            event.lsn, event.ts_ms = self.lsn, int((clock - dt.datetime(1970, 1, 1)).total_seconds() * 1000)
+            events.append(event)
+        for event in events:
+            row = event.after or event.before
             partition = zlib.crc32(repr(self._key(row)).encode()) % p.partitions
-            change.kafka = (f"{self.spec.full_name}", partition, self.offsets[partition])
+            event.kafka = (f"{self.spec.full_name}", partition, self.offsets[partition])
             self.offsets[partition] += 1
-        delivered = list(changes)
+        delivered = list(events)
         if p.redelivery:
             # At-least-once: a producer retry / consumer restart re-sends an earlier record, original offset kept.
-            pool = self.previous + changes
-            for _ in range(round(p.redelivery * len(changes))):
+            pool = self.previous + events
+            for _ in range(round(p.redelivery * len(events))):
                 copy = pool[rng.randrange(len(pool))]
                 # A copy arrives after its original (it is a re-send), anywhere later in the batch.
                 earliest = next((i + 1 for i, c in enumerate(delivered) if c is copy), 0)
                 delivered.insert(rng.randint(earliest, len(delivered)), copy)
-        self.previous = changes
+        self.previous = events
         return delivered
 
     def _key(self, row: dict) -> tuple:
         return tuple(row[k] for k in self.spec.primary_key)
 
-    def _next(self, rng: random.Random, clock: dt.datetime, target: list[str] | None) -> Change:
+    def _next(self, rng: random.Random, clock: dt.datetime, target: list[str] | None) -> SourceEvent:
         p = self.profile
         if p.mode == "events" or target is not None:
             key_row = self._key_values(rng, rng.randrange(1, p.keys + 1))
@@ -227,7 +211,7 @@ class _Source:
             old = self.rows.get(self._key(row))
             self.rows[self._key(row)] = {**(old or {}), **row}
             # An event stream knows no before image: a repeat key is an upsert (+U), not -U/+U.
-            return Change("insert" if old is None else "update", None, row)
+            return SourceEvent("insert" if old is None else "update", None, row)
         kind = rng.choices(list(p.mix), weights=list(p.mix.values()))[0]
         if kind == "insert" and len(self.rows) >= p.keys:
             kind = "update"
@@ -240,19 +224,19 @@ class _Source:
             }
             self.next_key += 1
             self.rows[self._key(row)] = row
-            return Change("insert", None, row)
+            return SourceEvent("insert", None, row)
         key = rng.choice(sorted(self.rows))
         old = self.rows[key]
         if kind == "delete":
             del self.rows[key]
-            return Change("delete", old, None)
+            return SourceEvent("delete", old, None)
         new = {**old, **self._values(rng, clock, skip=set(self.spec.primary_key))}
         if self.version and rng.random() < p.out_of_order:
             # A stale version arriving late: the versioned engine must ignore it, so the source keeps `old`.
             stale = old[self.version] - dt.timedelta(seconds=rng.randint(1, 3600))
-            return Change("update", old, {**new, self.version: stale})
+            return SourceEvent("update", old, {**new, self.version: stale})
         self.rows[key] = new
-        return Change("update", old, new)
+        return SourceEvent("update", old, new)
 
     def _key_values(self, rng: random.Random, n: int) -> dict:
         out = {}
@@ -305,173 +289,6 @@ def _render_key(type_name: str, hint: dict, n: int) -> Any:
     return n
 
 
-# --- rendering --------------------------------------------------------------------------------------------
-def _json_value(value: Any) -> Any:
-    if isinstance(value, decimal.Decimal):
-        return str(value)
-    if isinstance(value, dt.datetime):
-        return value.isoformat(sep="T")
-    if isinstance(value, dt.date):
-        return value.isoformat()
-    if isinstance(value, bytes):
-        return base64.b64encode(value).decode()
-    return value
-
-
-def _plain(row: dict | None) -> dict | None:
-    return None if row is None else {k: _json_value(v) for k, v in row.items()}
-
-
-def _text(row: dict | None) -> dict | None:
-    """Canal writes every value as a string; datetimes with a space."""
-    if row is None:
-        return None
-    out = {}
-    for k, v in row.items():
-        if v is None:
-            out[k] = None
-        elif isinstance(v, dt.datetime):
-            out[k] = v.isoformat(sep=" ")
-        elif isinstance(v, bool):
-            out[k] = "1" if v else "0"
-        else:
-            out[k] = str(_json_value(v))
-    return out
-
-
-def _debezium_row(spec: TableSpec, row: dict | None, envelope: bool) -> dict | None:
-    """Debezium's default encodings: epoch millis for timestamps, epoch days for dates, base64 decimals."""
-    if row is None:
-        return None
-    out = {}
-    for k, v in row.items():
-        t = spec.column(k).type
-        if isinstance(v, dt.datetime):
-            out[k] = int((v - dt.datetime(1970, 1, 1)).total_seconds() * 1000)
-        elif isinstance(v, dt.date):
-            out[k] = (v - dt.date(1970, 1, 1)).days
-        elif isinstance(v, decimal.Decimal) and envelope:
-            unscaled = int(v.scaleb(t.scale))
-            out[k] = base64.b64encode(
-                unscaled.to_bytes((unscaled.bit_length() + 8) // 8, "big", signed=True)
-            ).decode()
-        else:
-            out[k] = _json_value(v)
-    return out
-
-
-def _debezium_schema(spec: TableSpec) -> dict:
-    fields = []
-    for c in spec.columns:
-        t = c.type
-        f: dict[str, Any] = {"field": c.name, "optional": c.nullable}
-        if t.name in ("TIMESTAMP", "TIMESTAMP_LTZ"):
-            f.update(type="int64", name="io.debezium.time.Timestamp")
-        elif t.name == "DATE":
-            f.update(type="int32", name="io.debezium.time.Date")
-        elif t.name == "DECIMAL":
-            f.update(
-                type="bytes",
-                name="org.apache.kafka.connect.data.Decimal",
-                parameters={"scale": str(t.scale), "connect.decimal.precision": str(t.precision)},
-            )
-        else:
-            f["type"] = {"BIGINT": "int64", "INT": "int32", "BOOLEAN": "boolean", "DOUBLE": "double"}.get(
-                t.name, "string"
-            )
-        fields.append(f)
-    value = {"type": "struct", "optional": True, "fields": fields}
-    return {
-        "type": "struct",
-        "fields": [
-            {**value, "field": "before"},
-            {**value, "field": "after"},
-            {"type": "string", "field": "op"},
-        ],
-    }
-
-
-def _changelog_records(c: Change) -> list[tuple[str, dict]]:
-    """A change as changelog records: an update is -U before, +U after (just +U when no before image)."""
-    if c.kind == "insert":
-        return [("+I", c.after)]
-    if c.kind == "delete":
-        return [("-D", c.before)]
-    return [("-U", c.before), ("+U", c.after)] if c.before else [("+U", c.after)]
-
-
-def render(spec: TableSpec, changes: list[Change], fmt: str, envelope: bool = False) -> list[str]:
-    """One JSON line per source message, in the given format (Parquet: see :func:`write_batch`)."""
-    ns, table = spec.namespace, spec.table
-    lines = []
-    schema = _debezium_schema(spec) if envelope else None
-    for c in changes:
-        if fmt == "changelog-json":
-            lines += [json.dumps({"op": op, "data": _plain(row)}) for op, row in _changelog_records(c)]
-        elif fmt == "upsert-kafka":
-            row = c.after or c.before
-            key = {k: _json_value(row[k]) for k in spec.primary_key}
-            value = None if c.kind == "delete" else _plain(c.after)
-            topic, partition, offset = c.kafka
-            lines.append(
-                json.dumps(
-                    {
-                        "key": key,
-                        "value": value,
-                        "topic": topic,
-                        "partition": partition,
-                        "offset": offset,
-                        "timestamp": c.ts_ms,
-                    }  # fmt: skip
-                )
-            )
-        elif fmt == "debezium-json":
-            payload = {
-                "before": _debezium_row(spec, c.before, envelope) if c.kind != "insert" else None,
-                "after": _debezium_row(spec, c.after, envelope) if c.kind != "delete" else None,
-                "op": {"insert": "c", "update": "u", "delete": "d"}[c.kind],
-                "source": {"db": ns, "table": table, "lsn": c.lsn, "ts_ms": c.ts_ms},
-                "ts_ms": c.ts_ms,
-            }
-            lines.append(json.dumps({"schema": schema, "payload": payload} if envelope else payload))
-        elif fmt == "canal-json":
-            kind = {"insert": "INSERT", "update": "UPDATE", "delete": "DELETE"}[c.kind]
-            data = _text(c.after if c.kind != "delete" else c.before)
-            event = {"data": [data], "database": ns, "table": table, "type": kind, "isDdl": False,
-                     "pkNames": list(spec.primary_key), "es": c.ts_ms, "ts": c.ts_ms, "id": c.lsn}  # fmt: skip
-            if c.kind == "update":
-                before = _text(c.before) or {}
-                event["old"] = [{k: v for k, v in before.items() if k in data and data[k] != v}]
-            lines.append(json.dumps(event))
-        elif fmt == "maxwell-json":
-            data = _text(c.after if c.kind != "delete" else c.before)
-            event = {
-                "database": ns,
-                "table": table,
-                "type": c.kind,
-                "ts": c.ts_ms // 1000,
-                "xid": c.lsn,
-                "data": data,
-            }
-            if c.kind == "update":
-                before = _text(c.before) or {}
-                event["old"] = {k: v for k, v in before.items() if k in data and data[k] != v}
-            lines.append(json.dumps(event))
-        else:
-            raise ChangelakeError(f"datagen cannot render format {fmt!r}; formats: {list(FORMATS)}")
-    return lines
-
-
-def _parquet_table(spec: TableSpec, changes: list[Change]) -> pa.Table:
-    rows = []
-    for c in changes:
-        rows += _changelog_records(c)
-    present = [col for col in spec.columns if any(col.name in r for _, r in rows)] or list(spec.columns)
-    arrays = [pa.array([op for op, _ in rows], pa.string())]
-    arrays += [pa.array([r.get(col.name) for _, r in rows], col.type.view_arrow_type()) for col in present]
-    return pa.Table.from_arrays(arrays, names=["op"] + [c.name for c in present])
-
-
 @dataclass
 class Generated:
     table: str
@@ -499,9 +316,10 @@ def generate(
     from changelake.inputs.landing import landed_batches
 
     profile = Profile.of(spec, **overrides)
-    fmt = fmt or profile.format or spec.source.get("format") or "changelog-json"
+    fmt = fmt or profile.format or spec.source.get("format") or DEFAULT_FORMAT
     if fmt not in FORMATS:
         raise ChangelakeError(f"unknown format {fmt!r}; formats: {list(FORMATS)}")
+    writer = FORMATS[fmt]
     landed = landed_batches(landing_dir, spec)
     first = start if start is not None else (max(landed) + 1 if landed else 1)
     directory = landing_dir / spec.full_name
@@ -509,19 +327,12 @@ def generate(
     source = _Source(spec, profile, seed, stream)
     out = []
     for batch_id in range(1, first + batches):
-        changes = source.batch(batch_id)
+        events = source.batch(batch_id)
         if batch_id < first:
             continue
-        ext = "parquet" if fmt == "changelog-parquet" else "jsonl"
-        path = directory / f"{batch_id}.{ext}"
+        path = directory / f"{batch_id}.{writer.extension}"
         tmp = path.with_name(f".{path.name}.tmp")
-        if fmt == "changelog-parquet":
-            pq.write_table(_parquet_table(spec, changes), tmp)
-            messages = len(changes)
-        else:
-            lines = render(spec, changes, fmt, envelope=profile.envelope)
-            tmp.write_text("\n".join(lines) + ("\n" if lines else ""))
-            messages = len(lines)
+        messages = writer.write(spec, events, tmp, envelope=profile.envelope)
         if profile.partial:
             target = profile.partial[(batch_id - 1) % len(profile.partial)]
             manifest = path.with_name(f"{batch_id}.manifest.json")
@@ -532,6 +343,6 @@ def generate(
         kinds = {"insert": 0, "update": 0, "delete": 0}
         for c in source.previous:
             kinds[c.kind] += 1
-        kinds["redelivered"] = len(changes) - len(source.previous)
+        kinds["redelivered"] = len(events) - len(source.previous)
         out.append(Generated(spec.full_name, batch_id, path, messages, kinds))
     return out

@@ -21,7 +21,6 @@ from __future__ import annotations
 import decimal
 import functools
 import hashlib
-import itertools
 import json
 import os
 import uuid
@@ -34,7 +33,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc  # noqa: F401 - pa.ipc
-import pyarrow.parquet as pq
 
 from changelake.engine.buckets import (
     KAFKA_COLUMNS,
@@ -46,6 +44,7 @@ from changelake.engine.buckets import (
 )
 from changelake.errors import BadRecordError, ChangelakeError
 from changelake.inputs import formats, readers
+from changelake.inputs.records import DecodedBatch, batch_arrow_schema
 from changelake.spec import TableSpec
 
 RANGE_BYTES = int(os.environ.get("CHANGELAKE_DECODE_RANGE_BYTES", 16 << 20))
@@ -119,16 +118,20 @@ def plan_batch(
     ranges: list[Range] = []
     total = messages = 0
     names = [fmt or readers.format_for(path, spec) for path in paths]
+    # A rows format (Parquet) carries no ordering field and is read alone, as the whole-batch reader has it.
+    rows_alone = all(isinstance(formats.FORMATS.get(n), formats.RowsFormat) for n in names)
+    arrival = spec.source_options.ordering == "arrival"
     for path, name in zip(paths, names, strict=True):
-        if name not in readers.JSON_FORMATS and name != "changelog-parquet":
+        f = formats.FORMATS.get(name)
+        if f is None:
             raise ChangelakeError(f"{path}: unknown input format '{name}'; known: {readers.reader_names()}")
-        parquet_alone = all(n == "changelog-parquet" for n in names)
-        if name == "changelog-parquet" and (spec.source_options.ordering != "arrival" or not parquet_alone):
-            raise ChangelakeError(f"{path}: Parquet batches are read in arrival order, alone")
+        if isinstance(f, formats.RowsFormat) and not (arrival and rows_alone):
+            raise ChangelakeError(f"{path}: {f.title} batches are read in arrival order, alone")
     for index, (path, name) in enumerate(zip(paths, names, strict=True)):
-        if name == "changelog-parquet":
+        f = formats.FORMATS[name]
+        if isinstance(f, formats.RowsFormat):
             total += _size(path)
-            parts = _parquet_ranges(index, str(path))
+            parts = _row_ranges(f, index, str(path))
             ranges += parts
             messages += sum(max(0, r.end - r.start) for r in parts)
             continue
@@ -184,36 +187,26 @@ def _size(path: Path) -> int:
         raise ChangelakeError(f"{path}: cannot read the landed file: {e.strerror or e}") from None
 
 
-def _parquet_ranges(index: int, path: str) -> list[Range]:
-    """Rows ``[start, end)`` per task, along row groups: small groups together up to RANGE_ROWS, a large one
-    alone (:func:`split_ranges` cuts it if there are too few ranges for the cores). A file without a
-    readable footer is one range; its task reports why."""
-    try:
-        sizes = [rg.num_rows for rg in _row_groups(pq.ParquetFile(path).metadata)]
-    except (pa.ArrowException, OSError, ValueError):
-        return [Range(index, path, "changelog-parquet", 0, -1, 1)]
-    cuts, start, row = [], 0, 0
-    for size in sizes:
-        if row > start and row - start + size > RANGE_ROWS:
-            cuts.append(row)
-            start = row
-        row += size
-    if row > start or not cuts:
-        cuts.append(row)
-    bounds = [0, *cuts]
-    return [Range(index, path, "changelog-parquet", a, b, a + 1) for a, b in itertools.pairwise(bounds)]
+def _row_ranges(f: formats.RowsFormat, index: int, path: str) -> list[Range]:
+    """Rows ``[start, end)`` per task, about RANGE_ROWS each, as the format cuts its file
+    (:func:`split_ranges` cuts a large one if there are too few ranges for the cores). A file the format
+    cannot plan is one range; its task reports why."""
+    bounds = f.row_ranges(Path(path), RANGE_ROWS)
+    if bounds is None:
+        return [Range(index, path, f.name, 0, -1, 1)]
+    return [Range(index, path, f.name, a, b, a + 1) for a, b in bounds]
 
 
 def split_ranges(ranges: list[Range], tasks: int) -> list[Range]:
-    """Cut the largest Parquet ranges in halves until there are ``tasks`` ranges (one per decode task the
-    cores can run), none under SPLIT_ROWS rows. A half of a row group reads the whole group: worth it only
-    when a core would otherwise wait."""
+    """Cut the largest ranges of rows (Parquet) in halves until there are ``tasks`` ranges (one per decode task
+    the cores can run), none under SPLIT_ROWS rows. A half of a row group reads the whole group: worth it
+    only when a core would otherwise wait."""
     ranges = list(ranges)
     while len(ranges) < tasks:
-        parquet = [i for i, r in enumerate(ranges) if r.fmt == "changelog-parquet" and r.end >= 0]
-        if not parquet:
+        by_rows = [i for i, r in enumerate(ranges) if _rows_format(r) is not None and r.end >= 0]
+        if not by_rows:
             break
-        i = max(parquet, key=lambda i: ranges[i].end - ranges[i].start)
+        i = max(by_rows, key=lambda i: ranges[i].end - ranges[i].start)
         r = ranges[i]
         if r.end - r.start < 2 * SPLIT_ROWS:
             break
@@ -225,8 +218,10 @@ def split_ranges(ranges: list[Range], tasks: int) -> list[Range]:
     return ranges
 
 
-def _row_groups(metadata) -> list:
-    return [metadata.row_group(i) for i in range(metadata.num_row_groups)]
+def _rows_format(r: Range) -> formats.RowsFormat | None:
+    """The range's format if it is a range of rows (not bytes of lines)."""
+    f = formats.FORMATS.get(r.fmt)
+    return f if isinstance(f, formats.RowsFormat) else None
 
 
 def staged_schema(spec: TableSpec) -> pa.Schema:
@@ -238,7 +233,7 @@ def staged_schema(spec: TableSpec) -> pa.Schema:
         pa.field(ORDER_COLUMNS[0], _ORDER_NUMBER),
         pa.field(ORDER_COLUMNS[1], pa.string()),
     ]
-    return pa.schema(list(readers.batch_arrow_schema(spec)) + meta)
+    return pa.schema(list(batch_arrow_schema(spec)) + meta)
 
 
 def stats_schema() -> pa.Schema:
@@ -251,9 +246,14 @@ def stats_schema() -> pa.Schema:
 def decode_range(r: Range, spec: TableSpec, staging_dir: str, io) -> dict:
     """Decode one range, stage its records (a record batch per bucket), and return its stats row."""
     opts = spec.source_options
-    out = readers.DecodedBatch(readers.batch_arrow_schema(spec).empty_table())
-    if r.fmt == "changelog-parquet":
-        table, first = _read_parquet_range(r, spec, opts, out)
+    out = DecodedBatch(batch_arrow_schema(spec).empty_table())
+    rows = _rows_format(r)
+    if rows is not None:
+        table, first = (
+            rows.read_rows(Path(r.path), r.start, r.end, spec, opts, out)
+            if r.end >= 0
+            else (rows.read(Path(r.path), spec, opts, out), 0)
+        )
         seq = (r.file_index << FILE_SHIFT) | (np.arange(first + 1, first + 1 + table.num_rows) << LINE_SHIFT)
         table = table.set_column(0, "_seq", pa.array(seq, pa.int64()))
         for f in list(staged_schema(spec))[table.num_columns :]:
@@ -334,34 +334,6 @@ def _stage(table: pa.Table, spec: TableSpec, io, path: str) -> list[list]:
     return out
 
 
-def _read_parquet_range(r: Range, spec: TableSpec, opts, out: readers.DecodedBatch) -> tuple[pa.Table, int]:
-    """The decoded rows ``[r.start, r.end)`` of a Parquet file (reading only their row groups) and the row
-    number before the first; checks and errors as :func:`changelake.inputs.readers._read_parquet` has them."""
-    path = Path(r.path)
-    if r.end < 0:
-        return readers._read_parquet(path, spec, opts, out), 0
-    try:
-        parquet = pq.ParquetFile(r.path)
-        picked, first, row = [], None, 0
-        for i, rg in enumerate(_row_groups(parquet.metadata)):
-            if row < r.end and row + rg.num_rows > r.start:
-                picked.append(i)
-                first = row if first is None else first
-            row += rg.num_rows
-        table = parquet.read_row_groups(picked) if picked else parquet.schema_arrow.empty_table()
-        table = table.slice(r.start - (first or 0), r.end - r.start)
-    except (pa.ArrowException, OSError, ValueError):
-        # Whatever the reader says of this file (it reads it whole), in its words.
-        return readers._read_parquet(path, spec, opts, out), 0
-    table = readers.parquet_columns(table, path, spec, opts)
-    out.messages += table.num_rows
-    rows = pa.array(np.arange(r.start + 1, r.start + 1 + table.num_rows), pa.int64())
-    result, bad = readers._decode_rows(table, path, spec, rows)
-    for error in bad:  # the first raises under on-bad-record: fail
-        out.reject(error, readers._raw_row(table, error.line - 1 - r.start), opts)
-    return result, r.start
-
-
 def out_ops(table: pa.Table) -> dict[str, int]:
     counts = dict.fromkeys(OPS, 0)
     if table.num_rows:
@@ -370,14 +342,14 @@ def out_ops(table: pa.Table) -> dict[str, int]:
     return counts
 
 
-def _decode_lines(r: Range, spec: TableSpec, out: readers.DecodedBatch) -> pa.Table:
-    """Decode the lines of one byte range: column-wise when every line is plain changelog JSON
-    (:func:`_json_columns`), else through readers' per-message path (which names any problem's line)."""
+def _decode_lines(r: Range, spec: TableSpec, out: DecodedBatch) -> pa.Table:
+    """Decode the lines of one byte range: column-wise when its format can (:func:`_json_columns`), else
+    through readers' per-message path (which names any problem's line)."""
     opts = spec.source_options
     with open(r.path, "rb") as fh:
         fh.seek(r.start)
         data = fh.read(r.end - r.start)
-    if r.fmt == "changelog-json" and opts.ordering == "arrival" and FAST_JSON:
+    if opts.ordering == "arrival" and FAST_JSON:
         table = _json_columns(data, r, spec)
         if table is not None:
             out.messages += table.num_rows
@@ -423,76 +395,26 @@ def _decode_lines(r: Range, spec: TableSpec, out: readers.DecodedBatch) -> pa.Ta
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
-# --- changelog JSON, column-wise ----------------------------------------------------------------------------
-# A range of well-formed changelog JSON (``{"op": ..., "data": {...}}`` per line, values in their plain JSON
-# forms) is parsed by pyarrow's JSON reader and converted with Arrow kernels. Only values whose per-message
-# decoding is certain to give the same storage value take this path; a range with anything else (a bad record,
-# a duplicate key, a NaN literal, a decimal written as a number, a zone offset, a lone carriage return, ...)
-# is decoded line by line, so every error and dead letter is the per-message path's own.
+# --- JSON lines, column-wise ------------------------------------------------------------------------------
+# A format may decode a range of lines column-wise (changelog JSON: pyarrow's JSON reader and Arrow kernels)
+# when the result is certain to equal the per-message path's; a range it declines is decoded line by line,
+# so every error and dead letter is the per-message path's own. CHANGELAKE_FAST_JSON=0 turns it off.
 FAST_JSON = os.environ.get("CHANGELAKE_FAST_JSON", "1") != "0"
-_DATE_TEXT = r"[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])"
-_CLOCK_TEXT = r"([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]"
-_STAMP_TEXT = _DATE_TEXT + "T" + _CLOCK_TEXT + r"(\.[0-9]{1,6})?"
 
 
 def _json_columns(data: bytes, r: Range, spec: TableSpec) -> pa.Table | None:
-    """The staged records of a range of plain changelog JSON lines, or None to decode it line by line."""
-    import pyarrow.json as pj
-
-    line_numbers = _object_lines(data, r.first_line)
-    if line_numbers is None:
+    """The staged records of a range decoded column-wise by its format, or None to decode it line by line."""
+    f = formats.FORMATS[r.fmt]
+    decoded = f.columns(data, r.first_line, spec) if isinstance(f, formats.JsonLinesFormat) else None
+    if decoded is None:
         return None
-    if not len(line_numbers):
-        return staged_schema(spec).empty_table()
-    if readers.ColumnRules(spec).checks:
-        return None  # float keys and bitmaps have rules of their own: the per-message path checks them
-    converters = []
-    fields = []
-    for column in spec.columns:
-        parse_type, convert = _json_converter(column.type)
-        if convert is None:
-            return None  # a type decoded value by value (bytes, nanoseconds, ...): no column-wise path
-        fields.append(pa.field(column.name, parse_type))
-        converters.append(convert)
-    schema = pa.schema([pa.field("op", pa.string()), pa.field("data", pa.struct(fields))])
-    try:
-        parsed = pj.read_json(
-            pa.BufferReader(data),
-            read_options=pj.ReadOptions(use_threads=False, block_size=max(1 << 20, len(data) + 1)),
-            parse_options=pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="error"),
-        )
-    except (pa.ArrowException, ValueError, UnicodeError):
-        return None
-    n = parsed.num_rows
-    if n != len(line_numbers) or parsed.schema != schema:
-        return None  # an object spanning lines or two on one line: not JSON lines
-    op = parsed.column("op").combine_chunks()
-    body = parsed.column("data").combine_chunks()
-    if op.null_count or body.null_count or not pc.all(pc.is_in(op, pa.array(formats.OPS))).as_py():
-        return None
-    not_delete = pc.not_equal(op, "-D")
-    arrays = []
-    for column, convert in zip(spec.columns, converters, strict=True):
-        try:
-            array = convert(body.field(column.name))
-        except (pa.ArrowException, ValueError, OverflowError):
-            return None
-        if array is None:
-            return None
-        required = column.name in spec.primary_key or not column.nullable
-        if required and array.null_count:
-            missing = (
-                pc.is_null(array)
-                if column.name in spec.primary_key
-                else pc.and_(pc.is_null(array), not_delete)
-            )
-            if pc.any(missing).as_py():
-                return None
-        arrays.append(array)
-    seq = (r.file_index << FILE_SHIFT) | (line_numbers << LINE_SHIFT)
+    line_numbers, op, arrays = decoded
     staged = staged_schema(spec)
+    if not len(line_numbers):
+        return staged.empty_table()
+    seq = (r.file_index << FILE_SHIFT) | (line_numbers << LINE_SHIFT)
     columns = [pa.array(seq, pa.int64()), op, *arrays]
-    columns += [pa.nulls(n, f.type) for f in list(staged)[len(columns) :]]
+    columns += [pa.nulls(len(line_numbers), meta.type) for meta in list(staged)[len(columns) :]]
     return pa.Table.from_arrays(columns, schema=staged)
 
 
@@ -503,135 +425,6 @@ def _lines(data: bytes) -> list[bytes]:
     parts = data.split(b"\n")
     tail = parts.pop()  # what follows the last newline: b"" when the range ends with one
     return [p + b"\n" for p in parts] + ([tail] if tail else [])
-
-
-def _object_lines(data: bytes, first_line: int) -> np.ndarray | None:
-    """The line number of every non-blank line, if each is one ``{...}`` (a carriage return only before a
-    newline, the text valid UTF-8); else None."""
-    raw = np.frombuffer(data, np.uint8)
-    if not len(raw):
-        return np.zeros(0, np.int64)
-    newlines = np.flatnonzero(raw == 10)
-    returns = np.flatnonzero(raw == 13)
-    if (
-        len(returns)
-        and ((returns + 1 >= len(raw)) | (raw[np.minimum(returns + 1, len(raw) - 1)] != 10)).any()
-    ):
-        return None  # a lone \r: the per-line path decides what it means inside its line
-    starts = np.r_[0, newlines + 1]
-    ends = np.r_[newlines, len(raw)]  # exclusive, without the newline
-    ends = ends - ((ends > starts) & (raw[np.maximum(ends - 1, 0)] == 13))  # without a \r before it
-    blank = ends == starts
-    filled = np.flatnonzero(~blank)
-    if (raw[starts[filled]] != ord("{")).any() or (raw[ends[filled] - 1] != ord("}")).any():
-        return None
-    try:
-        pa.array([data], pa.binary()).cast(pa.string()).validate(full=True)
-    except pa.ArrowInvalid:
-        return None
-    return filled.astype(np.int64) + first_line
-
-
-def _json_converter(dtype):
-    """(the type pyarrow parses a column's JSON values as, a function from that array to the storage array
-    or None when a value needs the per-message path); (None, None) for a type decoded value by value."""
-    name, storage = dtype.name, dtype.arrow_type()
-    if name == "BOOLEAN":
-        return pa.bool_(), lambda a: a
-    if name in ("TINYINT", "SMALLINT", "INT", "BIGINT"):
-        lo, hi = (
-            (-(2 ** (b - 1)), 2 ** (b - 1) - 1)
-            if (b := {"TINYINT": 8, "SMALLINT": 16, "INT": 32}.get(name))
-            else (None, None)
-        )
-
-        def integer(a: pa.Array) -> pa.Array | None:
-            if lo is not None and a.null_count < len(a):
-                if pc.min(a).as_py() < lo or pc.max(a).as_py() > hi:
-                    return None
-            return a.cast(storage)
-
-        return pa.int64(), integer
-    if name in ("FLOAT", "DOUBLE"):
-
-        def number(a: pa.Array) -> pa.Array | None:
-            # Parsed as doubles, then narrowed as the per-message path narrows a Python float.
-            out = a.cast(storage, safe=False)
-            if not pc.all(pc.fill_null(pc.is_finite(out), True)).as_py():
-                return None  # NaN/Infinity literals (not JSON) or a FLOAT out of range
-            values = out.to_numpy(zero_copy_only=False)
-            if (np.signbit(values) & (values == 0)).any():
-                return None  # -0 is the integer 0 there, -0.0 a negative zero: not told apart here
-            return out
-
-        return pa.float64(), number
-    if name in ("CHAR", "STRING"):
-
-        def text(a: pa.Array) -> pa.Array | None:
-            if (
-                name == "CHAR"
-                and a.null_count < len(a)
-                and pc.max(pc.utf8_length(a)).as_py() > dtype.precision
-            ):
-                return None
-            return a
-
-        return pa.string(), text
-    if name == "DECIMAL":
-        precision, scale = dtype.precision, dtype.scale
-
-        whole = f"0*[0-9]{{1,{precision - scale}}}" if precision > scale else "0+"
-        fraction = rf"(\.[0-9]{{1,{scale}}})?" if scale else ""
-        # Digits that fit without rounding (rounding HALF_UP, and refusals, are the per-message path's).
-        fits = f"^-?{whole}{fraction}$"
-
-        def decimal_text(a: pa.Array) -> pa.Array | None:
-            values = a.drop_null()
-            if len(values):
-                if pc.max(pc.utf8_length(values)).as_py() > 100:
-                    return None
-                if not pc.all(pc.match_substring_regex(values, fits)).as_py():
-                    return None
-            return a.cast(storage)
-
-        return pa.string(), decimal_text
-    if name == "DATE":
-        return pa.string(), _temporal_converter(_DATE_TEXT, pa.date32())
-    if name == "TIME":
-
-        def clock(a: pa.Array) -> pa.Array | None:
-            values = a.drop_null()
-            if (
-                len(values)
-                and not pc.all(pc.match_substring_regex(values, rf"^{_CLOCK_TEXT}\.[0-9]{{6}}$")).as_py()
-            ):
-                return None
-            return a
-
-        return pa.string(), clock
-    if name in ("TIMESTAMP", "TIMESTAMP_LTZ") and storage in (
-        pa.timestamp("us"),
-        pa.timestamp("us", tz="UTC"),
-    ):
-        zone = "Z?" if name == "TIMESTAMP_LTZ" else ""
-        return pa.string(), _temporal_converter(_STAMP_TEXT + zone, storage)
-    return None, None
-
-
-def _temporal_converter(pattern: str, storage: pa.DataType):
-    def convert(a: pa.Array) -> pa.Array | None:
-        values = a.drop_null()
-        if len(values):
-            if not pc.all(pc.match_substring_regex(values, f"^{pattern}$")).as_py():
-                return None
-            if pc.any(pc.starts_with(values, "0000")).as_py():
-                return None  # year 0: not a date
-        text = pc.replace_substring_regex(a, "Z$", "") if pa.types.is_timestamp(storage) else a
-        parse = pa.timestamp("us") if pa.types.is_timestamp(storage) else storage
-        out = text.cast(parse)
-        return out.cast(storage) if parse != storage else out
-
-    return convert
 
 
 def _order_values(order: tuple | None, ordering: str) -> tuple[decimal.Decimal | None, str | None]:

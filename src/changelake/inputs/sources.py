@@ -3,8 +3,7 @@
 They live in the table spec under ``source:`` (validated when the spec loads)::
 
     source:
-      format: upsert-kafka          # changelog-json (default for .jsonl), changelog-parquet, upsert-kafka,
-                                    # debezium-json, canal-json, maxwell-json
+      format: upsert-kafka          # a name in changelake.inputs.formats.FORMATS (default: by file suffix)
       ordering: kafka-offset        # arrival (file then line, default) | kafka-offset | <dotted field path>
       dedup: kafka-offsets          # none (default) | kafka-offsets: drop redelivered Kafka records
       on-bad-record: quarantine     # fail (default) | quarantine: dead-letter bad records, commit the rest
@@ -23,29 +22,22 @@ from dataclasses import dataclass
 from typing import Any
 
 from changelake.errors import SpecError, short_repr
+from changelake.inputs.formats import FORMATS
 
-FORMATS = (
-    "changelog-json",
-    "changelog-parquet",
-    "upsert-kafka",
-    "debezium-json",
-    "canal-json",
-    "maxwell-json",
-)
-_KEYS = {
+#: Every source option; the format-specific ones (an InputFormat's ``options``) are checked in this order.
+_KEYS = (
     "format",
     "ordering",
     "dedup",
     "on-bad-record",
-    "key.fields-prefix",
-    "value.fields-include",
     "database.include",
     "table.include",
+    "key.fields-prefix",
+    "value.fields-include",
     "timestamp-epoch-unit",
     "ignore-unknown-fields",
-}
+)
 _PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}(?:\.[A-Za-z_][A-Za-z0-9_]{0,127}){0,15}")  # fullmatch
-_CDC_FORMATS = ("debezium-json", "canal-json", "maxwell-json")
 
 
 @dataclass(frozen=True)
@@ -107,7 +99,7 @@ def parse_source(source: dict[str, Any] | None, table: str = "?") -> SourceOptio
     source = source or {}
     if not isinstance(source, dict):
         raise SpecError(f"{table}: 'source' must be a mapping")
-    unknown = sorted(map(str, set(source) - _KEYS))
+    unknown = sorted(map(str, set(source) - set(_KEYS)))
     if unknown:
         raise SpecError(f"{table}: unknown source option '{unknown[0]}'; supported: {sorted(_KEYS)}")
     fmt = source.get("format")
@@ -124,17 +116,17 @@ def parse_source(source: dict[str, Any] | None, table: str = "?") -> SourceOptio
             f"such as 'source.lsn', got {short_repr(ordering)}"
         )
     dedup = _choice(source, "dedup", ("none", "kafka-offsets"), "none")
-    if (dedup == "kafka-offsets" or ordering == "kafka-offset") and fmt != "upsert-kafka":
+    kafka = [name for name, f in FORMATS.items() if f.kafka_metadata]
+    if (dedup == "kafka-offsets" or ordering == "kafka-offset") and fmt not in kafka:
         raise SpecError(
             f"{table}: dedup/ordering by Kafka offsets needs the records' Kafka metadata "
-            f"(format 'upsert-kafka'), but the format is {fmt!r}"
+            f"(format {' or '.join(map(repr, kafka))}), but the format is {fmt!r}"
         )
-    for key in ("database.include", "table.include"):
-        if key in source and fmt not in _CDC_FORMATS:
-            raise SpecError(f"{table}: source option '{key}' applies to {list(_CDC_FORMATS)} only")
-    for key in ("key.fields-prefix", "value.fields-include"):
-        if key in source and fmt != "upsert-kafka":
-            raise SpecError(f"{table}: source option '{key}' applies to upsert-kafka only")
+    for key in _KEYS:
+        accepting = [name for name, f in FORMATS.items() if key in f.options]
+        if accepting and key in source and fmt not in accepting:
+            where = accepting[0] if len(accepting) == 1 else accepting
+            raise SpecError(f"{table}: source option '{key}' applies to {where} only")
     prefix = source.get("key.fields-prefix", "")
     if not isinstance(prefix, str):
         raise SpecError(f"{table}: source option 'key.fields-prefix' must be a string")

@@ -1,0 +1,51 @@
+"""The input formats, one module each, behind one registry: :data:`FORMATS`, name -> :class:`InputFormat`.
+
+A format's module holds both directions: decoding its landed files into changelog records (used by
+:mod:`changelake.inputs.readers` and :mod:`changelake.inputs.decode`) and rendering datagen's
+:class:`SourceEvent` s as a batch file (:mod:`changelake.inputs.datagen`). The names a table's
+``source.format`` accepts, the source options only some formats take (:mod:`changelake.inputs.sources`)
+and the format of a file by its suffix all come from here. To add a format: a module with a
+:class:`JsonLinesFormat` (or :class:`RowsFormat`) subclass, listed in :data:`FORMATS`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from changelake.inputs.formats.base import (
+    MAX_DEPTH,
+    OPS,
+    ChangelogRecord,
+    Coerce,
+    FieldError,
+    InputFormat,
+    JsonLinesFormat,
+    Message,
+    RowsFormat,
+    SourceEvent,
+    parse_line,
+)
+from changelake.inputs.formats.canal_json import CanalJson
+from changelake.inputs.formats.changelog_json import ChangelogJson
+from changelake.inputs.formats.changelog_parquet import ChangelogParquet
+from changelake.inputs.formats.debezium_json import DebeziumJson
+from changelake.inputs.formats.maxwell_json import MaxwellJson
+from changelake.inputs.formats.upsert_kafka import UpsertKafka
+
+__all__ = [
+    "FORMATS", "DEFAULT_FORMAT", "MAX_DEPTH", "OPS", "ChangelogRecord", "Coerce", "FieldError", "InputFormat",
+    "JsonLinesFormat", "Message", "RowsFormat", "SourceEvent", "default_format", "parse_line",
+]  # fmt: skip
+
+#: Every input format by name, in the order messages list them.
+FORMATS: dict[str, InputFormat] = {
+    f.name: f
+    for f in (ChangelogJson(), ChangelogParquet(), UpsertKafka(), DebeziumJson(), CanalJson(), MaxwellJson())
+}
+#: The format of a landed file whose suffix no format claims, when the table names none.
+DEFAULT_FORMAT = ChangelogJson.name
+
+
+def default_format(path: Path) -> str:
+    """The format of a landed file when the table names none: by its suffix."""
+    return next((f.name for f in FORMATS.values() if path.suffix in f.suffixes), DEFAULT_FORMAT)

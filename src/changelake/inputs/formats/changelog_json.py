@@ -1,0 +1,275 @@
+"""changelog-json: Flink's (and Fluss') changelog as JSON lines, one record a line.
+
+``{"op": "+I", "data": {...}}``, or the positional ``{"rowkind": "+I", "fields": [...]}`` with the values in
+column order; ``op`` is one of ``+I``, ``-U``, ``+U``, ``-D``. The format of a ``.jsonl`` file when the table
+names none, and the only one with a column-wise path (:meth:`ChangelogJson.columns`).
+
+pyarrow and numpy are imported where the column-wise path uses them: this module is imported with every
+table spec (through the format registry), and the CLI's read commands must not pull numpy in.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from changelake.errors import short_repr
+from changelake.inputs.formats.base import (
+    OPS,
+    FieldError,
+    JsonLinesFormat,
+    Message,
+    SourceEvent,
+    json_object,
+    only_fields,
+    plain_row,
+)
+
+if TYPE_CHECKING:
+    import numpy as np
+    import pyarrow as pa
+
+    from changelake.inputs.sources import SourceOptions
+    from changelake.spec import TableSpec
+
+
+class ChangelogJson(JsonLinesFormat):
+    name = "changelog-json"
+    suffixes = (".jsonl", ".json")
+
+    def decode(self, obj: Any, spec: TableSpec, opts: SourceOptions) -> Message:
+        """``{"op": "+I", "data": {...}}`` or the positional ``{"rowkind": "+I", "fields": [...]}``."""
+        obj = json_object(obj, None)
+        names = spec.column_names
+        if "rowkind" in obj or "fields" in obj:
+            only_fields(obj, {"rowkind", "fields"})
+            op, raw, op_field = obj.get("rowkind"), obj.get("fields"), "rowkind"
+            if not isinstance(raw, list):
+                raise FieldError("fields", "expected a JSON array in column order")
+            if len(raw) != len(names):
+                raise FieldError("fields", f"expected {len(names)} values {list(names)}, got {len(raw)}")
+            data = dict(zip(names, raw, strict=True))
+        else:
+            only_fields(obj, {"op", "data"})
+            op, data, op_field = obj.get("op"), obj.get("data"), "op"
+            if not isinstance(data, dict):
+                raise FieldError("data", "expected a JSON object with the row's columns")
+        if op not in OPS:
+            raise FieldError(op_field, f"unknown op {short_repr(op)}; expected one of {list(OPS)}")
+        return Message([(op, data)], order_root=obj)
+
+    def render(self, spec: TableSpec, events: list[SourceEvent], envelope: bool = False) -> list[str]:
+        return [
+            json.dumps({"op": op, "data": plain_row(row)}) for event in events for op, row in event.records()
+        ]
+
+    def columns(
+        self, data: bytes, first_line: int, spec: TableSpec
+    ) -> tuple[np.ndarray, pa.Array, list[pa.Array]] | None:
+        """Plain changelog JSON lines decoded column-wise: pyarrow's JSON reader, then Arrow kernels.
+
+        Only values whose per-line decoding is certain to give the same storage value take this path; a range
+        with anything else (a bad record, a duplicate key, a NaN literal, a decimal written as a number, a
+        zone offset, a lone carriage return, ...) returns None and is decoded line by line, so every error
+        and dead letter is the per-line path's own."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        import pyarrow.json as pj
+
+        from changelake.inputs.records import ColumnRules
+
+        line_numbers = _object_lines(data, first_line)
+        if line_numbers is None:
+            return None
+        if not len(line_numbers):
+            return line_numbers, pa.array([], pa.string()), []
+        if ColumnRules(spec).checks:
+            return None  # float keys and bitmaps have rules of their own: the per-line path checks them
+        converters = []
+        fields = []
+        for column in spec.columns:
+            parse_type, convert = _json_converter(column.type)
+            if convert is None:
+                return None  # a type decoded value by value (bytes, nanoseconds, ...): no column-wise path
+            fields.append(pa.field(column.name, parse_type))
+            converters.append(convert)
+        schema = pa.schema([pa.field("op", pa.string()), pa.field("data", pa.struct(fields))])
+        try:
+            parsed = pj.read_json(
+                pa.BufferReader(data),
+                read_options=pj.ReadOptions(use_threads=False, block_size=max(1 << 20, len(data) + 1)),
+                parse_options=pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="error"),
+            )
+        except (pa.ArrowException, ValueError, UnicodeError):
+            return None
+        if parsed.num_rows != len(line_numbers) or parsed.schema != schema:
+            return None  # an object spanning lines or two on one line: not JSON lines
+        op = parsed.column("op").combine_chunks()
+        body = parsed.column("data").combine_chunks()
+        if op.null_count or body.null_count or not pc.all(pc.is_in(op, pa.array(OPS))).as_py():
+            return None
+        not_delete = pc.not_equal(op, "-D")
+        arrays = []
+        for column, convert in zip(spec.columns, converters, strict=True):
+            try:
+                array = convert(body.field(column.name))
+            except (pa.ArrowException, ValueError, OverflowError):
+                return None
+            if array is None:
+                return None
+            required = column.name in spec.primary_key or not column.nullable
+            if required and array.null_count:
+                missing = (
+                    pc.is_null(array)
+                    if column.name in spec.primary_key
+                    else pc.and_(pc.is_null(array), not_delete)
+                )
+                if pc.any(missing).as_py():
+                    return None
+            arrays.append(array)
+        return line_numbers, op, arrays
+
+
+# --- column-wise ------------------------------------------------------------------------------------------
+_DATE_TEXT = r"[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])"
+_CLOCK_TEXT = r"([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]"
+_STAMP_TEXT = _DATE_TEXT + "T" + _CLOCK_TEXT + r"(\.[0-9]{1,6})?"
+
+
+def _object_lines(data: bytes, first_line: int) -> np.ndarray | None:
+    """The line number of every non-blank line, if each is one ``{...}`` (a carriage return only before a
+    newline, the text valid UTF-8); else None."""
+    import numpy as np
+    import pyarrow as pa
+
+    raw = np.frombuffer(data, np.uint8)
+    if not len(raw):
+        return np.zeros(0, np.int64)
+    newlines = np.flatnonzero(raw == 10)
+    returns = np.flatnonzero(raw == 13)
+    if (
+        len(returns)
+        and ((returns + 1 >= len(raw)) | (raw[np.minimum(returns + 1, len(raw) - 1)] != 10)).any()
+    ):
+        return None  # a lone \r: the per-line path decides what it means inside its line
+    starts = np.r_[0, newlines + 1]
+    ends = np.r_[newlines, len(raw)]  # exclusive, without the newline
+    ends = ends - ((ends > starts) & (raw[np.maximum(ends - 1, 0)] == 13))  # without a \r before it
+    blank = ends == starts
+    filled = np.flatnonzero(~blank)
+    if (raw[starts[filled]] != ord("{")).any() or (raw[ends[filled] - 1] != ord("}")).any():
+        return None
+    try:
+        pa.array([data], pa.binary()).cast(pa.string()).validate(full=True)
+    except pa.ArrowInvalid:
+        return None
+    return filled.astype(np.int64) + first_line
+
+
+def _json_converter(dtype):
+    """(the type pyarrow parses a column's JSON values as, a function from that array to the storage array
+    or None when a value needs the per-message path); (None, None) for a type decoded value by value."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    name, storage = dtype.name, dtype.arrow_type()
+    if name == "BOOLEAN":
+        return pa.bool_(), lambda a: a
+    if name in ("TINYINT", "SMALLINT", "INT", "BIGINT"):
+        lo, hi = (
+            (-(2 ** (b - 1)), 2 ** (b - 1) - 1)
+            if (b := {"TINYINT": 8, "SMALLINT": 16, "INT": 32}.get(name))
+            else (None, None)
+        )
+
+        def integer(a: pa.Array) -> pa.Array | None:
+            if lo is not None and a.null_count < len(a):
+                if pc.min(a).as_py() < lo or pc.max(a).as_py() > hi:
+                    return None
+            return a.cast(storage)
+
+        return pa.int64(), integer
+    if name in ("FLOAT", "DOUBLE"):
+
+        def number(a: pa.Array) -> pa.Array | None:
+            # Parsed as doubles, then narrowed as the per-message path narrows a Python float.
+            out = a.cast(storage, safe=False)
+            if not pc.all(pc.fill_null(pc.is_finite(out), True)).as_py():
+                return None  # NaN/Infinity literals (not JSON) or a FLOAT out of range
+            values = out.to_numpy(zero_copy_only=False)
+            if (np.signbit(values) & (values == 0)).any():
+                return None  # -0 is the integer 0 there, -0.0 a negative zero: not told apart here
+            return out
+
+        return pa.float64(), number
+    if name in ("CHAR", "STRING"):
+
+        def text(a: pa.Array) -> pa.Array | None:
+            if (
+                name == "CHAR"
+                and a.null_count < len(a)
+                and pc.max(pc.utf8_length(a)).as_py() > dtype.precision
+            ):
+                return None
+            return a
+
+        return pa.string(), text
+    if name == "DECIMAL":
+        precision, scale = dtype.precision, dtype.scale
+
+        whole = f"0*[0-9]{{1,{precision - scale}}}" if precision > scale else "0+"
+        fraction = rf"(\.[0-9]{{1,{scale}}})?" if scale else ""
+        # Digits that fit without rounding (rounding HALF_UP, and refusals, are the per-message path's).
+        fits = f"^-?{whole}{fraction}$"
+
+        def decimal_text(a: pa.Array) -> pa.Array | None:
+            values = a.drop_null()
+            if len(values):
+                if pc.max(pc.utf8_length(values)).as_py() > 100:
+                    return None
+                if not pc.all(pc.match_substring_regex(values, fits)).as_py():
+                    return None
+            return a.cast(storage)
+
+        return pa.string(), decimal_text
+    if name == "DATE":
+        return pa.string(), _temporal_converter(_DATE_TEXT, pa.date32())
+    if name == "TIME":
+
+        def clock(a: pa.Array) -> pa.Array | None:
+            values = a.drop_null()
+            if (
+                len(values)
+                and not pc.all(pc.match_substring_regex(values, rf"^{_CLOCK_TEXT}\.[0-9]{{6}}$")).as_py()
+            ):
+                return None
+            return a
+
+        return pa.string(), clock
+    if name in ("TIMESTAMP", "TIMESTAMP_LTZ") and storage in (
+        pa.timestamp("us"),
+        pa.timestamp("us", tz="UTC"),
+    ):
+        zone = "Z?" if name == "TIMESTAMP_LTZ" else ""
+        return pa.string(), _temporal_converter(_STAMP_TEXT + zone, storage)
+    return None, None
+
+
+def _temporal_converter(pattern: str, storage: pa.DataType):
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    def convert(a: pa.Array) -> pa.Array | None:
+        values = a.drop_null()
+        if len(values):
+            if not pc.all(pc.match_substring_regex(values, f"^{pattern}$")).as_py():
+                return None
+            if pc.any(pc.starts_with(values, "0000")).as_py():
+                return None  # year 0: not a date
+        text = pc.replace_substring_regex(a, "Z$", "") if pa.types.is_timestamp(storage) else a
+        parse = pa.timestamp("us") if pa.types.is_timestamp(storage) else storage
+        out = text.cast(parse)
+        return out.cast(storage) if parse != storage else out
+
+    return convert
