@@ -26,9 +26,8 @@ from changelake.inputs.sources import SourceOptions
 from changelake.spec import TableSpec
 
 OPS = formats.OPS
+#: The JSON-lines formats' names (the readers themselves ask the registry at each call).
 JSON_FORMATS = tuple(n for n, f in formats.FORMATS.items() if isinstance(f, formats.JsonLinesFormat))
-#: The formats whose files start with magic bytes, so the JSON-lines reader can name the mistake.
-_BINARY = [f for f in formats.FORMATS.values() if isinstance(f, formats.RowsFormat)]
 #: The reason a record gets when decoding it raised something no rule anticipated: the record is still a
 #: bad record (quarantined or refusing its batch), never a crash; the fuzz tests look for this text.
 UNEXPECTED = "could not decode the record"
@@ -117,6 +116,8 @@ class _JsonReader:
         self.types = [c.type for c in spec.columns]
         self.decoders = [c.type.decode_json for c in spec.columns]
         self.rules = ColumnRules(spec)
+        # Formats whose files start with magic bytes: a line 1 that does is that mistake, named as such.
+        self.binary = [f for f in formats.FORMATS.values() if isinstance(f, formats.RowsFormat)]
 
     def read(self, path: Path) -> list[_Entry]:
         """Every line of a landed file, as bytes: each line is decoded (UTF-8 included) on its own."""
@@ -147,7 +148,7 @@ class _JsonReader:
         BadRecordError, which refuses the batch even under quarantine."""
         # Pass bytes: the UTF-8 check and the Parquet check below then happen here, for every caller.
         if line_no == 1:
-            for f in _BINARY:
+            for f in self.binary:
                 if line[: len(f.magic)] in (f.magic, f.magic.decode()):
                     reason = f"this is a {f.title} file, but the table reads {self.fmt} (JSON lines)"
                     raise BadRecordError(file, 1, None, reason)
@@ -274,7 +275,7 @@ def delivered_records(batches: dict[int, Path], spec: TableSpec) -> pa.Table:
     columns: dict[str, list] = {n: [] for n in names}
     for batch_id, path in batches.items():
         fmt = format_for(path, spec)
-        if fmt not in JSON_FORMATS:
+        if not isinstance(formats.FORMATS.get(fmt), formats.JsonLinesFormat):
             continue
         scratch = DecodedBatch(batch_arrow_schema(spec).empty_table())
         for entry in _JsonReader(spec, fmt, opts, scratch).read(path):
