@@ -58,12 +58,11 @@ from typing import Any
 
 from changelake.errors import SpecError, short_repr
 
-_INT_RANGES = {
-    "TINYINT": (-(2**7), 2**7 - 1),
-    "SMALLINT": (-(2**15), 2**15 - 1),
-    "INT": (-(2**31), 2**31 - 1),
-    "BIGINT": (-(2**63), 2**63 - 1),
-}
+#: Width in bits of each integer type: Java's byte, short, int and long. The one source of integer ranges
+#: (:data:`INT_RANGES`) and of the wrap-around of integer sums and products (:mod:`changelake.engine.aggregates`).
+INT_BITS = {"TINYINT": 8, "SMALLINT": 16, "INT": 32, "BIGINT": 64}
+#: Smallest and largest value of each integer type (two's complement).
+INT_RANGES = {name: (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) for name, bits in INT_BITS.items()}
 _SIMPLE = {
     "BOOLEAN",
     "TINYINT",
@@ -121,7 +120,7 @@ class DataType:
 
     @property
     def is_integer(self) -> bool:
-        return self.name in _INT_RANGES
+        return self.name in INT_RANGES
 
     @property
     def is_nanos(self) -> bool:
@@ -260,7 +259,7 @@ class DataType:
             if isinstance(value, bool):
                 return value
             raise ValueError(f"expected a JSON boolean for BOOLEAN, got {short_repr(value)}")
-        if n in _INT_RANGES:
+        if n in INT_RANGES:
             return self.check_integer(self._integer(value))
         if n in ("FLOAT", "DOUBLE"):
             return self._float(value)
@@ -288,7 +287,7 @@ class DataType:
                 raise ValueError(f"expected an integer for {self}, got {value}")
             # Checked before converting: int() of 1e999999999999 would allocate the whole number.
             if value and value.adjusted() > 40:
-                lo, hi = _INT_RANGES[self.name]
+                lo, hi = INT_RANGES[self.name]
                 raise ValueError(f"{short_repr(value)} is out of range for {self.name} [{lo}, {hi}]")
             if value != value.to_integral_value(context=DECIMAL_CONTEXT):
                 raise ValueError(f"expected an integer for {self}, got {short_repr(value)}")
@@ -382,7 +381,7 @@ class DataType:
         return f"{NANOS_RANGE}{zone}: nanoseconds since 1970 in 64 bits"
 
     def check_integer(self, value: int) -> int:
-        lo, hi = _INT_RANGES[self.name]
+        lo, hi = INT_RANGES[self.name]
         if not lo <= value <= hi:
             raise ValueError(f"{short_repr(value)} is out of range for {self.name} [{lo}, {hi}]")
         return value
@@ -410,7 +409,7 @@ class DataType:
         The last step of :meth:`decode_json`, and what :meth:`validate_arrow` reports a bad Arrow value with.
         """
         n = self.name
-        if n in _INT_RANGES:
+        if n in INT_RANGES:
             return self.check_integer(value)
         if self.is_nanos:
             if not NANOS_MIN <= value <= NANOS_MAX:
@@ -572,7 +571,7 @@ class DataType:
             return []  # every int64 is a nanosecond timestamp in range
         n = self.name
         if n in ("TINYINT", "SMALLINT"):
-            lo, hi = _INT_RANGES[n]
+            lo, hi = INT_RANGES[n]
             bad = pc.or_(pc.less(array, lo), pc.greater(array, hi))
         elif n == "CHAR":
             bad = pc.greater(pc.utf8_length(array), self.precision)
