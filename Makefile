@@ -42,8 +42,10 @@ test: setup ## Run the whole test suite: data env (unit, Spark, crash/race, clus
 	$(PY) -m pytest $(PYTEST_ARGS)
 	$(AIRFLOW_PY) -m pytest -c infra/airflow/pytest.ini --rootdir=. tests/orchestration $(PYTEST_ARGS)
 
-test-unit: setup ## The fast loop: the data env's tests that need no Spark (seconds, not minutes)
-	$(PY) -m pytest -q -m "not spark and not integration and not slow" $(PYTEST_ARGS)
+# The data env alone (no Java, Airflow env or PostgreSQL needed); --no-jvm fails the run if a test starts Java.
+test-unit: uv ## The fast loop, under a minute: the data env's unit tests (marker unit: no JVM, no Spark)
+	@$(UV) sync --frozen --quiet
+	$(PY) -m pytest -q -m unit --no-jvm $(PYTEST_ARGS)
 
 test-data: setup ## Only the data env's tests
 	$(PY) -m pytest $(PYTEST_ARGS)

@@ -2,12 +2,18 @@
 
 A test that requests ``catalog_uri`` runs once per catalog kind, SQLite and PostgreSQL (the production
 catalog, on a real server started for the session); its ``lake`` and ``cli_env`` then use that catalog.
+
+Markers (registered in pyproject.toml) sort the tests into layers: ``spark`` (set here for every test using
+the ``spark`` fixture), ``integration``, ``e2e`` and ``slow`` (set by the tests), and ``unit`` (set here for
+every test with none of those). ``make test-unit`` runs ``-m unit --no-jvm``, ``make test`` runs them all.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -16,12 +22,67 @@ REPO = Path(__file__).resolve().parents[1]
 CLI = [sys.executable, "-m", "changelake.cli"]
 
 
+#: Markers that take a test out of the unit layer.
+NOT_UNIT = ("spark", "integration", "e2e", "slow")
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--no-jvm",
+        action="store_true",
+        help="fail the run if any test, or a process it starts, launches Java (make test-unit)",
+    )
+
+
 def pytest_collection_modifyitems(items):
-    """Mark every test that needs Spark (the ``spark`` fixture, directly or through ``lake``) ``spark``:
-    ``make test-unit`` leaves them out for a loop of seconds, ``make test`` runs them all."""
+    """Mark every test that needs Spark (the ``spark`` fixture, directly or through ``lake``) ``spark``, and
+    every test without a layer marker ``unit``: ``make test-unit`` runs only those, ``make test`` all."""
     for item in items:
         if "spark" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.spark)
+        if not any(item.get_closest_marker(name) for name in NOT_UNIT):
+            item.add_marker(pytest.mark.unit)
+
+
+# Under --no-jvm, ``java`` is a stub that notes the running test (pytest's PYTEST_CURRENT_TEST, which child
+# processes inherit) and fails: Spark's launcher runs $JAVA_HOME/bin/java, else the java on PATH.
+_JAVA_STUB = """#!/bin/sh
+echo "${PYTEST_CURRENT_TEST:-outside a test}" >> "$(dirname "$0")/../launches"
+echo "java refused: the tests run with --no-jvm (make test-unit)" >&2
+exit 1
+"""
+
+
+def pytest_configure(config):
+    if not config.getoption("--no-jvm"):
+        return
+    stub = Path(tempfile.mkdtemp(prefix="changelake-no-jvm-"))
+    (stub / "bin").mkdir()
+    java = stub / "bin" / "java"
+    java.write_text(_JAVA_STUB)
+    java.chmod(0o755)
+    config._no_jvm_stub = stub
+    os.environ["JAVA_HOME"] = str(stub)
+    os.environ["PATH"] = f"{stub / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Under --no-jvm, a Java launch fails the run even if its test passed (or swallowed the error)."""
+    stub = getattr(session.config, "_no_jvm_stub", None)
+    if stub is None:
+        return
+    launches = stub / "launches"
+    tests = sorted(set(launches.read_text().splitlines())) if launches.exists() else []
+    shutil.rmtree(stub, ignore_errors=True)
+    if tests:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        message = "--no-jvm: Java was launched by " + "; ".join(tests)
+        if reporter is not None:
+            reporter.ensure_newline()
+            reporter.write_line(message, red=True, bold=True)
+        else:
+            print(message, file=sys.stderr)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 @pytest.fixture(scope="session")
