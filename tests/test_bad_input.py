@@ -573,7 +573,9 @@ def test_a_parquet_row_with_several_problems_gets_its_first_one(tmp_path):
     assert batch.records.column("id").to_pylist() == [1]
 
 
-@pytest.mark.parametrize("local_records", ["10000", "0"], ids=["in-process", "spark"])
+@pytest.mark.parametrize(
+    "local_records", ["10000", pytest.param("0", marks=pytest.mark.spark)], ids=["in-process", "spark"]
+)
 def test_a_lone_carriage_return_stays_inside_its_line_in_the_apply(tmp_path, monkeypatch, local_records):
     """Found by test_failed_apply's fuzzing: the apply split lines at a lone \\r, so a dead letter named line
     4 where the reader (and an editor counting newlines) says line 3."""
