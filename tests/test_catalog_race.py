@@ -3,8 +3,12 @@ catalog's own tables."""
 
 import multiprocessing as mp
 
+import pytest
+
 from changelake.config import load_settings
 from changelake.storage.iceberg import Storage
+
+pytestmark = pytest.mark.e2e  # 15 rounds of racing processes, and a PostgreSQL server: not the unit loop
 
 
 def _open(home, catalog_uri, results):
