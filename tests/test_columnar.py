@@ -41,6 +41,7 @@ from changelake.errors import WriteRefusedError
 # Pure Python/Arrow: the whole module runs in about a minute; the cap catches a hanging merge. The reference
 # computes FLOAT sums in numpy float32, which warns when they overflow to inf or multiply inf by 0 (intended).
 pytestmark = [
+    pytest.mark.slow,  # 300 hypothesis examples per engine against the reference: make test, not test-unit
     pytest.mark.timeout(300),
     pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning"),
     pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning"),
