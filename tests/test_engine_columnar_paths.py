@@ -24,6 +24,7 @@ from test_columnar import (
 )
 
 pytestmark = [
+    pytest.mark.slow,  # hypothesis over every engine and storage path: make test, not test-unit
     pytest.mark.timeout(300),
     pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning"),
     pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning"),
