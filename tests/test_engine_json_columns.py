@@ -199,6 +199,7 @@ def _decode(tmp_path, data: bytes, spec: TableSpec, fast: bool, first_line: int)
     return ("ok", table, out.messages, out.skipped, out.dead_letters)
 
 
+@pytest.mark.slow  # 300 examples twice, ~15 s of CPU: make test, not test-unit
 @pytest.mark.parametrize("quarantine", [False, True], ids=["fail", "quarantine"])
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=ranges(), first_line=st.integers(1, 1000))
