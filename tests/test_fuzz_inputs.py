@@ -35,6 +35,8 @@ from changelake.errors import BadRecordError, ChangelakeError
 from changelake.inputs.readers import UNEXPECTED, read_batch
 from changelake.spec import TableSpec, load_specs
 
+# Fuzzing takes its time (about 25 s of CPU at 60 examples): make test runs it, make test-unit does not.
+pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[1]
 FUZZ = settings(
     max_examples=int(os.environ.get("CHANGELAKE_FUZZ_EXAMPLES", 60)),
