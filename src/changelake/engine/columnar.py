@@ -10,11 +10,11 @@ then one null slot, then the values aggregation steps computed. Rows and changel
 the stores with Arrow ``take`` at the end; the rules of each engine are the ones :mod:`changelake.engine.merge` states
 for one record, written over arrays.
 
-Exactness: integer sums and products wrap around as Java's do, FLOAT arithmetic is float32, max/min order
-floats as ``Double.compare`` does and strings by code point (= UTF-8 byte order), DECIMAL(<=18) adds and
-compares as unscaled longs. DECIMAL products, wider DECIMAL sums and rbm32/rbm64 call the scalar function of
-:mod:`changelake.engine.merge` element by element (numpy ``frompyfunc``): exact, but a Python call per merged value
-for those columns; listagg/string_agg join Python strings in numpy's object loop.
+Aggregate functions come from :mod:`changelake.engine.aggregates`: a function whose result is one of its inputs
+(max, min, last/first value) points at it, the others compute over numpy arrays (integer sums and products
+wrap around as Java's do, FLOAT is float32, DECIMAL(<=18) adds and compares as unscaled longs). DECIMAL
+products, wider DECIMALs and rbm32/rbm64 call the function's one-record merge element by element (numpy
+``frompyfunc``): exact, but a Python call per merged value for those columns.
 """
 
 from __future__ import annotations
@@ -25,34 +25,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from changelake.engine import merge
+from changelake.engine import aggregates, merge
 from changelake.errors import WriteRefusedError
 from changelake.spec import TableSpec
+from changelake.types import INT_RANGES
 
 CHANGE_TYPES = ("+I", "-U", "+U", "-D")
 INSERT, UPDATE_BEFORE, UPDATE_AFTER, DELETE = range(4)
-# Functions whose result is one of their two inputs: a fold points at it instead of computing a value.
-_SELECTING = {
-    "last_value",
-    "last_value_ignore_nulls",
-    "first_value",
-    "first_value_ignore_nulls",
-    "max",
-    "min",
-}
-# Functions computed with numpy arrays; the others call merge.aggregate_function per value.
-_VECTOR_FUNCTIONS = {
-    "sum",
-    "product",
-    "max",
-    "min",
-    "last_value",
-    "last_value_ignore_nulls",
-    "first_value",
-    "first_value_ignore_nulls",
-    "bool_and",
-    "bool_or",
-}
 
 
 @dataclass
@@ -358,7 +337,7 @@ class _BucketMerge:
                 supply.append(np.arange(lo, lo + take, dtype=np.int64))
                 left -= take
         ids = np.concatenate(supply) if supply else np.zeros(0, np.int64)
-        max_id = 2 ** (merge.INT_BITS[self.spec.columns[self.ai].type.name] - 1) - 1  # INT or BIGINT
+        max_id = INT_RANGES[self.spec.columns[self.ai].type.name][1]  # INT or BIGINT
         takers = np.flatnonzero(self.takes_id)  # record order = _seq order
         over = np.flatnonzero(ids[:needed] > max_id)
         if len(over):
@@ -605,18 +584,18 @@ class _AggColumn:
         self.bm = bm
         column = spec.columns[i]
         self.type = bm.schema.field(i).type
-        self.name = spec.agg_function(column.name)
-        self.type_name = column.type.name
-        self.scalar = None
-        # DECIMAL(<=18) adds and compares exactly as unscaled longs; wider ones, and products (which round),
-        # call merge's function per value.
-        self.decimal64 = _kind(self.type) == "decimal64"
-        exact = self.type_name != "DECIMAL" or (self.decimal64 and self.name != "product")
-        self.delimiter = spec.agg_delimiter(column.name) if self.name in ("listagg", "string_agg") else None
-        if (self.name not in _VECTOR_FUNCTIONS and self.delimiter is None) or not exact:
-            self.scalar = np.frompyfunc(
-                _refusals_as_values(merge.aggregate_function(spec, column.name)), 2, 1
-            )
+        self.function, parameters = aggregates.of_column(spec, column.name)
+        # One of three ways: point at the input ``pick`` chooses, compute ``array``, or call ``scalar`` per value.
+        self.pick: aggregates.Pick | None = None
+        self.array: aggregates.ArrayFold | None = None
+        self.scalar: np.ufunc | None = None
+        if self.function.vectorized(column.type):
+            self.pick = self.function.pick
+            if self.function.array is not None:
+                self.array = self.function.array(column.type, parameters)
+        else:
+            scalar = self.function.scalar(column.type, parameters)
+            self.scalar = np.frompyfunc(_refusals_as_values(scalar), 2, 1)
         # A key's current value is where its idx points: the stored row, a record, the null slot or a value
         # a fold computed. Only the positions a fold reads are converted to numpy (an initial load folds
         # nothing and converts nothing).
@@ -657,8 +636,8 @@ class _AggColumn:
 
     def fold(self, old_positions: np.ndarray, r: np.ndarray) -> np.ndarray:
         """Aggregate record ``r``'s value into the values at ``old_positions``; returns the new positions."""
-        if self.scalar is None and self.name in _SELECTING:
-            return self._select(old_positions, self.bm.H + r)
+        if self.pick is not None:
+            return self._select(self.pick, old_positions, self.bm.H + r)
         old, old_null = self.value_at(old_positions)
         new, new_null = self.value_at(self.bm.H + r)
         value, null = self._apply(old, old_null, new, new_null)
@@ -670,23 +649,14 @@ class _AggColumn:
         self.computed.append((value, null))
         return np.arange(start, start + len(r))
 
-    def _select(self, old: np.ndarray, new: np.ndarray) -> np.ndarray:
+    def _select(self, pick: aggregates.Pick, old: np.ndarray, new: np.ndarray) -> np.ndarray:
         """A function whose result is one of its inputs points at it (no value computed or converted, but for
         the pairs max/min compare)."""
-        name = self.name
-        a_null, b_null = self.null_at(old), self.null_at(new)
-        if name == "last_value":
-            take_new = np.ones(len(new), bool)
-        elif name == "last_value_ignore_nulls":
-            take_new = ~b_null
-        elif name in ("first_value", "first_value_ignore_nulls"):
-            take_new = a_null
-        else:  # max, min
-            take_new = a_null.copy()
-            both = np.flatnonzero(~a_null & ~b_null)
-            if len(both):
-                ka, kb = _order_key(self.value_at(old[both])[0]), _order_key(self.value_at(new[both])[0])
-                take_new[both] = (kb > ka) if name == "max" else (kb < ka)
+
+        def values(at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            return self.value_at(old[at])[0], self.value_at(new[at])[0]
+
+        take_new = pick(self.null_at(old), self.null_at(new), values)
         return np.where(take_new, new, old)
 
     def computed_arrays(self) -> list[pa.Array]:
@@ -697,53 +667,13 @@ class _AggColumn:
         ]
 
     def _apply(self, a, a_null, b, b_null) -> tuple[np.ndarray, np.ndarray]:
-        name = self.name
-        if self.scalar is not None:
-            left = np.where(a_null, None, a).astype(object)
-            right = np.where(b_null, None, b).astype(object)
-            out = self.scalar(left, right) if len(left) else np.zeros(0, object)
-            out = np.asarray(out, dtype=object)
-            return out, np.array([v is None for v in out], bool)
-        if name == "last_value":
-            return b, b_null
-        if name == "last_value_ignore_nulls":
-            return np.where(b_null, a, b), a_null & b_null
-        if name in ("first_value", "first_value_ignore_nulls"):
-            return np.where(a_null, b, a), a_null & b_null
-        both = ~a_null & ~b_null
-        if name in ("max", "min"):
-            better = np.zeros(len(a), bool)
-            ka, kb = _order_key(a[both]), _order_key(b[both])
-            better[both] = (kb > ka) if name == "max" else (kb < ka)
-            combined = np.where(better, b, a)
-        elif self.delimiter is not None:
-            # Python strings joined element by element by numpy's object loop (no call per value).
-            combined = a.copy()
-            at = np.flatnonzero(both)
-            combined[at] = a[at] + self.delimiter + b[at]
-        elif name == "bool_and":
-            combined = a & b
-        elif name == "bool_or":
-            combined = a | b
-        else:
-            combined = self._arith(a, b, both, name)
-        value = np.where(a_null, b, np.where(b_null, a, combined))
-        null = a_null & b_null
-        if self.decimal64 and name == "sum":
-            # A sum beyond the precision is null (merge's DECIMAL rule); two 18-digit longs cannot overflow.
-            null = null | (both & (np.abs(combined) > 10**self.type.precision - 1))
-        return value, null
-
-    def _arith(self, a, b, both, name):
-        with np.errstate(over="ignore", invalid="ignore"):
-            if self.type_name in merge.INT_BITS:
-                x = a + b if name == "sum" else a * b
-                bits = merge.INT_BITS[self.type_name]
-                return x if bits == 64 else _wrap(x, bits)
-            if self.type_name == "FLOAT":
-                a32, b32 = a.astype(np.float32), b.astype(np.float32)
-                return (a32 + b32) if name == "sum" else (a32 * b32)
-            return (a + b) if name == "sum" else (a * b)
+        if self.array is not None:
+            return self.array(a, a_null, b, b_null)
+        left = np.where(a_null, None, a).astype(object)
+        right = np.where(b_null, None, b).astype(object)
+        out = self.scalar(left, right) if len(left) else np.zeros(0, object)
+        out = np.asarray(out, dtype=object)
+        return out, np.array([v is None for v in out], bool)
 
 
 class _Refused:
@@ -761,19 +691,3 @@ def _refusals_as_values(fn):
             return _Refused(str(e))
 
     return fold
-
-
-def _wrap(x: np.ndarray, bits: int) -> np.ndarray:
-    half = np.int64(1) << np.int64(bits - 1)
-    return ((x + half) & ((half << np.int64(1)) - 1)) - half
-
-
-def _order_key(v: np.ndarray) -> np.ndarray:
-    """Values in the order merge.aggregate_function's max/min use (floats as Java's Double.compare)."""
-    if v.dtype.kind != "f":
-        return v
-    width = np.int64 if v.dtype == np.float64 else np.int32
-    canonical = np.where(np.isnan(v), np.array(np.nan, v.dtype), v)
-    bits = canonical.view(width)
-    mask = (bits >> (bits.dtype.itemsize * 8 - 1)) & np.iinfo(width).max
-    return bits ^ mask

@@ -1,9 +1,11 @@
 """Merge semantics of primary-key tables — the one module that owns them (docs/semantics.md §2, §3.1, §5).
 
 :class:`RowMerger` applies one record to the rows of a key, exactly as Fluss's ``KvTablet.putAsLeader``
-does, and returns the changelog it emits. Every path uses it: the Spark apply runs it inside one task per
-touched bucket (:mod:`changelake.engine.buckets`), over that bucket's records in batch order, and the tests use
-:func:`apply_sequential` as the plain one-record-at-a-time reference.
+does, and returns the changelog it emits. One subclass per merge engine, found in :data:`MERGERS`; the
+aggregation engine folds each column with its function from :mod:`changelake.engine.aggregates`. The bucket
+task (:mod:`changelake.engine.buckets`) runs the columnar merge (:mod:`changelake.engine.columnar`), which
+takes its configuration from a merger and is tested equal to :func:`apply_sequential`, the plain
+one-record-at-a-time reference.
 
 Rules of the default (last-row) engine, FULL image: an upsert of a new key emits ``+I``; of an existing key
 ``-U old, +U new`` (even if equal); a delete of an existing key ``-D old``; a delete of a missing key
@@ -14,11 +16,10 @@ the table sees them. WAL image: an upsert emits only ``+U new`` (also for a new 
 
 from __future__ import annotations
 
-import decimal
-import math
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 
+from changelake.engine import aggregates
 from changelake.errors import WriteRefusedError
 from changelake.spec import TableSpec
 
@@ -81,6 +82,8 @@ class RowMerger:
 
     #: False when the engine never looks inside rows, so callers may pass handles instead of tuples.
     needs_values = False
+    #: Whether the engine takes partial (target-column) writes (docs/semantics.md §6).
+    partial_update = True
 
     def __init__(
         self, spec: TableSpec, target: tuple[int, ...] | None = None, ids: IdAllocator | None = None
@@ -177,6 +180,8 @@ class RowMerger:
 class FirstRowMerger(RowMerger):
     """``first_row``: the first row of a key is kept; later upserts change nothing and emit nothing."""
 
+    partial_update = False
+
     def merge(self, old, new):
         return UNCHANGED
 
@@ -185,6 +190,7 @@ class VersionedMerger(RowMerger):
     """``versioned``: keep the row with the larger version; ties replace; a null version is the smallest."""
 
     needs_values = True
+    partial_update = False
 
     def __init__(self, spec: TableSpec, target: tuple[int, ...] | None = None, ids=None):
         super().__init__(spec, target, ids)
@@ -200,14 +206,15 @@ class VersionedMerger(RowMerger):
 
 
 class AggregationMerger(RowMerger):
-    """``aggregation``: the first row of a key is stored as given; later rows aggregate column by column."""
+    """``aggregation``: the first row of a key is stored as given; later rows aggregate column by column
+    with each column's function of :mod:`changelake.engine.aggregates`."""
 
     needs_values = True
 
     def __init__(self, spec: TableSpec, target: tuple[int, ...] | None = None, ids=None):
         super().__init__(spec, target, ids)
         self.functions = [
-            None if c.name in spec.primary_key else aggregate_function(spec, c.name) for c in spec.columns
+            None if c.name in spec.primary_key else aggregates.scalar_fold(spec, c.name) for c in spec.columns
         ]
 
     def first_write(self, new):
@@ -223,16 +230,20 @@ class AggregationMerger(RowMerger):
         )
 
 
+#: The merger of each ``table.merge-engine`` (None: the default last-row engine).
+MERGERS: dict[str | None, type[RowMerger]] = {
+    None: RowMerger,
+    "first_row": FirstRowMerger,
+    "versioned": VersionedMerger,
+    "aggregation": AggregationMerger,
+}
+
+
 def merger_for(
     spec: TableSpec, target_columns: list[str] | None = None, ids: IdAllocator | None = None
 ) -> RowMerger:
     """The merger of a table's ``table.merge-engine``, for full-row or partial (target-column) writes."""
-    return {
-        None: RowMerger,
-        "first_row": FirstRowMerger,
-        "versioned": VersionedMerger,
-        "aggregation": AggregationMerger,
-    }[spec.merge_engine](spec, check_target_columns(spec, target_columns), ids)
+    return MERGERS[spec.merge_engine](spec, check_target_columns(spec, target_columns), ids)
 
 
 class IdAllocator:
@@ -286,7 +297,7 @@ def check_target_columns(spec: TableSpec, target_columns: list[str] | None) -> t
         if column not in names:
             raise WriteRefusedError(f"Can not find target column: {column} for table {spec.full_name}.")
     engine = spec.merge_engine
-    if engine in ("first_row", "versioned"):
+    if not MERGERS[engine].partial_update:
         raise WriteRefusedError(f"Partial update is not supported for the {engine} merge engine.")
     if not set(spec.primary_key) <= set(target_columns):
         raise WriteRefusedError(
@@ -302,110 +313,6 @@ def check_target_columns(spec: TableSpec, target_columns: list[str] | None) -> t
                 f"{what} requires all columns except primary key to be nullable, but column {column.name} is NOT NULL."
             )
     return tuple(sorted({names.index(c) for c in target_columns}))
-
-
-# --- aggregate functions (docs/semantics.md §4.2) ---------------------------------------------------------------------
-INT_BITS = {"TINYINT": 8, "SMALLINT": 16, "INT": 32, "BIGINT": 64}
-
-
-def _wrap(value: int, bits: int) -> int:
-    """Two's-complement wrap-around, as Java's primitive arithmetic does."""
-    value &= (1 << bits) - 1
-    return value - (1 << bits) if value >= 1 << (bits - 1) else value
-
-
-def _ignore_nulls(fn):
-    def agg(acc, value):
-        if value is None:
-            return acc
-        if acc is None:
-            return value
-        return fn(acc, value)
-
-    return agg
-
-
-def _sort_key(type_name: str):
-    """Fluss's comparison order: strings by UTF-8 bytes, floats like Java's Double.compare."""
-    if type_name in ("CHAR", "STRING"):
-        return lambda v: v.encode()
-    if type_name in ("FLOAT", "DOUBLE"):
-        return lambda v: (1, 0.0, 0.0) if math.isnan(v) else (0, v, math.copysign(1.0, v))
-    return lambda v: v
-
-
-def _arith(column, op):
-    t = column.type
-    if t.name in INT_BITS:
-        bits = INT_BITS[t.name]
-        return lambda a, b: _wrap(op(a, b), bits)
-    if t.name == "FLOAT":
-        import numpy as np
-
-        return lambda a, b: float(op(np.float32(a), np.float32(b)))
-    if t.name == "DOUBLE":
-        return op
-    # DECIMAL: exact, rounded HALF_UP to the column scale; a result beyond the precision becomes null.
-    quantum = decimal.Decimal(1).scaleb(-t.scale)
-    context = decimal.Context(prec=80)
-
-    def dec(a, b):
-        with decimal.localcontext(context):  # exact: the default 28 digits would round DECIMAL(38)
-            exact = op(a, b)
-        result = context.create_decimal(exact).quantize(
-            quantum, rounding=decimal.ROUND_HALF_UP, context=context
-        )
-        return None if len(result.as_tuple().digits) > t.precision and result != 0 else result
-
-    return dec
-
-
-def _bitmap_union(bits: int):
-    from pyroaring import BitMap, BitMap64
-
-    cls = BitMap if bits == 32 else BitMap64
-
-    def union(a: bytes, b: bytes) -> bytes:
-        try:
-            merged = cls.deserialize(bytes(a)) | cls.deserialize(bytes(b))
-        except Exception:
-            raise WriteRefusedError("Unable to se/deserialize roaring bitmap.") from None
-        merged.run_optimize()
-        return merged.serialize()
-
-    return union
-
-
-def aggregate_function(spec: TableSpec, column_name: str):
-    """``f(accumulator, incoming) -> new accumulator`` for a column of an aggregation table."""
-    column = spec.column(column_name)
-    name = spec.agg_function(column_name)
-    if name == "sum":
-        return _ignore_nulls(_arith(column, lambda a, b: a + b))
-    if name == "product":
-        return _ignore_nulls(_arith(column, lambda a, b: a * b))
-    if name in ("max", "min"):
-        key = _sort_key(column.type.name)
-        if name == "max":
-            return _ignore_nulls(lambda a, b: b if key(b) > key(a) else a)
-        return _ignore_nulls(lambda a, b: b if key(b) < key(a) else a)
-    if name == "last_value":
-        return lambda acc, value: value
-    if name == "last_value_ignore_nulls":
-        return lambda acc, value: acc if value is None else value
-    if name in ("first_value", "first_value_ignore_nulls"):
-        # Identical in Fluss's code (docs/semantics.md §12 #1): a stored null is replaced by the next non-null value.
-        return lambda acc, value: value if acc is None else acc
-    if name in ("listagg", "string_agg"):
-        delimiter = spec.agg_delimiter(column_name)
-        return _ignore_nulls(lambda a, b: a + delimiter + b)
-    if name == "bool_and":
-        return _ignore_nulls(lambda a, b: a and b)
-    if name == "bool_or":
-        return _ignore_nulls(lambda a, b: a or b)
-    if name in ("rbm32", "rbm64"):
-        return _ignore_nulls(_bitmap_union(32 if name == "rbm32" else 64))
-    raise AssertionError(name)
 
 
 def apply_sequential(

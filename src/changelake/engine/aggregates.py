@@ -1,0 +1,362 @@
+"""Fluss's 14 aggregate functions (docs/semantics.md §4.2): one registry, one entry per function.
+
+An :class:`AggregateFunction` holds all there is to a function: the column types it accepts (checked when a
+spec loads, :mod:`changelake.spec`), its parameters and their defaults (listagg's delimiter), its one-record
+merge ``f(stored, input)`` (used by :mod:`changelake.engine.merge`, the reference) and its columnar merge over
+numpy arrays (used by :mod:`changelake.engine.columnar`, tested equal to the reference). Adding a function is
+adding one entry to :data:`AGGREGATE_FUNCTIONS`.
+
+Java semantics (§4.2): integer sums and products wrap around in the column's width (:data:`INT_BITS`), FLOAT
+computes in float32, DECIMAL is exact and rounds HALF_UP to the column's scale (a result beyond the precision
+is null), max/min order floats as ``Double.compare`` and strings by UTF-8 bytes (= code points).
+
+numpy and pyroaring are imported where a merge needs them: loading a spec (which reads the type rules) stays
+free of them, and the CLI's read commands import no numpy at all.
+"""
+
+from __future__ import annotations
+
+import decimal
+import math
+import operator
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from changelake.errors import WriteRefusedError
+from changelake.types import INT_BITS, DataType
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from changelake.spec import TableSpec
+
+#: ``f(stored, input) -> new stored value`` of one key's column (None is null).
+Fold = Callable[[Any, Any], Any]
+#: ``f(stored, stored_null, input, input_null) -> (values, nulls)`` over numpy arrays, one element per key.
+ArrayFold = Callable[
+    ["np.ndarray", "np.ndarray", "np.ndarray", "np.ndarray"], tuple["np.ndarray", "np.ndarray"]
+]
+#: ``f(stored_null, input_null, values) -> take the input?`` (a boolean array) for a function whose result is
+#: one of its two inputs; ``values(at)`` returns the stored and the input values at positions ``at``.
+Pick = Callable[
+    ["np.ndarray", "np.ndarray", Callable[["np.ndarray"], tuple["np.ndarray", "np.ndarray"]]], "np.ndarray"
+]
+#: Builds a column's merge from its type and its parameters (declared, else the defaults).
+Builder = Callable[[DataType, Mapping[str, str]], Any]
+
+
+@dataclass(frozen=True)
+class AggregateFunction:
+    """One aggregate function: its type rule, its parameters and its two merges.
+
+    The columnar merge points at the input ``pick`` chooses, or computes ``array``; where neither applies
+    (:meth:`vectorized` is False) it calls ``scalar`` once per merged value.
+    """
+
+    name: str
+    types: tuple[str, ...] | None  # the column type names it accepts; None = every type
+    scalar: Callable[[DataType, Mapping[str, str]], Fold]  # the one-record merge
+    pick: Pick | None = None  # columnar: the result is one of the inputs, no value is computed
+    array: Callable[[DataType, Mapping[str, str]], ArrayFold] | None = None  # columnar: numpy arithmetic
+    #: Whether ``pick``/``array`` are exact on DECIMAL(<=18) held as unscaled longs (a product rounds: no).
+    exact_decimal64: bool = True
+    parameters: Mapping[str, str] = field(default_factory=dict)  # name -> default
+
+    def accepts(self, column_type: DataType) -> bool:
+        """Whether a column of this type may use the function (Fluss's create-time check)."""
+        return self.types is None or column_type.name in self.types
+
+    def vectorized(self, column_type: DataType) -> bool:
+        """Whether the columnar merge runs ``pick``/``array`` for this column type: not for DECIMALs wider
+        than a long's 18 digits (Python Decimals), nor where ``exact_decimal64`` is False."""
+        if self.pick is None and self.array is None:
+            return False
+        if column_type.name != "DECIMAL":
+            return True
+        return self.exact_decimal64 and (column_type.precision or 0) <= 18
+
+
+def of_column(spec: TableSpec, column: str) -> tuple[AggregateFunction, dict[str, str]]:
+    """A column's aggregate function and its parameters: the declared ones, else the function's defaults."""
+    function = AGGREGATE_FUNCTIONS[spec.agg_function(column)]
+    options = spec.options
+    prefix = f"fields.{column}.{function.name}."
+    return function, {p: options.get(prefix + p, default) for p, default in function.parameters.items()}
+
+
+def scalar_fold(spec: TableSpec, column: str) -> Fold:
+    """The one-record merge ``f(stored, input)`` of a column of an aggregation table."""
+    function, parameters = of_column(spec, column)
+    return function.scalar(spec.column(column).type, parameters)
+
+
+# --- one record at a time -------------------------------------------------------------------------------
+def _wrap(value: int, bits: int) -> int:
+    """Two's-complement wrap-around, as Java's primitive arithmetic does."""
+    value &= (1 << bits) - 1
+    return value - (1 << bits) if value >= 1 << (bits - 1) else value
+
+
+def _ignore_nulls(fn: Fold) -> Fold:
+    """A null input leaves the stored value; a null stored value takes the input."""
+
+    def agg(acc, value):
+        if value is None:
+            return acc
+        if acc is None:
+            return value
+        return fn(acc, value)
+
+    return agg
+
+
+def _sort_key(type_name: str) -> Callable[[Any], Any]:
+    """Fluss's comparison order: strings by UTF-8 bytes, floats like Java's Double.compare."""
+    if type_name in ("CHAR", "STRING"):
+        return lambda v: v.encode()
+    if type_name in ("FLOAT", "DOUBLE"):
+        return lambda v: (1, 0.0, 0.0) if math.isnan(v) else (0, v, math.copysign(1.0, v))
+    return lambda v: v
+
+
+def _arith(t: DataType, op: Callable[[Any, Any], Any]) -> Fold:
+    """Java arithmetic of a column type: integers wrap, FLOAT is float32, DECIMAL exact then HALF_UP."""
+    if t.name in INT_BITS:
+        bits = INT_BITS[t.name]
+        return lambda a, b: _wrap(op(a, b), bits)
+    if t.name == "FLOAT":
+        import numpy as np
+
+        return lambda a, b: float(op(np.float32(a), np.float32(b)))
+    if t.name == "DOUBLE":
+        return op
+    # DECIMAL: exact, rounded HALF_UP to the column scale; a result beyond the precision becomes null.
+    quantum = decimal.Decimal(1).scaleb(-t.scale)
+    context = decimal.Context(prec=80)
+
+    def dec(a, b):
+        with decimal.localcontext(context):  # exact: the default 28 digits would round DECIMAL(38)
+            exact = op(a, b)
+        result = context.create_decimal(exact).quantize(
+            quantum, rounding=decimal.ROUND_HALF_UP, context=context
+        )
+        return None if len(result.as_tuple().digits) > t.precision and result != 0 else result
+
+    return dec
+
+
+def _bitmap_union(bits: int) -> Fold:
+    from pyroaring import BitMap, BitMap64
+
+    cls = BitMap if bits == 32 else BitMap64
+
+    def union(a: bytes, b: bytes) -> bytes:
+        try:
+            merged = cls.deserialize(bytes(a)) | cls.deserialize(bytes(b))
+        except Exception:
+            raise WriteRefusedError("Unable to se/deserialize roaring bitmap.") from None
+        merged.run_optimize()
+        return merged.serialize()
+
+    return union
+
+
+def _bitmap_scalar(bits: int) -> Callable[[DataType, Mapping[str, str]], Fold]:
+    return lambda t, parameters: _ignore_nulls(_bitmap_union(bits))
+
+
+def _fixed(fn: Fold) -> Callable[[DataType, Mapping[str, str]], Fold]:
+    """The builder of a fold that depends on neither the column type nor parameters."""
+    return lambda t, parameters: fn
+
+
+def _arith_scalar(op: Callable[[Any, Any], Any]) -> Callable[[DataType, Mapping[str, str]], Fold]:
+    return lambda t, parameters: _ignore_nulls(_arith(t, op))
+
+
+def _extreme_scalar(better: Callable[[Any, Any], bool]) -> Callable[[DataType, Mapping[str, str]], Fold]:
+    """max (``better`` = greater) or min (less): the input replaces the stored value if it is better."""
+
+    def build(t: DataType, parameters: Mapping[str, str]) -> Fold:
+        key = _sort_key(t.name)
+        return _ignore_nulls(lambda a, b: b if better(key(b), key(a)) else a)
+
+    return build
+
+
+def _listagg(t: DataType, parameters: Mapping[str, str]) -> Fold:
+    delimiter = parameters["delimiter"]
+    return _ignore_nulls(lambda a, b: a + delimiter + b)
+
+
+# --- over arrays (the columnar merge) -------------------------------------------------------------------
+def _wrap_array(x: np.ndarray, bits: int) -> np.ndarray:
+    """:func:`_wrap` over an int64 array."""
+    import numpy as np
+
+    half = np.int64(1) << np.int64(bits - 1)
+    return ((x + half) & ((half << np.int64(1)) - 1)) - half
+
+
+def _order_key(v: np.ndarray) -> np.ndarray:
+    """Values in the order :func:`_sort_key` gives (floats as Java's Double.compare; strings, held as Python
+    strings, compare by code point)."""
+    import numpy as np
+
+    if v.dtype.kind != "f":
+        return v
+    width = np.int64 if v.dtype == np.float64 else np.int32
+    canonical = np.where(np.isnan(v), np.array(np.nan, v.dtype), v)
+    bits = canonical.view(width)
+    mask = (bits >> (bits.dtype.itemsize * 8 - 1)) & np.iinfo(width).max
+    return bits ^ mask
+
+
+def _array_ignoring_nulls(combine: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]) -> ArrayFold:
+    """:func:`_ignore_nulls` over arrays; ``combine(stored, input, both)`` need only be right where ``both``
+    (neither is null)."""
+    import numpy as np
+
+    def fold(a, a_null, b, b_null):
+        combined = combine(a, b, ~a_null & ~b_null)
+        return np.where(a_null, b, np.where(b_null, a, combined)), a_null & b_null
+
+    return fold
+
+
+def _array_arith(
+    t: DataType, op: Callable[[Any, Any], Any]
+) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+    """:func:`_arith` over the arrays the columnar merge holds: integers as int64 (wrapped back to the
+    column's width), FLOAT in float32, DOUBLE, and DECIMAL(<=18) as unscaled longs."""
+    import numpy as np
+
+    bits = INT_BITS.get(t.name)
+
+    def compute(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        with np.errstate(over="ignore", invalid="ignore"):
+            if bits is not None:
+                x = op(a, b)
+                return x if bits == 64 else _wrap_array(x, bits)
+            if t.name == "FLOAT":
+                return op(a.astype(np.float32), b.astype(np.float32))
+            return op(a, b)
+
+    return compute
+
+
+def _sum_array(t: DataType, parameters: Mapping[str, str]) -> ArrayFold:
+    import numpy as np
+
+    add = _array_arith(t, np.add)
+    fold = _array_ignoring_nulls(lambda a, b, both: add(a, b))
+    if t.name != "DECIMAL":
+        return fold
+    largest = 10 ** (t.precision or 0) - 1  # a DECIMAL type always has its precision
+
+    def decimal_fold(a, a_null, b, b_null):
+        # Two longs of at most 18 digits cannot overflow; a sum beyond the precision is null (the scalar rule).
+        value, null = fold(a, a_null, b, b_null)
+        return value, null | (~a_null & ~b_null & (np.abs(value) > largest))
+
+    return decimal_fold
+
+
+def _product_array(t: DataType, parameters: Mapping[str, str]) -> ArrayFold:
+    import numpy as np
+
+    multiply = _array_arith(t, np.multiply)
+    return _array_ignoring_nulls(lambda a, b, both: multiply(a, b))
+
+
+def _listagg_array(t: DataType, parameters: Mapping[str, str]) -> ArrayFold:
+    import numpy as np
+
+    delimiter = parameters["delimiter"]
+
+    def join(a: np.ndarray, b: np.ndarray, both: np.ndarray) -> np.ndarray:
+        # Python strings joined element by element by numpy's object loop (no call per value).
+        combined = a.copy()
+        at = np.flatnonzero(both)
+        combined[at] = a[at] + delimiter + b[at]
+        return combined
+
+    return _array_ignoring_nulls(join)
+
+
+def _bool_array(combine: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> Builder:
+    return lambda t, parameters: _array_ignoring_nulls(lambda a, b, both: combine(a, b))
+
+
+def _extreme_pick(better: Callable[[Any, Any], Any]) -> Pick:
+    """max/min over arrays: the input where the stored value is null or the input is better."""
+
+    def pick(a_null, b_null, values):
+        import numpy as np
+
+        take_input = a_null.copy()
+        both = np.flatnonzero(~a_null & ~b_null)
+        if len(both):
+            a, b = values(both)
+            take_input[both] = better(_order_key(b), _order_key(a))
+        return take_input
+
+    return pick
+
+
+# --- the registry ---------------------------------------------------------------------------------------
+_NUMERIC = ("TINYINT", "SMALLINT", "INT", "BIGINT", "FLOAT", "DOUBLE", "DECIMAL")
+_ORDERED = ("CHAR", "STRING", *_NUMERIC, "DATE", "TIME", "TIMESTAMP", "TIMESTAMP_LTZ")
+_DELIMITER = {"delimiter": ","}
+
+
+_LAST_VALUE = _fixed(lambda acc, value: value)  # a null input overwrites
+_LAST_NON_NULL = _fixed(lambda acc, value: acc if value is None else value)
+# Both first_value functions are identical in Fluss's code (docs/semantics.md §12 #1): a stored null is
+# replaced by the next non-null input.
+_FIRST_VALUE = _fixed(lambda acc, value: value if acc is None else acc)
+_BOOL_AND = _fixed(_ignore_nulls(lambda a, b: a and b))
+_BOOL_OR = _fixed(_ignore_nulls(lambda a, b: a or b))
+
+
+def _always_input(a_null: np.ndarray, b_null: np.ndarray, values: Any) -> np.ndarray:
+    return b_null | True
+
+
+def _input_unless_null(a_null: np.ndarray, b_null: np.ndarray, values: Any) -> np.ndarray:
+    return ~b_null
+
+
+def _input_where_stored_null(a_null: np.ndarray, b_null: np.ndarray, values: Any) -> np.ndarray:
+    return a_null
+
+
+def _registry(*functions: AggregateFunction) -> dict[str, AggregateFunction]:
+    return {f.name: f for f in functions}
+
+
+#: Fluss's aggregate functions by name (docs/semantics.md §4.2). listagg/string_agg follow Fluss's code,
+#: which refuses CHAR when the merger is built (§12 #2).
+AGGREGATE_FUNCTIONS: dict[str, AggregateFunction] = _registry(
+    AggregateFunction("sum", _NUMERIC, scalar=_arith_scalar(operator.add), array=_sum_array),
+    AggregateFunction(
+        "product", _NUMERIC, scalar=_arith_scalar(operator.mul), array=_product_array, exact_decimal64=False
+    ),
+    AggregateFunction("max", _ORDERED, scalar=_extreme_scalar(operator.gt), pick=_extreme_pick(operator.gt)),
+    AggregateFunction("min", _ORDERED, scalar=_extreme_scalar(operator.lt), pick=_extreme_pick(operator.lt)),
+    AggregateFunction("last_value", None, scalar=_LAST_VALUE, pick=_always_input),
+    AggregateFunction("last_value_ignore_nulls", None, scalar=_LAST_NON_NULL, pick=_input_unless_null),
+    AggregateFunction("first_value", None, scalar=_FIRST_VALUE, pick=_input_where_stored_null),
+    AggregateFunction("first_value_ignore_nulls", None, scalar=_FIRST_VALUE, pick=_input_where_stored_null),
+    AggregateFunction("listagg", ("STRING",), scalar=_listagg, array=_listagg_array, parameters=_DELIMITER),
+    AggregateFunction(
+        "string_agg", ("STRING",), scalar=_listagg, array=_listagg_array, parameters=_DELIMITER
+    ),
+    AggregateFunction("bool_and", ("BOOLEAN",), scalar=_BOOL_AND, array=_bool_array(operator.and_)),
+    AggregateFunction("bool_or", ("BOOLEAN",), scalar=_BOOL_OR, array=_bool_array(operator.or_)),
+    AggregateFunction("rbm32", ("BYTES",), scalar=_bitmap_scalar(32)),
+    AggregateFunction("rbm64", ("BYTES",), scalar=_bitmap_scalar(64)),
+)
+#: The function of a column that declares none.
+DEFAULT_FUNCTION = "last_value_ignore_nulls"
