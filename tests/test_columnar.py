@@ -413,6 +413,7 @@ TYPE_SAMPLES: dict[str, tuple] = {
     "DATE": (dt.date(2024, 2, 29), dt.date(1, 1, 1), dt.date(1970, 1, 1)),
     "TIME": ("23:59:59.999999", "00:00:00.000000", "12:00:00.000001"),
     "TIMESTAMP(3)": (dt.datetime(2024, 1, 1, 0, 0, 0, 1000), dt.datetime(1, 1, 1), dt.datetime(1970, 1, 1)),
+    "TIMESTAMP(9)": (2**63 - 1, -(2**63), 1),  # stored as nanoseconds since 1970 in a long
     "TIMESTAMP_LTZ(6)": (
         dt.datetime(2024, 1, 1, 0, 0, 0, 1, tzinfo=dt.UTC),
         dt.datetime(1969, 12, 31, 23, 59, 59, 999999, tzinfo=dt.UTC),

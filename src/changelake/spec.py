@@ -24,10 +24,11 @@ from typing import Any
 
 import yaml
 
+from changelake.engine.aggregates import AGGREGATE_FUNCTIONS, DEFAULT_FUNCTION
 from changelake.errors import SpecError, short_repr
 from changelake.identifiers import check_column_name, check_table_name, derived_names
 from changelake.inputs.sources import SourceOptions, parse_source
-from changelake.types import NANOS_SUFFIX, DataType, parse_type
+from changelake.types import INT_RANGES, NANOS_SUFFIX, DataType, parse_type
 
 DELETE_BEHAVIORS = ("allow", "ignore", "disable")
 CHANGELOG_IMAGES = ("full", "wal")
@@ -168,11 +169,9 @@ class TableSpec:
         return self.options.get("table.merge-engine.versioned.ver-column")
 
     def agg_function(self, column: str) -> str:
-        """The aggregation function of a column (``last_value_ignore_nulls`` when none is declared)."""
-        return self.options.get(f"fields.{column}.agg", "last_value_ignore_nulls")
-
-    def agg_delimiter(self, column: str) -> str:
-        return self.options.get(f"fields.{column}.{self.agg_function(column)}.delimiter", ",")
+        """The aggregation function of a column (``last_value_ignore_nulls`` when none is declared); its
+        parameters: :func:`changelake.engine.aggregates.of_column`."""
+        return self.options.get(f"fields.{column}.agg", DEFAULT_FUNCTION)
 
     @property
     def delete_behavior(self) -> str:
@@ -552,7 +551,8 @@ def _fluss_value(key: str, value: str) -> int | bool | str | None:
         return value.lower() if value.lower() in kind else None
     if kind == "int":
         number = int(value) if _JAVA_INT.fullmatch(value) else None
-        return number if number is not None and -(2**31) <= number < 2**31 else None
+        lo, hi = INT_RANGES["INT"]  # a Java int
+        return number if number is not None and lo <= number <= hi else None
     if kind == "bool":
         return {"true": True, "false": False}.get(value.lower())
     if kind == "duration":
@@ -651,31 +651,14 @@ def _validate_auto_increment(
     options["auto-increment.fields"] = names[0]
 
 
-AGG_NUMERIC = ("TINYINT", "SMALLINT", "INT", "BIGINT", "FLOAT", "DOUBLE", "DECIMAL")
-AGG_ORDERED = ("CHAR", "STRING", *AGG_NUMERIC, "DATE", "TIME", "TIMESTAMP", "TIMESTAMP_LTZ")
-#: Fluss's 14 aggregate functions and the column types each accepts (docs/semantics.md §4.2); None = every type.
-#: listagg/string_agg follow Fluss's code, which refuses CHAR when the merger is built (docs/semantics.md §12 #2).
-AGG_FUNCTIONS: dict[str, tuple[str, ...] | None] = {
-    "sum": AGG_NUMERIC,
-    "product": AGG_NUMERIC,
-    "max": AGG_ORDERED,
-    "min": AGG_ORDERED,
-    "last_value": None,
-    "last_value_ignore_nulls": None,
-    "first_value": None,
-    "first_value_ignore_nulls": None,
-    "listagg": ("STRING",),
-    "string_agg": ("STRING",),
-    "bool_and": ("BOOLEAN",),
-    "bool_or": ("BOOLEAN",),
-    "rbm32": ("BYTES",),
-    "rbm64": ("BYTES",),
-}
 _VERSION_TYPES = ("INT", "BIGINT", "TIMESTAMP", "TIMESTAMP_LTZ")
 
 
 def _validate_engine(options: dict[str, str], columns: list[Column], primary_key: tuple[str, ...]) -> None:
-    """Fluss's create-time checks for merge engines, aggregate functions and delete behaviour (docs/semantics.md §3-§5)."""
+    """Fluss's create-time checks for merge engines, aggregate functions and delete behaviour (docs/semantics.md §3-§5).
+
+    The functions, their column types and parameters are :data:`changelake.engine.aggregates.AGGREGATE_FUNCTIONS`.
+    """
     engine = options.get("table.merge-engine")
     types = {c.name: c.type for c in columns}
     if engine in ("first_row", "versioned") and options.get("table.delete.behavior") == "allow":
@@ -721,15 +704,16 @@ def _validate_engine(options: dict[str, str], columns: list[Column], primary_key
             )
         if column in primary_key:
             raise SpecError(f"Cannot set aggregation function for primary key column '{column}'.")
-        if fn not in AGG_FUNCTIONS:
+        function = AGGREGATE_FUNCTIONS.get(fn)
+        if function is None:
             raise SpecError(
-                f"Unknown aggregation function '{options[key]}' for column '{column}'; supported: {sorted(AGG_FUNCTIONS)}"
+                f"Unknown aggregation function '{options[key]}' for column '{column}'; supported: "
+                f"{sorted(AGGREGATE_FUNCTIONS)}"
             )
-        accepted = AGG_FUNCTIONS[fn]
-        if accepted is not None and types[column].name not in accepted:
+        if not function.accepts(types[column]):
             raise SpecError(
                 f"Invalid aggregation function for column '{column}': Data type for {fn} column must be part of "
-                f"{list(accepted)} but was '{types[column]}'."
+                f"{list(function.types or ())} but was '{types[column]}'."
             )
         options[key] = fn
         functions[column] = fn
@@ -741,16 +725,15 @@ def _validate_engine(options: dict[str, str], columns: list[Column], primary_key
             )
         _, column, fn, param = parts
         fn = fn.lower().replace("-", "_")
-        declared = functions.get(column, "last_value_ignore_nulls")
+        declared = functions.get(column, DEFAULT_FUNCTION)
         if fn != declared:
             raise SpecError(f"Option '{key}' configures '{fn}', but column '{column}' uses '{declared}'")
-        if fn not in ("listagg", "string_agg") or param != "delimiter":
-            supported = "delimiter" if fn in ("listagg", "string_agg") else "none"
+        parameters = AGGREGATE_FUNCTIONS[fn].parameters
+        if param not in parameters:
             raise SpecError(
-                f"Parameter '{param}' is not supported for aggregation function '{fn}'. Supported parameters: {supported}"
+                f"Parameter '{param}' is not supported for aggregation function '{fn}'. Supported parameters: "
+                f"{', '.join(parameters) or 'none'}"
             )
         if options[key] == "":
-            raise SpecError(
-                f"Parameter 'delimiter' for aggregation function '{fn}' must be a non-empty string"
-            )
-        options[f"fields.{column}.{fn}.delimiter"] = options.pop(key)
+            raise SpecError(f"Parameter '{param}' for aggregation function '{fn}' must be a non-empty string")
+        options[f"fields.{column}.{fn}.{param}"] = options.pop(key)

@@ -1,0 +1,151 @@
+"""The aggregate-function registry (``changelake.engine.aggregates``) is the one place the functions live: spec
+validation accepts and refuses what it says, with Fluss's messages; the columnar differential tests exercise
+exactly the types it accepts; the merge engines and integer ranges have one source too (docs/semantics.md §4.2).
+
+Pure Python (no Spark). That both merges agree on every entry is tested in ``tests/test_columnar.py``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from columnar_strategies import AGG_ALL
+
+from changelake.engine import merge
+from changelake.engine.aggregates import AGGREGATE_FUNCTIONS, DEFAULT_FUNCTION, of_column, scalar_fold
+from changelake.errors import SpecError
+from changelake.spec import MERGE_ENGINES, TableSpec
+from changelake.types import INT_RANGES, parse_type
+
+#: Fluss's aggregate functions (docs/semantics.md §4.2).
+FLUSS_FUNCTIONS = (
+    "sum",
+    "product",
+    "max",
+    "min",
+    "last_value",
+    "last_value_ignore_nulls",
+    "first_value",
+    "first_value_ignore_nulls",
+    "listagg",
+    "string_agg",
+    "bool_and",
+    "bool_or",
+    "rbm32",
+    "rbm64",
+)
+#: One column type of every kind a spec can declare.
+EVERY_TYPE = (
+    "BOOLEAN",
+    "TINYINT",
+    "SMALLINT",
+    "INT",
+    "BIGINT",
+    "FLOAT",
+    "DOUBLE",
+    "DECIMAL(5,2)",
+    "DECIMAL(38,10)",
+    "CHAR(3)",
+    "STRING",
+    "BINARY(4)",
+    "BYTES",
+    "DATE",
+    "TIME",
+    "TIMESTAMP(3)",
+    "TIMESTAMP(9)",
+    "TIMESTAMP_LTZ(6)",
+)
+#: The type names the columnar differential tests (``tests/columnar_strategies.py``) draw for each function.
+EXERCISED = {fn: {parse_type(t).name for t in types} for fn, types in AGG_ALL if fn is not None}
+
+
+def aggregation_spec(column_type: str, options: dict[str, str]) -> TableSpec:
+    return TableSpec.from_dict(
+        {
+            "name": "t.agg",
+            "columns": [{"name": "k", "type": "INT"}, {"name": "c", "type": column_type}],
+            "primary_key": ["k"],
+            "options": {"table.merge-engine": "aggregation", **options},
+        }
+    )
+
+
+def test_the_registry_holds_flusss_fourteen_functions():
+    assert sorted(AGGREGATE_FUNCTIONS) == sorted(FLUSS_FUNCTIONS)
+    assert all(name == function.name for name, function in AGGREGATE_FUNCTIONS.items())
+    assert DEFAULT_FUNCTION == "last_value_ignore_nulls" and DEFAULT_FUNCTION in AGGREGATE_FUNCTIONS
+
+
+def test_the_differential_tests_exercise_every_function_on_exactly_the_types_it_accepts():
+    """A function added to the registry, or a type it starts to accept, must reach the columnar tests."""
+    assert set(EXERCISED) == set(AGGREGATE_FUNCTIONS)
+    every = {parse_type(t).name for t in EVERY_TYPE}
+    for name, function in AGGREGATE_FUNCTIONS.items():
+        accepted = {t for t in every if function.accepts(parse_type(t))}
+        assert EXERCISED[name] == accepted, name
+
+
+@pytest.mark.parametrize("name", FLUSS_FUNCTIONS)
+@pytest.mark.parametrize("column_type", EVERY_TYPE)
+def test_spec_validation_accepts_exactly_the_registrys_types(name, column_type):
+    function = AGGREGATE_FUNCTIONS[name]
+    declared = name.upper().replace("_", "-")  # names are read case- and dash-insensitively
+    if function.accepts(parse_type(column_type)):
+        spec = aggregation_spec(column_type, {"fields.c.agg": declared})
+        assert spec.agg_function("c") == name
+        assert callable(scalar_fold(spec, "c"))
+    else:
+        message = (
+            f"Invalid aggregation function for column 'c': Data type for {name} column must be part of "
+            f"{list(function.types)} but was '{parse_type(column_type)}'."
+        )
+        with pytest.raises(SpecError) as err:
+            aggregation_spec(column_type, {"fields.c.agg": declared})
+        assert message in str(err.value)
+
+
+def test_an_unknown_function_lists_the_registry():
+    with pytest.raises(SpecError) as err:
+        aggregation_spec("INT", {"fields.c.agg": "median"})
+    assert f"supported: {sorted(FLUSS_FUNCTIONS)}" in str(err.value)
+
+
+@pytest.mark.parametrize("name", FLUSS_FUNCTIONS)
+def test_parameters_are_the_registrys(name):
+    """A declared parameter reaches the merge; one the function has not is refused with Fluss's message."""
+    function = AGGREGATE_FUNCTIONS[name]
+    column_type = next(t for t in EVERY_TYPE if function.accepts(parse_type(t)))
+    options = {"fields.c.agg": name, f"fields.c.{name}.delimiter": "|"}
+    if "delimiter" in function.parameters:
+        spec = aggregation_spec(column_type, options)
+        assert of_column(spec, "c") == (function, {"delimiter": "|"})
+        assert of_column(aggregation_spec(column_type, {"fields.c.agg": name}), "c")[1] == {"delimiter": ","}
+    else:
+        with pytest.raises(SpecError) as err:
+            aggregation_spec(column_type, options)
+        message = f"Parameter 'delimiter' is not supported for aggregation function '{name}'. Supported parameters: none"
+        assert message in str(err.value)
+
+
+def test_every_merge_engine_has_its_merger():
+    assert set(merge.MERGERS) == {None, *MERGE_ENGINES}
+    assert all(issubclass(cls, merge.RowMerger) for cls in merge.MERGERS.values())
+    refuse_partial = {engine for engine, cls in merge.MERGERS.items() if not cls.partial_update}
+    assert refuse_partial == {"first_row", "versioned"}  # docs/semantics.md §6
+
+
+@pytest.mark.parametrize("name", list(INT_RANGES))
+def test_integer_ranges_are_javas_and_sums_wrap_at_them(name):
+    """One range per integer type: Java's (numpy's fixed-width integers), checked on input and wrapped by the
+    aggregate functions."""
+    lo, hi = INT_RANGES[name]
+    java = np.iinfo({"TINYINT": np.int8, "SMALLINT": np.int16, "INT": np.int32, "BIGINT": np.int64}[name])
+    assert (lo, hi) == (int(java.min), int(java.max))
+    column_type = parse_type(name)
+    assert column_type.check_integer(hi) == hi
+    with pytest.raises(ValueError, match="out of range"):
+        column_type.check_integer(hi + 1)
+    total = scalar_fold(aggregation_spec(name, {"fields.c.agg": "sum"}), "c")
+    product = scalar_fold(aggregation_spec(name, {"fields.c.agg": "product"}), "c")
+    assert total(hi, 1) == lo and total(lo, -1) == hi
+    assert product(lo, -1) == lo  # Java: MIN_VALUE * -1 overflows back to MIN_VALUE
