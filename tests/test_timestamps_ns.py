@@ -656,6 +656,7 @@ def test_spark_view_shows_microseconds_and_the_exact_nanoseconds(lake, spark):
     ]  # fmt: skip
 
 
+@pytest.mark.slow  # imports Great Expectations (3-7 s), the only unit test that would
 def test_quality_suites_identify_rows_by_the_exact_nanoseconds():
     """GX's key uniqueness and tombstone checks key on ``<col>__nanos``: the view's microsecond TIMESTAMP
     would make two keys 1 ns apart look like one duplicated key."""
