@@ -10,6 +10,7 @@ every test with none of those). ``make test-unit`` runs ``-m unit --no-jvm``, ``
 
 from __future__ import annotations
 
+import ast
 import os
 import shutil
 import sys
@@ -42,6 +43,28 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.spark)
         if not any(item.get_closest_marker(name) for name in NOT_UNIT):
             item.add_marker(pytest.mark.unit)
+
+
+def pytest_ignore_collect(collection_path, config):
+    """Under ``-m unit``, a test module whose module-level ``pytestmark`` takes every test out of the unit layer
+    is not even imported: test_quality imports Great Expectations, test_dbt pyspark (seconds of the loop)."""
+    if config.option.markexpr != "unit" or not collection_path.name.startswith("test_"):
+        return None
+    if collection_path.suffix == ".py" and _module_markers(collection_path) & set(NOT_UNIT):
+        return True
+    return None
+
+
+def _module_markers(path: Path) -> set[str]:
+    """The ``pytest.mark.<name>`` names in a test module's top-level ``pytestmark = ...``, read without
+    importing it."""
+    names: set[str] = set()
+    for node in ast.parse(path.read_bytes()).body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "pytestmark" for t in node.targets):
+            for sub in ast.walk(node.value):
+                if isinstance(sub, ast.Attribute) and getattr(sub.value, "attr", None) == "mark":
+                    names.add(sub.attr)
+    return names
 
 
 # Under --no-jvm, ``java`` is a stub that notes the running test (pytest's PYTEST_CURRENT_TEST, which child
