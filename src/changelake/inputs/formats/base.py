@@ -252,7 +252,8 @@ def json_kind(value: Any) -> str:
         return "boolean"
     if isinstance(value, int | float | decimal.Decimal):
         return "number"
-    return {dict: "object", list: "array", str: "string"}.get(type(value), type(value).__name__)
+    names: dict[type, str] = {dict: "object", list: "array", str: "string"}
+    return names.get(type(value), type(value).__name__)
 
 
 def only_fields(obj: dict, allowed: set[str]) -> None:

@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 
 _OPS = {"c", "u", "d", "r"}
 _EPOCH = dt.datetime(1970, 1, 1)
-_UNIT = {"ms": 1_000, "us": 1, "ns": 0.001}
+_UNIT = {"ms": 1_000, "us": 1}  # microseconds per unit (nanoseconds are divided instead)
 
 
 class DebeziumJson(JsonLinesFormat):
@@ -152,9 +152,9 @@ def coerce_debezium(unit: str) -> Coerce:
         if t.name == "DECIMAL" and isinstance(value, str):
             if name == "org.apache.kafka.connect.data.Decimal":
                 parameters = (schema or {}).get("parameters") or {}
-                return _unscaled(value, _scale(parameters.get("scale", t.scale)))
+                return _unscaled(value, _scale(parameters.get("scale", t.scale or 0)))
             if parse_number_text(value) is None:
-                return _unscaled(value, t.scale)  # decimal.handling.mode=precise without a schema
+                return _unscaled(value, t.scale or 0)  # decimal.handling.mode=precise without a schema
         return value
 
     return coerce
@@ -221,7 +221,7 @@ def _encoded_row(spec: TableSpec, row: dict | None, envelope: bool) -> dict | No
     the envelope, whose schema gives their scale)."""
     if row is None:
         return None
-    out = {}
+    out: dict[str, Any] = {}
     for k, v in row.items():
         t = spec.column(k).type
         if isinstance(v, dt.datetime):
@@ -229,7 +229,7 @@ def _encoded_row(spec: TableSpec, row: dict | None, envelope: bool) -> dict | No
         elif isinstance(v, dt.date):
             out[k] = (v - dt.date(1970, 1, 1)).days
         elif isinstance(v, decimal.Decimal) and envelope:
-            unscaled = int(v.scaleb(t.scale))
+            unscaled = int(v.scaleb(t.scale or 0))
             out[k] = base64.b64encode(
                 unscaled.to_bytes((unscaled.bit_length() + 8) // 8, "big", signed=True)
             ).decode()
