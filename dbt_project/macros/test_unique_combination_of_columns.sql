@@ -1,4 +1,5 @@
-{#- Generic test: the combination of `columns` is unique (a compound grain key). Fails with the duplicates. -#}
+{#- Generic test: the combination of `columns` is unique (a compound grain key). Fails with the duplicates.
+-#}
 {% test unique_combination_of_columns(model, columns) %}
 select {{ columns | join(', ') }}, count(*) as duplicates
 from {{ model }}

@@ -14,7 +14,7 @@ deduplicated as (
             ) as delivery
         from events
         where op in ('+I', '+U')
-    )
+    ) as numbered
     where delivery = 1
 ),
 

@@ -27,7 +27,7 @@ signed as (
 touched_windows as (
     select distinct window_start
     from signed
-    where batch_id > (select coalesce(max(last_batch_id), 0) from {{ this }})
+    where batch_id > (select coalesce(max(processed.last_batch_id), 0) from {{ this }} as processed)
 ),
 {% endif %}
 
@@ -40,7 +40,7 @@ windowed as (
         window_start
     from signed
     {% if is_incremental() %}
-    where window_start in (select window_start from touched_windows)
+    where window_start in (select touched_windows.window_start from touched_windows)
     {% endif %}
     group by user_id, window_start
 )
