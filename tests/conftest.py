@@ -35,13 +35,17 @@ def pytest_addoption(parser):
     )
 
 
-def pytest_collection_modifyitems(items):
+def pytest_collection_modifyitems(config, items):
     """Mark every test that needs Spark (the ``spark`` fixture, directly or through ``lake``) ``spark``, and
-    every test without a layer marker ``unit``: ``make test-unit`` runs only those, ``make test`` all."""
+    every test without a layer marker ``unit``: ``make test-unit`` runs only those, ``make test`` all.
+
+    Only where ``unit`` is a registered marker (pyproject.toml): the Airflow env's run of tests/orchestration
+    reads this file too, with its own markers (infra/airflow/pytest.ini)."""
+    layers = any(line.split(":")[0].strip() == "unit" for line in config.getini("markers"))
     for item in items:
         if "spark" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.spark)
-        if not any(item.get_closest_marker(name) for name in NOT_UNIT):
+        if layers and not any(item.get_closest_marker(name) for name in NOT_UNIT):
             item.add_marker(pytest.mark.unit)
 
 
