@@ -76,13 +76,27 @@ apply: setup ## spark-submit the apply app for all pending batches (SPARK_MASTER
 	PYSPARK_PYTHON=$(CURDIR)/.venv/bin/python .venv/bin/spark-submit $(if $(SPARK_MASTER),--master $(SPARK_MASTER)) \
 		--conf spark.pyspark.python=$(CURDIR)/.venv/bin/python spark_apps/apply_app.py
 
-lint: setup ## ruff lint and format check
-	$(PY) -m ruff check src spark_apps tests benchmarks dags infra
-	$(PY) -m ruff format --check src spark_apps tests benchmarks dags infra
+# Lint runs on the data env's tools (the dev group): ruff over every Python file in the repository (`.`:
+# ruff skips what .gitignore does, the environments among it), sqlfluff over the dbt project, mypy over the
+# library. Each is also a git hook (.pre-commit-config.yaml).
+SQL_PATHS := dbt_project/models dbt_project/macros
+.PHONY: lint-py lint-sql typecheck
+lint: setup lint-py lint-sql typecheck ## All static checks (seconds): ruff, sqlfluff (dbt models), mypy (library)
 
-format: setup ## Apply ruff formatting and safe fixes
-	$(PY) -m ruff check --fix src spark_apps tests benchmarks dags infra
-	$(PY) -m ruff format src spark_apps tests benchmarks dags infra
+lint-py: setup ## ruff lint and format check of every Python file
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+
+lint-sql: setup ## sqlfluff over the dbt models and macros (jinja templater: no Spark needed; .sqlfluff)
+	$(PY) -m sqlfluff lint $(SQL_PATHS)
+
+typecheck: setup ## mypy over src/changelake, non-strict ([tool.mypy]; cached in .mypy_cache)
+	$(PY) -m mypy
+
+format: setup ## Apply ruff formatting and safe fixes, and sqlfluff's fixes to the dbt SQL
+	$(PY) -m ruff check --fix .
+	$(PY) -m ruff format .
+	$(PY) -m sqlfluff fix $(SQL_PATHS)
 
 demo: setup ## Land sample batches and run the Airflow pipeline end to end (apply), then print a summary
 	@infra/demo.sh
