@@ -84,13 +84,14 @@ def plan(stored: TableSpec, wanted: TableSpec, origin: str = "the spec file") ->
     problems: list[str] = []
     added = _column_changes(stored, wanted, problems)
     added_names = {c.name for c in added}
-    for what, old, new in (
+    for what, old_keys, new_keys in (
         ("primary key", stored.primary_key, wanted.primary_key),
         ("partition keys", stored.partition_keys, wanted.partition_keys),
     ):
-        if old != new:
+        if old_keys != new_keys:
             problems.append(
-                f"{what} {list(old)} -> {list(new)} (a table's {what} cannot change: Fluss has no ALTER TABLE for it)"
+                f"{what} {list(old_keys)} -> {list(new_keys)} "
+                f"(a table's {what} cannot change: Fluss has no ALTER TABLE for it)"
             )
     if stored.bucket_key != wanted.bucket_key:
         problems.append(

@@ -53,9 +53,10 @@ def to_view_types(spec: TableSpec, df):
     """Show stored columns as their declared types: TINYINT/SMALLINT cast back; a nanosecond timestamp
     (stored as a long) as a microsecond TIMESTAMP plus ``<col>__nanos`` with the exact value
     (:meth:`changelake.types.DataType.view_spark_columns`)."""
+    from pyspark.sql import Column
     from pyspark.sql import functions as F
 
-    out = []
+    out: list[Column] = []
     for name in df.columns:
         col = next((c for c in spec.columns if c.name == name), None)
         out += [F.col(name)] if col is None else col.type.view_spark_columns(name)
