@@ -132,7 +132,8 @@ def _arith(t: DataType, op: Callable[[Any, Any], Any]) -> Fold:
     if t.name == "DOUBLE":
         return op
     # DECIMAL: exact, rounded HALF_UP to the column scale; a result beyond the precision becomes null.
-    quantum = decimal.Decimal(1).scaleb(-t.scale)
+    precision, scale = t.precision or 0, t.scale or 0  # a DECIMAL type always has both
+    quantum = decimal.Decimal(1).scaleb(-scale)
     context = decimal.Context(prec=80)
 
     def dec(a, b):
@@ -141,7 +142,7 @@ def _arith(t: DataType, op: Callable[[Any, Any], Any]) -> Fold:
         result = context.create_decimal(exact).quantize(
             quantum, rounding=decimal.ROUND_HALF_UP, context=context
         )
-        return None if len(result.as_tuple().digits) > t.precision and result != 0 else result
+        return None if len(result.as_tuple().digits) > precision and result != 0 else result
 
     return dec
 
@@ -149,7 +150,7 @@ def _arith(t: DataType, op: Callable[[Any, Any], Any]) -> Fold:
 def _bitmap_union(bits: int) -> Fold:
     from pyroaring import BitMap, BitMap64
 
-    cls = BitMap if bits == 32 else BitMap64
+    cls: Any = BitMap if bits == 32 else BitMap64
 
     def union(a: bytes, b: bytes) -> bytes:
         try:
@@ -209,7 +210,7 @@ def _order_key(v: np.ndarray) -> np.ndarray:
     width = np.int64 if v.dtype == np.float64 else np.int32
     canonical = np.where(np.isnan(v), np.array(np.nan, v.dtype), v)
     bits = canonical.view(width)
-    mask = (bits >> (bits.dtype.itemsize * 8 - 1)) & np.iinfo(width).max
+    mask = np.right_shift(bits, bits.dtype.itemsize * 8 - 1) & np.iinfo(width).max
     return bits ^ mask
 
 

@@ -525,7 +525,7 @@ def _kind(arrow_type: pa.DataType) -> str:
 
 def _to_numpy(array: pa.Array | pa.ChunkedArray, objects: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Values and null mask; integers and temporals as int64, floats keep their width, DECIMAL(<=18) as its
-    unscaled int64, the rest (or everything, with ``objects``: for merge's scalar functions) as objects."""
+    unscaled int64, the rest (or everything, with ``objects``: for one-record merges) as objects."""
     if isinstance(array, pa.ChunkedArray):
         array = array.combine_chunks() if array.num_chunks else pa.array([], array.type)
     kind = "object" if objects else _kind(array.type)
@@ -585,17 +585,17 @@ class _AggColumn:
         column = spec.columns[i]
         self.type = bm.schema.field(i).type
         self.function, parameters = aggregates.of_column(spec, column.name)
-        # One of three ways: point at the input ``pick`` chooses, compute ``array``, or call ``scalar`` per value.
+        # Point at the input ``pick`` chooses, or compute values with ``array``: the function's numpy merge, or
+        # its one-record merge called per value (then the values are Python objects).
         self.pick: aggregates.Pick | None = None
         self.array: aggregates.ArrayFold | None = None
-        self.scalar: np.ufunc | None = None
-        if self.function.vectorized(column.type):
-            self.pick = self.function.pick
-            if self.function.array is not None:
-                self.array = self.function.array(column.type, parameters)
+        self.objects = not self.function.vectorized(column.type)
+        if self.objects:
+            self.array = _per_value(self.function.scalar(column.type, parameters))
+        elif self.function.array is not None:
+            self.array = self.function.array(column.type, parameters)
         else:
-            scalar = self.function.scalar(column.type, parameters)
-            self.scalar = np.frompyfunc(_refusals_as_values(scalar), 2, 1)
+            self.pick = self.function.pick
         # A key's current value is where its idx points: the stored row, a record, the null slot or a value
         # a fold computed. Only the positions a fold reads are converted to numpy (an initial load folds
         # nothing and converts nothing).
@@ -613,7 +613,7 @@ class _AggColumn:
             self._base = pa.concat_arrays(chunks)
         low = positions < self.offset
         taken = self._base.take(pa.array(np.where(low, positions, 0)))
-        values, nulls = _to_numpy(taken, objects=self.scalar is not None)
+        values, nulls = _to_numpy(taken, objects=self.objects)
         if (~low).any():
             values = values.astype(np.result_type(values.dtype, self.computed[0][0].dtype))  # a copy
             nulls = nulls.copy()
@@ -638,9 +638,10 @@ class _AggColumn:
         """Aggregate record ``r``'s value into the values at ``old_positions``; returns the new positions."""
         if self.pick is not None:
             return self._select(self.pick, old_positions, self.bm.H + r)
+        assert self.array is not None, "a column that picks no input computes its values"
         old, old_null = self.value_at(old_positions)
         new, new_null = self.value_at(self.bm.H + r)
-        value, null = self._apply(old, old_null, new, new_null)
+        value, null = self.array(old, old_null, new, new_null)
         failed = np.flatnonzero([isinstance(v, _Refused) for v in value]) if value.dtype == object else []
         for j in failed:
             self.bm.failures.append((int(self.bm.seq[r[j]]), value[j].message))
@@ -661,19 +662,9 @@ class _AggColumn:
 
     def computed_arrays(self) -> list[pa.Array]:
         # The id slots sit between the null slot and the computed values (an id column never aggregates).
-        objects = self.scalar is not None
         return [pa.nulls(self.bm.n, self.type)] + [
-            _from_numpy(v, z, self.type, objects) for v, z in self.computed
+            _from_numpy(v, z, self.type, self.objects) for v, z in self.computed
         ]
-
-    def _apply(self, a, a_null, b, b_null) -> tuple[np.ndarray, np.ndarray]:
-        if self.array is not None:
-            return self.array(a, a_null, b, b_null)
-        left = np.where(a_null, None, a).astype(object)
-        right = np.where(b_null, None, b).astype(object)
-        out = self.scalar(left, right) if len(left) else np.zeros(0, object)
-        out = np.asarray(out, dtype=object)
-        return out, np.array([v is None for v in out], bool)
 
 
 class _Refused:
@@ -683,11 +674,22 @@ class _Refused:
         self.message = message
 
 
-def _refusals_as_values(fn):
+def _per_value(fn: aggregates.Fold) -> aggregates.ArrayFold:
+    """A one-record merge over object arrays (numpy ``frompyfunc``: a Python call per value); a refusal becomes
+    a :class:`_Refused` value, so the earliest refused record can be found afterwards."""
+
     def fold(acc, value):
         try:
             return fn(acc, value)
         except WriteRefusedError as e:
             return _Refused(str(e))
 
-    return fold
+    ufunc = np.frompyfunc(fold, 2, 1)
+
+    def merge(a, a_null, b, b_null):
+        left = np.where(a_null, None, a).astype(object)
+        right = np.where(b_null, None, b).astype(object)
+        out = np.asarray(ufunc(left, right) if len(left) else np.zeros(0, object), dtype=object)
+        return out, np.array([v is None for v in out], bool)
+
+    return merge
