@@ -42,8 +42,9 @@ ArrayFold = Callable[
 Pick = Callable[
     ["np.ndarray", "np.ndarray", Callable[["np.ndarray"], tuple["np.ndarray", "np.ndarray"]]], "np.ndarray"
 ]
-#: Builds a column's merge from its type and its parameters (declared, else the defaults).
-Builder = Callable[[DataType, Mapping[str, str]], Any]
+#: Build a column's merges from its type and its parameters (declared, else the defaults).
+ScalarBuilder = Callable[[DataType, Mapping[str, str]], Fold]
+ArrayBuilder = Callable[[DataType, Mapping[str, str]], ArrayFold]
 
 
 @dataclass(frozen=True)
@@ -56,9 +57,9 @@ class AggregateFunction:
 
     name: str
     types: tuple[str, ...] | None  # the column type names it accepts; None = every type
-    scalar: Callable[[DataType, Mapping[str, str]], Fold]  # the one-record merge
+    scalar: ScalarBuilder  # the one-record merge
     pick: Pick | None = None  # columnar: the result is one of the inputs, no value is computed
-    array: Callable[[DataType, Mapping[str, str]], ArrayFold] | None = None  # columnar: numpy arithmetic
+    array: ArrayBuilder | None = None  # columnar: numpy arithmetic
     #: Whether ``pick``/``array`` are exact on DECIMAL(<=18) held as unscaled longs (a product rounds: no).
     exact_decimal64: bool = True
     parameters: Mapping[str, str] = field(default_factory=dict)  # name -> default
@@ -163,20 +164,20 @@ def _bitmap_union(bits: int) -> Fold:
     return union
 
 
-def _bitmap_scalar(bits: int) -> Callable[[DataType, Mapping[str, str]], Fold]:
+def _bitmap_scalar(bits: int) -> ScalarBuilder:
     return lambda t, parameters: _ignore_nulls(_bitmap_union(bits))
 
 
-def _fixed(fn: Fold) -> Callable[[DataType, Mapping[str, str]], Fold]:
+def _fixed(fn: Fold) -> ScalarBuilder:
     """The builder of a fold that depends on neither the column type nor parameters."""
     return lambda t, parameters: fn
 
 
-def _arith_scalar(op: Callable[[Any, Any], Any]) -> Callable[[DataType, Mapping[str, str]], Fold]:
+def _arith_scalar(op: Callable[[Any, Any], Any]) -> ScalarBuilder:
     return lambda t, parameters: _ignore_nulls(_arith(t, op))
 
 
-def _extreme_scalar(better: Callable[[Any, Any], bool]) -> Callable[[DataType, Mapping[str, str]], Fold]:
+def _extreme_scalar(better: Callable[[Any, Any], bool]) -> ScalarBuilder:
     """max (``better`` = greater) or min (less): the input replaces the stored value if it is better."""
 
     def build(t: DataType, parameters: Mapping[str, str]) -> Fold:
@@ -286,7 +287,7 @@ def _listagg_array(t: DataType, parameters: Mapping[str, str]) -> ArrayFold:
     return _array_ignoring_nulls(join)
 
 
-def _bool_array(combine: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> Builder:
+def _bool_array(combine: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> ArrayBuilder:
     return lambda t, parameters: _array_ignoring_nulls(lambda a, b, both: combine(a, b))
 
 
