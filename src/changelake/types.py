@@ -123,6 +123,13 @@ class DataType:
         return self.name in INT_RANGES
 
     @property
+    def decimal_shape(self) -> tuple[int, int]:
+        """A DECIMAL's precision and scale (:func:`parse_type` always sets both)."""
+        if self.precision is None or self.scale is None:
+            raise AssertionError(f"{self} is no DECIMAL(p,s)")
+        return self.precision, self.scale
+
+    @property
     def is_nanos(self) -> bool:
         """TIMESTAMP(7..9) or TIMESTAMP_LTZ(7..9): stored exactly as nanoseconds since the epoch in a long."""
         return self.name in ("TIMESTAMP", "TIMESTAMP_LTZ") and (self.precision or 0) > 6
@@ -148,7 +155,7 @@ class DataType:
         from pyspark.sql import types as T
 
         if self.name == "DECIMAL":
-            return T.DecimalType(self.precision, self.scale)
+            return T.DecimalType(*self.decimal_shape)
         return {
             "boolean": T.BooleanType,
             "int": T.IntegerType,
@@ -202,7 +209,7 @@ class DataType:
         from pyiceberg import types as I
 
         if self.name == "DECIMAL":
-            return I.DecimalType(self.precision, self.scale)
+            return I.DecimalType(*self.decimal_shape)
         return {
             "boolean": I.BooleanType,
             "int": I.IntegerType,
@@ -393,7 +400,7 @@ class DataType:
         is checked before rounding, so a huge exponent costs nothing."""
         if not d.is_finite():
             raise ValueError(f"{d} is not a finite decimal")
-        p, s = self.precision, self.scale
+        p, s = self.decimal_shape
         if not d or d.adjusted() < -s - 1:
             return _zero(s)  # rounds to zero at this scale
         if d.adjusted() >= p - s:
@@ -428,12 +435,12 @@ class DataType:
                     raise ValueError(
                         f"invalid Unicode: a lone surrogate {value[e.start]!r} at position {e.start}"
                     ) from None
-            if n == "CHAR" and len(value) > self.precision:
+            if n == "CHAR" and self.precision is not None and len(value) > self.precision:
                 raise ValueError(f"string of length {len(value)} does not fit {self}")
         elif n == "BINARY" and self.precision is not None and len(value) > self.precision:
             raise ValueError(f"{len(value)} bytes do not fit {self}")
         elif n == "DECIMAL":
-            if not value.is_finite() or (len(value.as_tuple().digits) > self.precision and value != 0):
+            if not value.is_finite() or (len(value.as_tuple().digits) > self.decimal_shape[0] and value != 0):
                 raise ValueError(f"{short_repr(value)} does not fit {self}")
         elif n == "TIME" and not _TIME_TEXT.fullmatch(value):
             raise ValueError(f"{short_repr(value)} is not a time of day HH:MM:SS.ffffff")
@@ -793,7 +800,8 @@ def _exact_decimal_cast(t, target: DataType) -> bool:
         return t.scale <= target.scale
     if pa.types.is_integer(t):
         digits = len(str(2 ** (t.bit_width - (1 if pa.types.is_signed_integer(t) else 0))))
-        return digits <= target.precision - target.scale
+        precision, scale = target.decimal_shape
+        return digits <= precision - scale
     return False
 
 

@@ -73,8 +73,9 @@ def merge_records(
 class _BucketMerge:
     def __init__(self, spec, stored, records, target_columns, id_ranges):
         self.spec = spec
-        # The merger is only asked for its configuration (engine flags, target indexes): one rule source.
-        self.m = merge.merger_for(spec, target_columns, _NoIds())
+        # The merger is only asked for its configuration (engine flags, target indexes): one rule source. It
+        # never allocates ids (its allocator has none).
+        self.m = merge.merger_for(spec, target_columns, merge.IdAllocator([], 0))
         self.schema = value_schema(spec)
         self.names = list(spec.column_names)
         self.key_index = list(self.m.key_index)
@@ -143,7 +144,7 @@ class _BucketMerge:
         gid = self._sorted_key_ids(H) if H else None
         if gid is None:
             keys = [self.names[i] for i in self.key_index]
-            parts = ([self.stored.select(keys)] if H else []) + [self.recs.select(keys)]
+            parts = ([self.stored.select(keys)] if self.stored is not None else []) + [self.recs.select(keys)]
             gid = _group_ids(pa.concat_tables(parts) if len(parts) > 1 else parts[0])
         self.G = int(gid.max()) + 1 if len(gid) else 0
         self.stored_of_group = np.full(self.G, -1, np.int64)
@@ -169,7 +170,7 @@ class _BucketMerge:
         """Group ids (as :func:`_group_ids` numbers them) found by binary search, for a one-column numeric
         key whose stored values increase (a bucket file is written in key order): no hashing of the bucket's
         keys. None when that does not hold."""
-        if len(self.key_index) != 1:
+        if len(self.key_index) != 1 or self.stored is None:
             return None
         i = self.key_index[0]
         stored, records = _key_numbers(self.stored.column(i)), _key_numbers(self.recs.column(i))
@@ -194,9 +195,9 @@ class _BucketMerge:
         self.emitted: list[tuple[np.ndarray, int, int, np.ndarray]] = []  # (seqs, sub, type, idx rows)
         self.target = None if self.m.target is None else sorted(self.m.target)
         self.ai = self.m.auto_increment_index
-        self.version = None
+        self.version: tuple[int, _Values] | None = None  # versioned: the version column and its values
         if isinstance(self.m, merge.VersionedMerger):
-            self.version = self.values(self.m.version_index)
+            self.version = (self.m.version_index, self.values(self.m.version_index))
         self.agg = None
         if isinstance(self.m, merge.AggregationMerger):
             self.agg = {
@@ -248,7 +249,7 @@ class _BucketMerge:
         self.exists[g[gone]] = False
         if kept.any():
             new = old[kept].copy()
-            for i in self.target:
+            for i in self.target or ():  # kept rows only come from a partial delete
                 if i not in self.key_index:
                     new[:, i] = self.NULL
             self.idx[g[kept]] = new
@@ -283,8 +284,9 @@ class _BucketMerge:
             self.counts.ignored += len(r)  # first_row keeps its row; a key-only write changes nothing
             return
         if self.version is not None:
-            old_v, old_null = self.version.at(old[:, m.version_index])
-            new_v, new_null = self.version.at(self.H + r)
+            version_index, versions = self.version
+            old_v, old_null = versions.at(old[:, version_index])
+            new_v, new_null = versions.at(self.H + r)
             replace = np.where(new_null, old_null, old_null | (old_v <= new_v))
             self.counts.ignored += int((~replace).sum())
             r, g, old = r[replace], g[replace], old[replace]
@@ -420,7 +422,7 @@ class _BucketMerge:
     def _stored_in_key_order(self) -> bool:
         """Whether the stored rows are in increasing key order (a bucket file is written so; two files
         read one after the other need not be), by comparing neighbours column by column."""
-        if self.H < 2:
+        if self.H < 2 or self.stored is None:
             return True
         if not np.array_equal(self.stored_of_group[: self.H], np.arange(self.H)):
             return False  # group ids do not follow the stored order
@@ -462,13 +464,6 @@ def _remaining_after(ranges: list[tuple[int, int]], used: int) -> tuple[int, int
             return lo + used, hi
         used -= size
     return None
-
-
-class _NoIds:
-    """The merger built for configuration never allocates."""
-
-    def next(self):  # pragma: no cover - never called
-        raise AssertionError
 
 
 def _key_numbers(column: pa.ChunkedArray) -> np.ndarray | None:
@@ -605,14 +600,18 @@ class _AggColumn:
         self._base: pa.Array | None = None
         self._base_null: np.ndarray | None = None
 
-    def value_at(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def base(self) -> pa.Array:
+        """The column's stored values, record values and null slot, in the store's order (built once)."""
         if self._base is None:
             bm = self.bm
             parts = ([bm.stored.column(self.i)] if bm.stored is not None else []) + [bm.recs.column(self.i)]
             chunks = [c.cast(self.type) for p in parts for c in p.chunks] + [pa.nulls(1, self.type)]
             self._base = pa.concat_arrays(chunks)
+        return self._base
+
+    def value_at(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         low = positions < self.offset
-        taken = self._base.take(pa.array(np.where(low, positions, 0)))
+        taken = self.base().take(pa.array(np.where(low, positions, 0)))
         values, nulls = _to_numpy(taken, objects=self.objects)
         if (~low).any():
             values = values.astype(np.result_type(values.dtype, self.computed[0][0].dtype))  # a copy
@@ -625,8 +624,7 @@ class _AggColumn:
 
     def null_at(self, positions: np.ndarray) -> np.ndarray:
         if self._base_null is None:
-            self.value_at(positions[:0])  # builds the base
-            self._base_null = self._base.is_null().to_numpy(zero_copy_only=False)
+            self._base_null = self.base().is_null().to_numpy(zero_copy_only=False)
         low = positions < self.offset
         nulls = self._base_null[np.where(low, positions, 0)]
         if (~low).any():
@@ -642,7 +640,7 @@ class _AggColumn:
         old, old_null = self.value_at(old_positions)
         new, new_null = self.value_at(self.bm.H + r)
         value, null = self.array(old, old_null, new, new_null)
-        failed = np.flatnonzero([isinstance(v, _Refused) for v in value]) if value.dtype == object else []
+        failed = [j for j, v in enumerate(value) if isinstance(v, _Refused)] if value.dtype == object else []
         for j in failed:
             self.bm.failures.append((int(self.bm.seq[r[j]]), value[j].message))
             value[j], null[j] = None, True
@@ -687,8 +685,8 @@ def _per_value(fn: aggregates.Fold) -> aggregates.ArrayFold:
     ufunc = np.frompyfunc(fold, 2, 1)
 
     def merge(a, a_null, b, b_null):
-        left = np.where(a_null, None, a).astype(object)
-        right = np.where(b_null, None, b).astype(object)
+        left = np.asarray(np.where(a_null, None, a), dtype=object)
+        right = np.asarray(np.where(b_null, None, b), dtype=object)
         out = np.asarray(ufunc(left, right) if len(left) else np.zeros(0, object), dtype=object)
         return out, np.array([v is None for v in out], bool)
 

@@ -164,6 +164,7 @@ class RowMerger:
             if self.auto_increment_index is not None:
                 # Only a key's first insert takes an id; later writes keep it (it is never a target column).
                 i = self.auto_increment_index
+                assert self.ids is not None, "an auto-increment table's merger is given its id ranges"
                 row = (*row[:i], self.ids.next(), *row[i + 1 :])
             rows[key] = row
             counts.inserted += 1
@@ -307,10 +308,10 @@ def check_target_columns(spec: TableSpec, target_columns: list[str] | None) -> t
     if set(target_columns) == set(names):
         return None
     what = "Partial aggregate" if engine == "aggregation" else "Partial Update"
-    for column in spec.columns:
-        if column.name not in spec.primary_key and column.name != ai and not column.nullable:
+    for c in spec.columns:
+        if c.name not in spec.primary_key and c.name != ai and not c.nullable:
             raise WriteRefusedError(
-                f"{what} requires all columns except primary key to be nullable, but column {column.name} is NOT NULL."
+                f"{what} requires all columns except primary key to be nullable, but column {c.name} is NOT NULL."
             )
     return tuple(sorted({names.index(c) for c in target_columns}))
 
