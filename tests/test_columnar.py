@@ -9,7 +9,6 @@ decimals and timestamps are compared after both sides went through the storage A
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 import decimal
 import functools
 import math
@@ -34,13 +33,10 @@ from columnar_strategies import (
 )
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from pyroaring import BitMap, BitMap64
 
 from changelake.engine import columnar
-from changelake.engine.aggregates import AGGREGATE_FUNCTIONS
 from changelake.engine.merge import BatchCounts, IdAllocator, apply_sequential
 from changelake.errors import WriteRefusedError
-from changelake.types import parse_type
 
 # Pure Python/Arrow: the whole module runs in about a minute; the cap catches a hanging merge. The reference
 # computes FLOAT sums in numpy float32, which warns when they overflow to inf or multiply inf by 0 (intended).
@@ -383,74 +379,6 @@ def refusal_cases(draw) -> Case:
 def test_earliest_refusal_wins(case):
     """When several records would be refused, the error of the first one in ``_seq`` order is raised."""
     check(case)
-
-
-# --- every registered aggregate function over every column type it accepts, deterministically -----------------
-#: Column types of every kind, and three non-null values of each (integer limits, so sums and products wrap).
-TYPE_SAMPLES: dict[str, tuple] = {
-    "BOOLEAN": (True, False, True),
-    "TINYINT": (127, 1, -128),
-    "SMALLINT": (32767, 2, -32768),
-    "INT": (2**31 - 1, 1, -(2**31)),
-    "BIGINT": (2**63 - 1, 3, -(2**63)),
-    "FLOAT": (0.1, 0.2, -0.0),
-    "DOUBLE": (0.9, 0.8, float("nan")),
-    "DECIMAL(5,2)": (decimal.Decimal("999.00"), decimal.Decimal("1.25"), decimal.Decimal("-0.05")),
-    "DECIMAL(18,4)": (
-        decimal.Decimal("99999999999999.9999"),
-        decimal.Decimal("0.0001"),
-        decimal.Decimal("-1.5"),
-    ),
-    "DECIMAL(38,10)": (
-        decimal.Decimal("9" * 28 + ".0"),
-        decimal.Decimal("1.0000000005"),
-        decimal.Decimal("-2"),
-    ),
-    "CHAR(3)": ("é", "z", ""),
-    "STRING": ("é", "z", ""),
-    "BINARY(4)": (b"\x00", b"\xff\xff", b""),
-    "BYTES": (BitMap([1, 2]).serialize(), BitMap([2**31]).serialize(), BitMap().serialize()),
-    "DATE": (dt.date(2024, 2, 29), dt.date(1, 1, 1), dt.date(1970, 1, 1)),
-    "TIME": ("23:59:59.999999", "00:00:00.000000", "12:00:00.000001"),
-    "TIMESTAMP(3)": (dt.datetime(2024, 1, 1, 0, 0, 0, 1000), dt.datetime(1, 1, 1), dt.datetime(1970, 1, 1)),
-    "TIMESTAMP(9)": (2**63 - 1, -(2**63), 1),  # stored as nanoseconds since 1970 in a long
-    "TIMESTAMP_LTZ(6)": (
-        dt.datetime(2024, 1, 1, 0, 0, 0, 1, tzinfo=dt.UTC),
-        dt.datetime(1969, 12, 31, 23, 59, 59, 999999, tzinfo=dt.UTC),
-        dt.datetime(9999, 12, 31, tzinfo=dt.UTC),
-    ),
-}
-ACCEPTED = [
-    (name, type_text)
-    for name, function in AGGREGATE_FUNCTIONS.items()
-    for type_text in TYPE_SAMPLES
-    if function.accepts(parse_type(type_text))
-]
-
-
-def registry_case(name: str, type_text: str) -> Case:
-    """Three keys folded up to four times each (one stored row, nulls between values), through column ``c``."""
-    a, b, c = TYPE_SAMPLES[type_text]
-    if name == "rbm64":
-        a, b, c = (BitMap64(v).serialize() for v in ([1, 2**40], [2**40 + 1], []))
-    options = {"table.merge-engine": "aggregation", "table.delete.behavior": "allow", "fields.c.agg": name}
-    if name == "listagg":
-        options["fields.c.listagg.delimiter"] = "; "  # a declared parameter; string_agg keeps the default
-    spec = {
-        "name": "t.registry",
-        "columns": [{"name": "k", "type": "INT"}, {"name": "c", "type": type_text}],
-        "primary_key": ["k"],
-        "options": options,
-    }
-    keys = [(0, b), (1, a), (1, None), (1, b), (0, None), (1, c), (2, None), (2, c), (0, c), (1, a)]
-    return Case(spec, stored=[(0, a)], records=[(seq, "+I", row) for seq, row in enumerate(keys, 1)])
-
-
-@pytest.mark.parametrize("name, type_text", ACCEPTED)
-def test_every_registered_function_over_every_type_it_accepts(name, type_text):
-    """Each entry of the aggregate registry: its columnar merge (array, pick or scalar per value) equals its
-    one-record merge on every column type it accepts, with the function's parameters."""
-    check(registry_case(name, type_text))
 
 
 # --- the comparison itself must see every kind of difference --------------------------------------------------

@@ -1,15 +1,22 @@
 """The aggregate-function registry (``changelake.engine.aggregates``) is the one place the functions live: spec
-validation accepts and refuses what it says, with Fluss's messages; the columnar differential tests exercise
-exactly the types it accepts; the merge engines and integer ranges have one source too (docs/semantics.md §4.2).
+validation accepts and refuses what it says, with Fluss's messages; each entry's columnar merge equals its
+one-record merge on every column type it accepts; the columnar differential tests exercise exactly those
+types; the merge engines and integer ranges have one source too (docs/semantics.md §4.2).
 
-Pure Python (no Spark). That both merges agree on every entry is tested in ``tests/test_columnar.py``.
+Pure Python (no Spark), a few seconds: the unit layer's check of a changed function. ``tests/test_columnar.py``
+then tests both merges on random tables and batches (slow).
 """
 
 from __future__ import annotations
 
+import datetime as dt
+import decimal
+
 import numpy as np
 import pytest
-from columnar_strategies import AGG_ALL
+from columnar_strategies import AGG_ALL, Case
+from pyroaring import BitMap, BitMap64
+from test_columnar import check
 
 from changelake.engine import merge
 from changelake.engine.aggregates import AGGREGATE_FUNCTIONS, DEFAULT_FUNCTION, of_column, scalar_fold
@@ -149,3 +156,71 @@ def test_integer_ranges_are_javas_and_sums_wrap_at_them(name):
     product = scalar_fold(aggregation_spec(name, {"fields.c.agg": "product"}), "c")
     assert total(hi, 1) == lo and total(lo, -1) == hi
     assert product(lo, -1) == lo  # Java: MIN_VALUE * -1 overflows back to MIN_VALUE
+
+
+# --- both merges of every entry, over every column type it accepts ------------------------------------------
+#: Column types of every kind, and three non-null values of each (integer limits, so sums and products wrap).
+TYPE_SAMPLES: dict[str, tuple] = {
+    "BOOLEAN": (True, False, True),
+    "TINYINT": (127, 1, -128),
+    "SMALLINT": (32767, 2, -32768),
+    "INT": (2**31 - 1, 1, -(2**31)),
+    "BIGINT": (2**63 - 1, 3, -(2**63)),
+    "FLOAT": (0.1, 0.2, -0.0),
+    "DOUBLE": (0.9, 0.8, float("nan")),
+    "DECIMAL(5,2)": (decimal.Decimal("999.00"), decimal.Decimal("1.25"), decimal.Decimal("-0.05")),
+    "DECIMAL(18,4)": (
+        decimal.Decimal("99999999999999.9999"),
+        decimal.Decimal("0.0001"),
+        decimal.Decimal("-1.5"),
+    ),
+    "DECIMAL(38,10)": (
+        decimal.Decimal("9" * 28 + ".0"),
+        decimal.Decimal("1.0000000005"),
+        decimal.Decimal("-2"),
+    ),
+    "CHAR(3)": ("é", "z", ""),
+    "STRING": ("é", "z", ""),
+    "BINARY(4)": (b"\x00", b"\xff\xff", b""),
+    "BYTES": (BitMap([1, 2]).serialize(), BitMap([2**31]).serialize(), BitMap().serialize()),
+    "DATE": (dt.date(2024, 2, 29), dt.date(1, 1, 1), dt.date(1970, 1, 1)),
+    "TIME": ("23:59:59.999999", "00:00:00.000000", "12:00:00.000001"),
+    "TIMESTAMP(3)": (dt.datetime(2024, 1, 1, 0, 0, 0, 1000), dt.datetime(1, 1, 1), dt.datetime(1970, 1, 1)),
+    "TIMESTAMP(9)": (2**63 - 1, -(2**63), 1),  # stored as nanoseconds since 1970 in a long
+    "TIMESTAMP_LTZ(6)": (
+        dt.datetime(2024, 1, 1, 0, 0, 0, 1, tzinfo=dt.UTC),
+        dt.datetime(1969, 12, 31, 23, 59, 59, 999999, tzinfo=dt.UTC),
+        dt.datetime(9999, 12, 31, tzinfo=dt.UTC),
+    ),
+}
+ACCEPTED = [
+    (name, type_text)
+    for name, function in AGGREGATE_FUNCTIONS.items()
+    for type_text in TYPE_SAMPLES
+    if function.accepts(parse_type(type_text))
+]
+
+
+def registry_case(name: str, type_text: str) -> Case:
+    """Three keys folded up to four times each (one stored row, nulls between values), through column ``c``."""
+    a, b, c = TYPE_SAMPLES[type_text]
+    if name == "rbm64":
+        a, b, c = (BitMap64(v).serialize() for v in ([1, 2**40], [2**40 + 1], []))
+    options = {"table.merge-engine": "aggregation", "table.delete.behavior": "allow", "fields.c.agg": name}
+    if name == "listagg":
+        options["fields.c.listagg.delimiter"] = "; "  # a declared parameter; string_agg keeps the default
+    spec = {
+        "name": "t.registry",
+        "columns": [{"name": "k", "type": "INT"}, {"name": "c", "type": type_text}],
+        "primary_key": ["k"],
+        "options": options,
+    }
+    keys = [(0, b), (1, a), (1, None), (1, b), (0, None), (1, c), (2, None), (2, c), (0, c), (1, a)]
+    return Case(spec, stored=[(0, a)], records=[(seq, "+I", row) for seq, row in enumerate(keys, 1)])
+
+
+@pytest.mark.parametrize("name, type_text", ACCEPTED)
+def test_every_registered_function_over_every_type_it_accepts(name, type_text):
+    """Each entry of the aggregate registry: its columnar merge (array, pick or scalar per value) equals its
+    one-record merge on every column type it accepts, with the function's parameters."""
+    check(registry_case(name, type_text))
