@@ -41,6 +41,8 @@ from changelake.spec import TableSpec
 from changelake.storage.iceberg import Storage, TableState
 
 if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
     from changelake.api import ChangeLake
 
 DEFAULT_HOST = "127.0.0.1"
@@ -312,7 +314,7 @@ class Server:
         self.settings = settings
         self.endpoint = endpoint
         self.progress = progress
-        self.spark = None
+        self.spark: SparkSession | None = None
         self.refresher: ViewRefresher | None = None
         self._thrift = None
 
@@ -327,17 +329,17 @@ class Server:
         pinned = {k: v for k, v in conf.items() if k.startswith(_LISTENING)}
         merged = {**conf, **self.settings.spark_conf, **pinned}
         settings = replace(self.settings, spark_conf=merged)
-        self.spark = get_spark(settings, app_name="changelake-sql-server", hive=True)
-        jvm = self.spark._jvm
+        spark = self.spark = get_spark(settings, app_name="changelake-sql-server", hive=True)
+        jvm = spark._jvm
         thrift = jvm.org.apache.spark.sql.hive.thriftserver.HiveThriftServer2
-        self._thrift = thrift.startWithContext(self.spark._jsparkSession.sqlContext())
-        slots = max(1, self.spark.sparkContext.defaultParallelism)
-        warm_python_workers(self.spark, slots)
-        lake = ChangeLake(settings=settings, spark=self.spark, progress=lambda _m: None)
+        self._thrift = thrift.startWithContext(spark._jsparkSession.sqlContext())
+        slots = max(1, spark.sparkContext.defaultParallelism)
+        warm_python_workers(spark, slots)
+        lake = ChangeLake(settings=settings, spark=spark, progress=lambda _m: None)
         state = server_dir(self.settings) / VIEW_STATE
         state.unlink(missing_ok=True)
-        self.refresher = ViewRefresher(lake, self.progress, state_path=state)
-        self.refresher.poll()
+        refresher = self.refresher = ViewRefresher(lake, self.progress, state_path=state)
+        refresher.poll()
         # The apps come over Spark Connect, whose first query pays its own planning and worker start.
         remote = connect_session(self.endpoint)
         try:
@@ -345,18 +347,34 @@ class Server:
         finally:
             remote.stop()
 
+    def _running(self) -> tuple[SparkSession, ViewRefresher]:
+        """The session and view refresher :meth:`start` made."""
+        if self.spark is None or self.refresher is None:
+            raise RuntimeError("the SQL endpoint is not running: Server.start() first")
+        return self.spark, self.refresher
+
     def jvm_pid(self) -> int:
-        return int(self.spark._jvm.java.lang.ProcessHandle.current().pid())
+        """The pid of the endpoint's JVM (the ready file lists it beside the Python pid)."""
+        spark, _ = self._running()
+        jvm = spark._jvm
+        assert jvm is not None, "a classic session (not Spark Connect) has a py4j gateway"
+        return int(jvm.java.lang.ProcessHandle.current().pid())
+
+    def registered_views(self) -> list[str]:
+        """The views the running endpoint serves, sorted."""
+        _, refresher = self._running()
+        return sorted(refresher.registered)
 
     def serve(self, stop: threading.Event, poll_seconds: float = DEFAULT_POLL_SECONDS) -> None:
         """Poll for new snapshots until ``stop`` is set; a failing poll is reported and retried."""
+        _, refresher = self._running()
         while not stop.wait(poll_seconds):
             try:
-                self.refresher.poll()
+                refresher.poll()
             except Exception as e:  # a bad spec or a catalog hiccup must not take the endpoint down
-                self.refresher.report_failure("", f"[server] poll failed, retrying: {type(e).__name__}: {e}")
+                refresher.report_failure("", f"[server] poll failed, retrying: {type(e).__name__}: {e}")
             else:
-                self.refresher.clear_failure("")
+                refresher.clear_failure("")
 
     def stop(self) -> None:
         if self._thrift is not None:
@@ -414,7 +432,7 @@ def main(argv: list[str] | None = None) -> int:
             "thrift_port": endpoint.thrift_port,
             "pid": os.getpid(),
             "jvm_pid": server.jvm_pid(),
-            "views": sorted(server.refresher.registered),
+            "views": server.registered_views(),
             "start_seconds": round(time.monotonic() - started, 2),
         }
         ready.write_text(json.dumps(info, indent=2) + "\n")
