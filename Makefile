@@ -108,9 +108,9 @@ bench: setup ## Apply benchmark beside delta-rs, DuckDB, pyiceberg (5M rows; BEN
 	@rc=0; $(PY) benchmarks/bench_apply.py $(BENCH_ARGS) || rc=$$?; $(PY) benchmarks/render_results.py; exit $$rc
 
 LATENCY_ARGS ?=
-bench-latency: setup ## CLI latency on the bench's 5M-row table (lookup, scan, status, changelog; warm vs cold 100-record apply) -> benchmarks/results/latency.json
-	@$(PY) benchmarks/bench_latency.py $(LATENCY_ARGS)
+bench-latency: setup ## CLI latency on the bench's 5M-row table (lookup, scan, status, changelog; warm vs cold 100-record apply) -> docs/benchmarks.md
+	@rc=0; $(PY) benchmarks/bench_latency.py $(LATENCY_ARGS) || rc=$$?; $(PY) benchmarks/render_results.py; exit $$rc
 
 clean: ## Remove local data ($$CHANGELAKE_HOME) and caches (keeps the environments)
-	rm -rf "$(CHANGELAKE_HOME)" .pytest_cache .ruff_cache .hypothesis spark-warehouse metastore_db derby.log
+	rm -rf "$(CHANGELAKE_HOME)" .pytest_cache .ruff_cache .mypy_cache .hypothesis spark-warehouse metastore_db derby.log
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +
