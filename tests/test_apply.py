@@ -4,8 +4,10 @@ import json
 
 import pyarrow.compute as pc
 import pytest
-from changelake.errors import BadRecordError, BatchRefusedError, ChangelakeError, WriteRefusedError
 from conftest import changelog_of, rows_of
+
+from changelake.errors import BadRecordError, BatchRefusedError, ChangelakeError, WriteRefusedError
+from changelake.storage.summary import BatchSummary
 
 pytestmark = pytest.mark.integration
 
@@ -155,8 +157,7 @@ def test_only_touched_buckets_are_rewritten(lake):
         b for p, b in after.items() if p not in before
     }
     assert len(changed_buckets) == 1
-    summary = table.current_snapshot().summary.additional_properties
-    assert summary["changelake.touched-buckets"] == "1"
+    assert BatchSummary.from_snapshot(table.current_snapshot()).touched_buckets == 1
     assert rows_of(lake.rows("t.kv").filter("k = 5")) == [(5, 50.0, "y")]
     assert lake.rows("t.kv").count() == 200
 
@@ -170,8 +171,8 @@ def test_pyiceberg_alone_reads_the_same_rows(lake):
     assert from_pyiceberg == rows_of(lake.rows("t.kv"))
     assert set(arrow.column_names) == {"k", "v", "s", "_bucket"}
     assert pc.max(arrow.column("_bucket")).as_py() < 4
-    summary = table.current_snapshot().summary.additional_properties
-    assert summary["changelake.batch-id"] == "1" and summary["changelake.inserted"] == "50"
+    summary = BatchSummary.from_snapshot(table.current_snapshot())
+    assert summary.batch_id == 1 and summary.counts["inserted"] == 50
 
 
 ALL_TYPES = {

@@ -13,6 +13,7 @@ import pytest
 
 from changelake.errors import ChangelakeError
 from changelake.storage.iceberg import Storage
+from changelake.storage.summary import BatchSummary
 
 pytestmark = pytest.mark.integration
 
@@ -40,7 +41,7 @@ def land(lake, table: str, batch_id: int, lines: list) -> object:
 def recorded(lake, table: str) -> bool:
     """Whether the apply records how it read each batch (``changelake.input``, changelake.engine.apply)."""
     pk = lake.storage.pk_table(lake.spec(table))
-    return all("changelake.input" in Storage.snapshot_summary(s) for s in Storage.batch_snapshots(pk))
+    return all(BatchSummary.from_snapshot(s).input is not None for s in Storage.batch_snapshots(pk))
 
 
 def needs_recorded_input(lake, table: str) -> None:

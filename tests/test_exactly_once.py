@@ -105,16 +105,16 @@ from changelake.storage.iceberg import Storage
 
 barrier, commit, waited = Path(sys.argv[1]), Storage.commit_batch, []
 
-def commit_batch(table, removed, added, properties):
+def commit_batch(table, removed, added, summary):
     if not waited:
         waited.append(True)
         marker = barrier / f"{os.getpid()}.tmp"
-        marker.write_text(str(properties["batch-id"]))
+        marker.write_text(str(summary.batch_id))
         marker.rename(marker.with_suffix(".reached"))
         deadline = time.monotonic() + 300
         while len(list(barrier.glob("*.reached"))) < 2 and time.monotonic() < deadline:
             time.sleep(0.02)
-    commit(table, removed, added, properties)
+    commit(table, removed, added, summary)
 
 Storage.commit_batch = staticmethod(commit_batch)
 sys.exit(main(sys.argv[2:]))

@@ -15,6 +15,7 @@ import pytest
 from changelake import ChangeLake
 from changelake.errors import ChangelakeError
 from changelake.storage.iceberg import Storage
+from changelake.storage.summary import BatchSummary
 
 UIDS = {
     "name": "web.uid_mapping",
@@ -111,8 +112,10 @@ def test_a_batch_of_keys_inserts_each_missing_key_once(lake):
     assert rows[1] == alice and rows[0] == rows[3]
     assert len({r["uid"] for r in rows}) == 3
     assert last_batch(lake, "web.uid_mapping") == 2  # one batch for bob and carol
-    summary = Storage.snapshot_summary(lake.storage.pk_table(lake.spec("web.uid_mapping")).current_snapshot())
-    assert summary["changelake.inserted"] == "2" and summary["changelake.target-columns"] == "user_id"
+    summary = BatchSummary.from_snapshot(
+        lake.storage.pk_table(lake.spec("web.uid_mapping")).current_snapshot()
+    )
+    assert summary.counts["inserted"] == 2 and summary.target_columns == ("user_id",)
     assert sorted(r["user_id"] for r in lake.rows_arrow("web.uid_mapping").to_pylist()) == [
         "alice",
         "bob",

@@ -8,6 +8,7 @@ from conftest import changelog_of, rows_of
 from changelake.engine.merge import apply_sequential
 from changelake.errors import WriteRefusedError
 from changelake.spec import TableSpec
+from changelake.storage.summary import BatchSummary
 
 T = {
     "name": "t.partial",
@@ -130,8 +131,8 @@ def test_partial_batches_through_spark_with_a_landed_manifest(lake):
     results = lake.apply_pending("t.partial")
     assert rows_of(lake.rows("t.partial")) == [(1, 2.0, "t1"), (2, 3.0, "t2")]
     assert [c[1] for c in changelog_of(lake, "t.partial")] == ["+I", "+I", "-U", "+U", "-U", "+U"]
-    summary = lake.storage.pk_table(lake.spec("t.partial")).current_snapshot().summary.additional_properties
-    assert summary["changelake.target-columns"] == "k,v2" and results[1].counts["updated"] == 2
+    summary = BatchSummary.from_snapshot(lake.storage.pk_table(lake.spec("t.partial")).current_snapshot())
+    assert summary.target_columns == ("k", "v2") and results[1].counts["updated"] == 2
     # The same file as a full-row write is a different batch input: refused as a replay of batch 2.
     from changelake.errors import BatchRefusedError
 

@@ -25,11 +25,12 @@ from changelake.config import Settings, load_settings
 from changelake.engine.apply import Applier, BatchResult, Progress, stderr_progress
 from changelake.errors import ChangelakeError
 from changelake.identifiers import split_table_name
-from changelake.inputs.landing import INPUT_PROPERTY, read_manifest, scan_landing
+from changelake.inputs.landing import read_manifest, scan_landing
 from changelake.spec import TableSpec, check_new_table, load_specs
 from changelake.storage import sparkread
 from changelake.storage.fastread import FastReader, changelog_order, json_default
 from changelake.storage.iceberg import CHANGELOG_SUFFIX, Storage
+from changelake.storage.summary import BatchSummary
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -418,11 +419,10 @@ class ChangeLake:
         landing = scan_landing(self.settings.landing_dir, spec)
         directory = self.settings.landing_dir / spec.full_name
         for snap in Storage.batch_snapshots(self.storage.pk_table(spec)):
-            summary = Storage.snapshot_summary(snap)
-            batch_id = int(summary["changelake.batch-id"])
-            recorded = summary.get(f"changelake.{INPUT_PROPERTY}")
-            if recorded is not None:
-                how = json.loads(recorded)
+            summary = BatchSummary.from_snapshot(snap)
+            batch_id = summary.batch_id
+            if summary.input is not None:
+                how = summary.input
                 if not how.get("landed"):
                     continue  # API records or a file from elsewhere: no landed input
                 paths = [directory / name for name in how["files"]]
@@ -434,9 +434,7 @@ class ChangeLake:
                 if path is None:
                     continue
                 paths, batch_spec, fmt, target_columns = [path], spec, None, read_manifest(path)
-            _verify(
-                spec, batch_id, paths, batch_spec, fmt, target_columns, summary.get("changelake.checksum")
-            )
+            _verify(spec, batch_id, paths, batch_spec, fmt, target_columns, summary.checksum)
             parts.append(_project(_batch_input(batch_id, paths, batch_spec, fmt), spec))
         return pa.concat_tables(parts) if parts else _input_schema(spec).empty_table()
 

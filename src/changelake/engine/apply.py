@@ -8,14 +8,22 @@ Protocol for batch N of table T (every step is safe to crash in):
    refused. N != last + 1 -> refused (no skipping ahead, no going back).
 3. Decode: Spark tasks decode byte ranges of the landed files (:mod:`changelake.inputs.decode`) and stage the
    records as Parquet; the driver gets counts, dead letters and the first error, never the records.
-4. Merge: one Spark task per touched bucket (:mod:`changelake.engine.buckets`) reads the bucket once, merges its
+4. Plan: from T's current snapshot (:class:`changelake.storage.summary.BatchSummary`), one task per touched
+   bucket with its current files and log end, its auto-increment ids, and fresh per-attempt output paths.
+5. Merge: one Spark task per touched bucket (:mod:`changelake.engine.buckets`) reads the bucket once, merges its
    records column-wise and writes the bucket's new data file and its changelog file, numbered per bucket
    from the log end the previous batch committed. Files go to fresh per-attempt directories (never read
    unless committed).
-5. Commit point: one overwrite snapshot on T replacing the touched buckets' files, its summary holding the
-   batch id, checksum, counts and the changelog manifest (files, and every bucket's log end). A concurrent
-   applier makes this commit fail (Iceberg's optimistic check on the parent snapshot): go back to 1.
-6. Commit the changelog snapshot (roll-forward of step 1 for this batch).
+6. Write: the dead letters and the changelog manifest (files, and every bucket's log end), at paths only the
+   commit names.
+7. Commit point: one overwrite snapshot on T replacing the touched buckets' files, its summary
+   (:class:`~changelake.storage.summary.BatchSummary`) holding the batch id, checksum, counts and the
+   changelog manifest. A concurrent applier makes this commit fail (Iceberg's optimistic check on the parent
+   snapshot): go back to 1.
+8. Commit the changelog snapshot (roll-forward of step 1 for this batch).
+
+:meth:`Applier.apply_files` reads as these steps; small batches run steps 3 and 5 in this process
+(``CHANGELAKE_LOCAL_APPLY_RECORDS``), the same functions on the same files.
 """
 
 from __future__ import annotations
@@ -30,18 +38,20 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 
 from changelake.engine import buckets, merge
-from changelake.engine.buckets import COUNTERS, BucketContext
+from changelake.engine.buckets import COUNTERS, BucketContext, BucketTask
 from changelake.engine.buckets import SOURCE_COUNTERS as TASK_SOURCE_COUNTERS
 from changelake.errors import BatchRefusedError, ChangelakeError
 from changelake.inputs import decode
-from changelake.inputs.landing import INPUT_PROPERTY, input_record, read_manifest, scan_landing
+from changelake.inputs.landing import input_record, read_manifest, scan_landing
 from changelake.spec import TableSpec
 from changelake.storage import sparkread
-from changelake.storage.iceberg import CommitFailedException, Storage
+from changelake.storage.iceberg import CommitFailedException, Storage, TableState
+from changelake.storage.summary import AutoIncrementState, BatchSummary, ChangelogSummary
 
 MAX_COMMIT_ATTEMPTS = 5
 # A batch of at most this many messages is decoded in this process, and merged here too if its buckets' files
@@ -70,8 +80,71 @@ class BatchResult:
     source: dict[str, int] = field(default_factory=dict)  # messages, skipped, quarantined, redelivered, ...
     dead_letter: str | None = None  # where this batch's quarantined records are
 
+    @classmethod
+    def of(cls, table: str, status: str, summary: BatchSummary, snapshot_id: int | None) -> BatchResult:
+        """The result of a batch its snapshot summary describes."""
+        return cls(
+            table=table,
+            batch_id=summary.batch_id,
+            status=status,
+            counts=dict(summary.counts),
+            snapshot_id=snapshot_id,
+            changelog_records=summary.changelog_records,
+            log_start_offset=summary.log_start_offset,
+            log_end_offset=summary.log_end_offset,
+            source=dict(summary.source),
+            dead_letter=summary.dead_letter,
+        )
 
-SOURCE_COUNTERS = ("messages", "skipped", "quarantined", "redelivered", "deduplicated")
+
+@dataclass(frozen=True)
+class BatchInput:
+    """One batch to apply: its table and id, its files and how to read them, cut into decode ranges."""
+
+    spec: TableSpec
+    batch_id: int
+    paths: list[Path]
+    fmt: str | None
+    target_columns: list[str] | None  # a partial update's columns (docs/semantics.md §6)
+    ranges: decode.BatchPlan  # the files' decode ranges, and their checksum (hashed while they decode)
+
+
+@dataclass(frozen=True)
+class ApplyPlan:
+    """One attempt at committing a decoded batch, fixed before any bucket task runs (the plan step): the
+    bucket tasks and where they run, and what the write and commit steps record besides the tasks' results."""
+
+    batch: BatchInput
+    table: Any  # the PK table as this attempt read it: its current snapshot is the commit's parent
+    decoded: decode.DecodeSummary
+    checksum: str
+    how_read: dict[str, Any]  # landing.input_record: lets the ``__input`` view read the batch as applied
+    previous: BatchSummary | None  # the table's last batch: Kafka offsets and ids continue from its state
+    log_ends: dict[str, int]  # every bucket's log end after the previous batch (from its manifest)
+    commit_ts: dt.datetime
+    data_files: list  # the table's current data files
+    manifest_path: str  # where the write step puts the changelog manifest
+    tasks: list[BucketTask]  # one per touched bucket, in partition-key order
+    context: BucketContext | None  # what every task needs; None when the batch touches no bucket
+    id_counter: int | None  # the auto-increment counter after the tasks' ids (None: no ids allocated)
+    local: bool  # merge in this process: a small batch into small buckets
+
+    @property
+    def spec(self) -> TableSpec:
+        return self.batch.spec
+
+    @property
+    def batch_id(self) -> int:
+        return self.batch.batch_id
+
+
+@dataclass(frozen=True)
+class WrittenBatch:
+    """What the write step leaves for the commit: the data files to swap and the summary that commits them."""
+
+    removed: list
+    added: list
+    summary: BatchSummary
 
 
 def _fault(point: str) -> None:
@@ -135,7 +208,8 @@ class Applier:
         fmt: str | None = None,
         target_columns: list[str] | None = None,
     ) -> BatchResult:
-        """Apply the files of one batch (in order) as batch ``batch_id``, exactly once.
+        """Apply the files of one batch (in order) as batch ``batch_id``, exactly once: the protocol's steps
+        (module docstring), the commit retried from the state check when another writer committed first.
 
         ``target_columns`` makes it a partial update (docs/semantics.md §6): only those columns are written.
         """
@@ -143,49 +217,45 @@ class Applier:
             raise BatchRefusedError(f"batch ids are positive integers, got {batch_id}")
         merge.check_target_columns(spec, target_columns)  # refuse before reading anything
         started = time.monotonic()
-        plan = decode.plan_batch(paths, spec, fmt, target_columns)
+        ranges = decode.plan_batch(paths, spec, fmt, target_columns)
+        batch = BatchInput(spec, batch_id, paths, fmt, target_columns, ranges)
         decoded: decode.DecodeSummary | None = None
         for _attempt in range(MAX_COMMIT_ATTEMPTS):
-            self.roll_forward_changelog(spec)
-            table = self.storage.pk_table(spec)
-            state = Storage.state(table)
-            done = self._already_committed(spec, table, batch_id, plan, state.last_batch)
+            table, state, done = self._check_state(batch)
             if done is not None:
                 return done
             if decoded is None:
                 # Batch N always follows N-1, so what it decodes to is fixed: decode once, retry commits.
-                decoded = self._decode(spec, table, batch_id, plan)
+                decoded = self._decode(batch, table)
+            plan = self._plan(batch, table, state, decoded)
+            markers = self._merge(plan)
+            _fault("after-data-files")
+            written = self._write(plan, markers)
             try:
-                how_read = input_record(spec, paths, fmt, target_columns, self.storage.settings.landing_dir)
-                result = self._apply_decoded(
-                    spec, table, state, batch_id, decoded, plan.checksum, target_columns, how_read
-                )
+                result = self._commit(plan, written)
             except CommitFailedException:
                 self.progress(
                     f"[{spec.full_name}] batch {batch_id}: another writer committed first; re-checking"
                 )
                 continue
-            self.roll_forward_changelog(spec)
-            self._drop_staging(table, decoded)
-            result.seconds = time.monotonic() - started
-            c = result.counts
-            self.progress(
-                f"[{spec.full_name}] batch {batch_id} committed (snapshot {result.snapshot_id}) in "
-                f"{result.seconds:.1f}s: inserted {c['inserted']:,}, updated {c['updated']:,}, deleted "
-                f"{c['deleted']:,}, ignored {c['ignored']:,}, dropped -U {c['dropped_update_before']:,}; "
-                f"{result.changelog_records:,} changelog records"
-            )
-            return result
+            return self._finish(plan, result, started)
         raise ChangelakeError(
             f"{spec.full_name}: batch {batch_id} lost {MAX_COMMIT_ATTEMPTS} commit races; retry later"
         )
 
     # --- exactly-once bookkeeping ---------------------------------------------------------------------
-    def _already_committed(
-        self, spec, table, batch_id: int, plan: decode.BatchPlan, last_batch: int
-    ) -> BatchResult | None:
+    def _check_state(self, batch: BatchInput) -> tuple[Any, TableState, BatchResult | None]:
+        """Steps 1 and 2: roll the changelog forward, then read the table's state; with it, the no-op result
+        of a batch already committed with this input (None for the next batch)."""
+        self.roll_forward_changelog(batch.spec)
+        table = self.storage.pk_table(batch.spec)
+        state = Storage.state(table)
+        return table, state, self._already_committed(batch, table, state.last_batch)
+
+    def _already_committed(self, batch: BatchInput, table, last_batch: int) -> BatchResult | None:
         """A no-op result for a batch committed with this input, None for the next batch; refuses the rest.
         Only a batch at or below the last one waits for the input's checksum here."""
+        spec, batch_id = batch.spec, batch.batch_id
         if batch_id > last_batch:
             if batch_id != last_batch + 1:
                 raise BatchRefusedError(
@@ -196,54 +266,40 @@ class Applier:
         snap = self.storage.snapshot_for_batch(table, batch_id)
         if snap is None:
             raise BatchRefusedError(f"{spec.full_name}: batch {batch_id} is not in the table's history")
-        summary = Storage.snapshot_summary(snap)
-        checksum = plan.checksum
-        if summary.get("changelake.checksum") != checksum:
+        committed = BatchSummary.from_snapshot(snap)
+        checksum = batch.ranges.checksum
+        if committed.checksum != checksum:
             raise BatchRefusedError(
                 f"{spec.full_name}: batch {batch_id} was already applied from a different input "
-                f"(checksum {summary.get('changelake.checksum', '?')[:12]}…, this input {checksum[:12]}…); refusing"
+                f"(checksum {committed.checksum[:12]}…, this input {checksum[:12]}…); refusing"
             )
         self.progress(f"[{spec.full_name}] batch {batch_id} already applied (same checksum): nothing to do")
-        return BatchResult(
-            table=spec.full_name,
-            batch_id=batch_id,
-            status="already-applied",
-            counts={k: int(summary.get(f"changelake.{k}", 0)) for k in merge.BatchCounts().as_dict()},
-            snapshot_id=snap.snapshot_id,
-            changelog_records=int(summary.get("changelake.changelog-records", 0)),
-            log_start_offset=int(summary.get("changelake.log-start-offset", 0)),
-            log_end_offset=int(summary.get("changelake.log-end-offset", 0)),
-            source={k: int(summary.get(f"changelake.source.{k}", 0)) for k in SOURCE_COUNTERS},
-            dead_letter=summary.get("changelake.dead-letter") or None,
-        )
+        return BatchResult.of(spec.full_name, "already-applied", committed, snap.snapshot_id)
 
     def roll_forward_changelog(self, spec: TableSpec) -> None:
         """Commit changelog snapshots for batches the PK table committed but the changelog lacks."""
         for _attempt in range(MAX_COMMIT_ATTEMPTS):
             pk = self.storage.pk_table(spec)
             log_table = self.storage.changelog_table(spec)
-            log_last = Storage.state(log_table).last_batch
-            lagging = [
-                s
-                for s in self.storage.batch_snapshots(pk)
-                if int(Storage.snapshot_summary(s)["changelake.batch-id"]) > log_last
-            ]
+            logged = ChangelogSummary.from_snapshot(log_table.current_snapshot())
+            log_last = logged.batch_id if logged else 0
+            committed = [(s, BatchSummary.from_snapshot(s)) for s in self.storage.batch_snapshots(pk)]
+            lagging = [(s, b) for s, b in committed if b.batch_id > log_last]
             if not lagging:
                 return
             try:
-                for snap in lagging:
-                    summary = Storage.snapshot_summary(snap)
-                    manifest = self.storage.read_json(pk, summary["changelake.changelog-manifest"])
+                for snap, batch in lagging:
+                    manifest = self.storage.read_json(pk, batch.changelog_manifest)
                     _fault("before-changelog-commit")
                     self.storage.append_batch(
                         log_table,
                         self.storage.to_data_files(log_table, manifest["files"]),
-                        {
-                            "batch-id": manifest["batch_id"],
-                            "log-start-offset": manifest["log_start_offset"],
-                            "log-end-offset": manifest["log_end_offset"],
-                            "pk-snapshot-id": snap.snapshot_id,
-                        },
+                        ChangelogSummary(
+                            batch_id=manifest["batch_id"],
+                            log_start_offset=manifest["log_start_offset"],
+                            log_end_offset=manifest["log_end_offset"],
+                            pk_snapshot_id=snap.snapshot_id,
+                        ),
                     )
                     log_table = self.storage.changelog_table(spec)
                 return
@@ -253,256 +309,173 @@ class Applier:
             f"{spec.full_name}: could not commit the changelog after {MAX_COMMIT_ATTEMPTS} attempts"
         )
 
-    # --- the batch itself: decode -> merge -> write -> commit -------------------------------------------
-    def _decode(self, spec: TableSpec, table, batch_id: int, plan: decode.BatchPlan) -> decode.DecodeSummary:
-        """Decode the landed files in Spark tasks (a few per core, each decoding consecutive ranges of the
-        files), or in this process for a small batch; the driver gets only their stats."""
+    # --- the batch itself: decode -> plan -> merge -> write -> commit ----------------------------------
+    def _decode(self, batch: BatchInput, table) -> decode.DecodeSummary:
+        """Step 3: decode the landed files in Spark tasks (a few per core, each decoding consecutive ranges of
+        the files), or in this process for a small batch; the driver gets only their stats."""
+        spec, batch_id, files = batch.spec, batch.batch_id, batch.ranges
         started = time.monotonic()
         staging = f"{self.storage.new_data_dir(table, batch_id)}-staging"
-        local = plan.messages <= LOCAL_RECORDS
+        local = files.messages <= LOCAL_RECORDS
         cores = 1 if local else _parallelism(self.spark)
-        ranges = decode.split_ranges(plan.ranges, cores)
+        ranges = decode.split_ranges(files.ranges, cores)
         groups = decode.group_ranges(ranges, cores * 2)
         where = "in this process" if local else f"{len(groups)} task(s)"
         self.progress(
-            f"[{spec.full_name}] batch {batch_id}: decoding {plan.bytes:,} bytes in {len(ranges)} range(s), {where}"
+            f"[{spec.full_name}] batch {batch_id}: decoding {files.bytes:,} bytes in {len(ranges)} range(s), {where}"
         )
         task = decode.decode_task(spec, staging, dict(table.io.properties), ranges, groups)
-        if local:
-            stats = _run_here(task, len(groups))
-        else:
-            # The input is a range of group ids: no shuffle, and no sparkContext (works over Spark Connect).
-            n = max(1, len(groups))
-            frame = self.spark.range(0, n, 1, n)
-            schema = _spark_schema(decode.stats_schema(), spec)
-            stats = [r.asDict() for r in frame.mapInArrow(task, schema).collect()]
+        # A Spark range needs at least one partition, even for no groups.
+        stats = self._run(
+            task, len(groups) if local else max(1, len(groups)), decode.stats_schema(), spec, local
+        )
         decoded = decode.summarize(stats)  # raises the first bad record, as the task found it
         ops = decoded.op_counts
-        note = _source_note(decoded)
         self.progress(
             f"[{spec.full_name}] batch {batch_id}: {decoded.records:,} records "
             f"(+I {ops['+I']:,}, -U {ops['-U']:,}, +U {ops['+U']:,}, -D {ops['-D']:,}) "
-            f"from {decoded.messages:,} messages decoded in {time.monotonic() - started:.1f}s" + note
+            f"from {decoded.messages:,} messages decoded in {time.monotonic() - started:.1f}s"
+            + _source_note(decoded)
         )
         return decoded
 
-    def _apply_decoded(
-        self,
-        spec,
-        table,
-        state,
-        batch_id: int,
-        decoded: decode.DecodeSummary,
-        checksum: str,
-        target_columns,
-        how_read: str,
-    ) -> BatchResult:
-        """Merge, write and commit a decoded batch; ``how_read`` (landing.input_record) goes into the
-        snapshot summary so the ``__input`` view reads the batch as it was applied."""
+    def _plan(self, batch: BatchInput, table, state: TableState, decoded: decode.DecodeSummary) -> ApplyPlan:
+        """Step 4: this attempt's bucket tasks from the table's current snapshot, and what the commit will record
+        besides their results. A batch the table's delete behaviour refuses stops here, before any task."""
+        spec = batch.spec
+        how_read = input_record(
+            spec, batch.paths, batch.fmt, batch.target_columns, self.storage.settings.landing_dir
+        )
+        checksum = batch.ranges.checksum  # waits for the hashing thread: raises what reading the files raised
         merge.check_batch_ops(spec, decoded.op_counts)  # refuses deletes on a 'disable' table up front
         commit_ts = dt.datetime.now(dt.UTC)
-        previous = self._previous_manifest(table, state)
+        log_ends = self._previous_manifest(table, state).get("log_ends", {})
         data_files = self.storage.data_files(table)
-        markers, id_counter = self._merge(
-            spec, table, batch_id, decoded, target_columns, previous, commit_ts, data_files
-        )
-        _fault("after-data-files")
-        counts = merge.BatchCounts(**buckets.bucket_counts(markers, COUNTERS))
-        source = self._source_counts(decoded, markers)
-        dead_letter = self._write_dead_letters(spec, table, batch_id, decoded)
-        extra = self._kafka_state(table, decoded, markers)
-        extra.update(self._id_state(spec, table, markers, id_counter))
-        log_ends = dict(previous.get("log_ends", {}))
-        log_ends.update({m["partition_key"]: m["_log_end"] for m in markers if m["_log_end"]})
-        log_records = sum(m["_log_end"] - m["_log_start"] for m in markers)
-        log_start, log_end = state.log_end_offset, state.log_end_offset + log_records
-        manifest_path = (
-            f"{table.location()}/metadata/changelake/changelog-{batch_id:012d}-{uuid.uuid4().hex[:12]}.json"
-        )
-        self.storage.write_json(
-            table,
-            manifest_path,
-            {
-                "batch_id": batch_id,
-                "files": sorted(m["_log_path"] for m in markers if m["_log_path"]),
-                "records": log_records,
-                "log_start_offset": log_start,
-                "log_end_offset": log_end,
-                "log_ends": log_ends,
-                "commit_timestamp": commit_ts.isoformat(),
-            },
-        )
-        touched = {m["partition_key"] for m in markers}
-        removed = [f for f in data_files if buckets.partition_key(sparkread.partition_tuple(f)) in touched]
-        added = self.storage.to_data_files(table, sorted(m["_path"] for m in markers if m["_path"]))
-        self.storage.commit_batch(
-            table,
-            removed,
-            added,
-            {
-                "batch-id": batch_id,
-                "checksum": checksum,
-                "log-start-offset": log_start,
-                "log-end-offset": log_end,
-                "changelog-manifest": manifest_path,
-                "changelog-records": log_records,
-                "target-columns": ",".join(target_columns) if target_columns else "",
-                INPUT_PROPERTY: how_read,
-                **extra,
-                "touched-buckets": len(touched),
-                "dead-letter": dead_letter or "",
-                **{f"source.{k}": v for k, v in source.items()},
-                **counts.as_dict(),
-            },
-        )
-        _fault("after-pk-commit")
-        snap = self.storage.pk_table(spec).current_snapshot()
-        return BatchResult(
-            table=spec.full_name,
-            batch_id=batch_id,
-            status="applied",
-            counts=counts.as_dict(),
-            snapshot_id=snap.snapshot_id if snap else None,
-            changelog_records=log_records,
-            log_start_offset=log_start,
-            log_end_offset=log_end,
-            source=source,
-            dead_letter=dead_letter,
+        tasks, context, id_counter = [], None, None
+        if decoded.groups:
+            id_ranges, id_counter = _allocate_ids(spec, state.batch, decoded)
+            tasks = _bucket_tasks(decoded, data_files, log_ends, id_ranges)
+            context = self._bucket_context(batch, table, state.batch, commit_ts)
+        return ApplyPlan(
+            batch=batch,
+            table=table,
+            decoded=decoded,
+            checksum=checksum,
+            how_read=json.loads(how_read),
+            previous=state.batch,
+            log_ends=log_ends,
+            commit_ts=commit_ts,
+            data_files=data_files,
+            manifest_path=_manifest_path(table, batch.batch_id),
+            tasks=tasks,
+            context=context,
+            id_counter=id_counter,
+            # A small batch into small buckets merges here: a Spark job costs more than its buckets' work.
+            local=decoded.records <= LOCAL_RECORDS
+            and sum(t.stored_bytes for t in tasks) <= LOCAL_STORED_BYTES,
         )
 
-    def _previous_manifest(self, table, state) -> dict:
-        """The changelog manifest of the table's last batch: it holds every bucket's log end."""
-        return self.storage.read_json(table, state.changelog_manifest) if state.changelog_manifest else {}
-
-    def _merge(
-        self, spec, table, batch_id, decoded, target_columns, previous, commit_ts, data_files
-    ) -> tuple[list[dict], int | None]:
-        """Run one bucket task (:func:`changelake.engine.buckets.run_task`) per touched bucket: their markers, and
-        the auto-increment counter after allocating the batch's ids (None without an auto-increment column).
+    def _merge(self, plan: ApplyPlan) -> list[dict]:
+        """Step 5: run one bucket task (:func:`changelake.engine.buckets.run_task`) per touched bucket; each
+        writes its bucket's new data file and changelog file and returns a marker saying what it did.
 
         The decode tasks staged every bucket's records as record batches; a task reads its own and its bucket's
         current file with pyarrow, so the job has no shuffle and no record becomes a Spark row."""
-        if not decoded.groups:
-            return [], None
+        if not plan.tasks:
+            return []
+        spec, tasks, local = plan.spec, plan.tasks, plan.local
         started = time.monotonic()
-        files_by_key: dict[str, list] = {}
-        for f in data_files:
-            files_by_key.setdefault(buckets.partition_key(sparkread.partition_tuple(f)), []).append(f)
-        id_ranges, id_counter = self._allocate_ids(spec, table, decoded)
-        log_ends = previous.get("log_ends", {})
-        tasks = [
-            buckets.BucketTask(
-                key=key,
-                bucket=group.bucket,
-                parts=tuple(group.parts),
-                files=tuple(f.file_path for f in files_by_key.get(key, [])),
-                log_start=log_ends.get(key, 0),
-                id_ranges=None if id_ranges is None else tuple(id_ranges[key]),
-                records=group.records,
-                stored_bytes=sum(f.file_size_in_bytes for f in files_by_key.get(key, [])),
-            )
-            for key, group in sorted(decoded.groups.items())
-        ]
-        opts = spec.source_options
-        codec, level = buckets.compression_of(dict(table.properties))
-        ctx = BucketContext(
-            spec=spec,
-            partition_columns=(*spec.partition_keys, "_bucket"),
-            files_by_partition={},
-            io_properties=dict(table.io.properties),
-            out_dir=self.storage.new_data_dir(table, batch_id),
-            log_dir=self.storage.new_data_dir(self.storage.changelog_table(spec), batch_id),
-            batch_id=batch_id,
-            commit_micros=int((commit_ts - _EPOCH) / dt.timedelta(microseconds=1)),
-            target_columns=None if target_columns is None else tuple(target_columns),
-            ordering=opts.ordering,
-            dedup_offsets=opts.dedup_offsets,
-            applied_offsets=_kafka_offsets(table),
-            compression=codec,
-            compression_level=level,
-        )
-        # A small batch into small buckets merges here: a Spark job costs more than its buckets' work.
-        local = decoded.records <= LOCAL_RECORDS and sum(t.stored_bytes for t in tasks) <= LOCAL_STORED_BYTES
         # One Spark task per core, the buckets balanced by size (largest first): a Spark task costs a Python
         # worker a round trip or more, a bucket task tens of milliseconds.
         groups = buckets.assign(tasks, 1 if local else _parallelism(self.spark))
-        function = buckets.tasks_function(tasks, groups, ctx, decode.staged_schema(spec))
-        if local:
-            markers = _run_here(function, len(groups))
-        else:
-            schema = _spark_schema(buckets.task_marker_schema(), spec)
-            n = len(groups)
-            markers = [
-                r.asDict() for r in self.spark.range(0, n, 1, n).mapInArrow(function, schema).collect()
-            ]
+        function = buckets.tasks_function(tasks, groups, plan.context, decode.staged_schema(spec))
+        markers = self._run(function, len(groups), buckets.task_marker_schema(), spec, local)
         for m in markers:
             m["partition_key"] = tasks[m["_task"]].key
         self.progress(
-            f"[{spec.full_name}] batch {batch_id}: merged {len(markers)} of {spec.bucket_num} bucket(s) per "
+            f"[{spec.full_name}] batch {plan.batch_id}: merged {len(markers)} of {spec.bucket_num} bucket(s) per "
             f"partition ({sum(m['_count'] for m in markers):,} rows now in them, "
             f"{sum(m['_log_end'] - m['_log_start'] for m in markers):,} changelog records) "
             f"in {time.monotonic() - started:.1f}s" + (" in this process" if local else "")
         )
-        return markers, id_counter
+        return markers
 
-    def _allocate_ids(self, spec, table, decoded: decode.DecodeSummary) -> tuple[dict | None, int | None]:
-        """Auto-increment id ranges per touched bucket (docs/semantics.md §8), enough for every record to be a new key.
+    def _write(self, plan: ApplyPlan, markers: list[dict]) -> WrittenBatch:
+        """Step 6: the dead letters and the changelog manifest, at the paths the summary names (nothing reads
+        them before the commit), and the Iceberg descriptions of the data files the commit swaps."""
+        dead_letter = self._write_dead_letters(plan.spec, plan.table, plan.batch_id, plan.decoded)
+        summary = _batch_summary(plan, markers, dead_letter)
+        self.storage.write_json(
+            plan.table, summary.changelog_manifest, _changelog_manifest(plan, markers, summary)
+        )
+        touched = {m["partition_key"] for m in markers}
+        removed = [
+            f for f in plan.data_files if buckets.partition_key(sparkread.partition_tuple(f)) in touched
+        ]
+        added = self.storage.to_data_files(plan.table, sorted(m["_path"] for m in markers if m["_path"]))
+        return WrittenBatch(removed, added, summary)
 
-        Each bucket continues its cached range; when that is short it takes whole segments of
-        ``table.auto-increment.cache-size`` ids from the table-wide counter. The state is committed with
-        the batch (snapshot summary), so ids stay unique across batches, crashes and restarts. The records
-        per bucket come from the decode tasks' counts.
-        """
-        if spec.auto_increment_column is None:
-            return None, None
-        state = _id_state(table)
-        counter, cached = state.get("counter", 0), state.get("buckets", {})
-        size = spec.auto_increment_cache_size
-        ranges: dict[str, list[tuple[int, int]]] = {}
-        for key, group in sorted(decoded.groups.items()):
-            current = cached.get(key)
-            supply = [tuple(current)] if current else []
-            available = current[1] - current[0] + 1 if current else 0
-            while available < group.records:
-                supply.append((counter + 1, counter + size))
-                counter += size
-                available += size
-            ranges[key] = supply
-        return ranges, counter
+    def _commit(self, plan: ApplyPlan, written: WrittenBatch) -> BatchResult:
+        """Step 7, the commit point: one snapshot swapping the touched buckets' files, its summary the batch's.
+        Raises CommitFailedException when another writer committed first."""
+        self.storage.commit_batch(plan.table, written.removed, written.added, written.summary)
+        _fault("after-pk-commit")
+        snap = self.storage.pk_table(plan.spec).current_snapshot()
+        return BatchResult.of(
+            plan.spec.full_name, "applied", written.summary, snap.snapshot_id if snap else None
+        )
 
-    @staticmethod
-    def _id_state(spec, table, markers, counter: int | None) -> dict[str, str]:
-        """The auto-increment state after this batch: the counter and each bucket's unused range."""
-        if spec.auto_increment_column is None:
-            return {}
-        state = _id_state(table)
-        cached = dict(state.get("buckets", {}))
-        for m in markers:
-            if m["_ai_next"] is None:
-                cached.pop(m["partition_key"], None)
-            else:
-                cached[m["partition_key"]] = [m["_ai_next"], m["_ai_end"]]
-        counter = state.get("counter", 0) if counter is None else counter
-        return {"auto-increment": json.dumps({"counter": counter, "buckets": cached})}
+    def _finish(self, plan: ApplyPlan, result: BatchResult, started: float) -> BatchResult:
+        """Step 8 (the changelog commit), then the staged records dropped and the batch reported."""
+        self.roll_forward_changelog(plan.spec)
+        self._drop_staging(plan.table, plan.decoded)
+        result.seconds = time.monotonic() - started
+        c = result.counts
+        self.progress(
+            f"[{plan.spec.full_name}] batch {plan.batch_id} committed (snapshot {result.snapshot_id}) in "
+            f"{result.seconds:.1f}s: inserted {c['inserted']:,}, updated {c['updated']:,}, deleted "
+            f"{c['deleted']:,}, ignored {c['ignored']:,}, dropped -U {c['dropped_update_before']:,}; "
+            f"{result.changelog_records:,} changelog records"
+        )
+        return result
 
-    @staticmethod
-    def _source_counts(decoded: decode.DecodeSummary, markers: list[dict]) -> dict[str, int]:
-        task = buckets.bucket_counts(markers, TASK_SOURCE_COUNTERS)
-        return {
-            "messages": decoded.messages,
-            "skipped": decoded.skipped,
-            "quarantined": len(decoded.dead_letters),
-            **task,
-        }
+    # --- helpers of the steps -------------------------------------------------------------------------
+    def _run(self, function, n: int, schema: pa.Schema, spec: TableSpec, local: bool) -> list[dict]:
+        """A ``mapInArrow`` function run over ids ``0..n-1``, here or as ``n`` Spark tasks: its rows as dicts.
+        The Spark input is a range of ids: no shuffle, and no sparkContext (works over Spark Connect)."""
+        if local:
+            return _run_here(function, n)
+        frame = self.spark.range(0, n, 1, n)
+        return [r.asDict() for r in frame.mapInArrow(function, _spark_schema(schema, spec)).collect()]
 
-    @staticmethod
-    def _kafka_state(table, decoded: decode.DecodeSummary, markers: list[dict]) -> dict[str, str]:
-        """The last applied offset per topic-partition after this batch (committed with it)."""
-        offsets = dict(_kafka_offsets(table))
-        for m in markers:
-            for tp, offset in json.loads(m["_kafka_offsets"] or "{}").items():
-                offsets[tp] = max(offsets.get(tp, -1), offset)
-        return {"kafka-offsets": json.dumps(offsets, sort_keys=True)} if offsets else {}
+    def _previous_manifest(self, table, state: TableState) -> dict:
+        """The changelog manifest of the table's last batch: it holds every bucket's log end."""
+        return self.storage.read_json(table, state.changelog_manifest) if state.changelog_manifest else {}
+
+    def _bucket_context(
+        self, batch: BatchInput, table, previous: BatchSummary | None, commit_ts: dt.datetime
+    ) -> BucketContext:
+        """What every bucket task of this attempt needs: the spec, fresh output directories, the batch's
+        commit timestamp, and the Kafka offsets applied before it."""
+        spec = batch.spec
+        opts = spec.source_options
+        codec, level = buckets.compression_of(dict(table.properties))
+        return BucketContext(
+            spec=spec,
+            partition_columns=(*spec.partition_keys, "_bucket"),
+            files_by_partition={},
+            io_properties=dict(table.io.properties),
+            out_dir=self.storage.new_data_dir(table, batch.batch_id),
+            log_dir=self.storage.new_data_dir(self.storage.changelog_table(spec), batch.batch_id),
+            batch_id=batch.batch_id,
+            commit_micros=int((commit_ts - _EPOCH) / dt.timedelta(microseconds=1)),
+            target_columns=None if batch.target_columns is None else tuple(batch.target_columns),
+            ordering=opts.ordering,
+            dedup_offsets=opts.dedup_offsets,
+            applied_offsets=dict(previous.kafka_offsets) if previous else {},
+            compression=codec,
+            compression_level=level,
+        )
 
     def _write_dead_letters(self, spec, table, batch_id, decoded: decode.DecodeSummary) -> str | None:
         """Quarantined records, at a deterministic path with deterministic content, before the commit."""
@@ -527,6 +500,140 @@ class Applier:
                 pass
 
 
+def _allocate_ids(
+    spec: TableSpec, previous: BatchSummary | None, decoded: decode.DecodeSummary
+) -> tuple[dict | None, int | None]:
+    """Auto-increment id ranges per touched bucket (docs/semantics.md §8), enough for every record to be a new
+    key, and the counter after them.
+
+    Each bucket continues its cached range; when that is short it takes whole segments of
+    ``table.auto-increment.cache-size`` ids from the table-wide counter. The state is committed with
+    the batch (snapshot summary), so ids stay unique across batches, crashes and restarts. The records
+    per bucket come from the decode tasks' counts.
+    """
+    if spec.auto_increment_column is None:
+        return None, None
+    state = _previous_ids(previous)
+    counter, cached = state.counter, state.buckets
+    size = spec.auto_increment_cache_size
+    ranges: dict[str, list[tuple[int, int]]] = {}
+    for key, group in sorted(decoded.groups.items()):
+        current = cached.get(key)
+        supply = [tuple(current)] if current else []
+        available = current[1] - current[0] + 1 if current else 0
+        while available < group.records:
+            supply.append((counter + 1, counter + size))
+            counter += size
+            available += size
+        ranges[key] = supply
+    return ranges, counter
+
+
+def _bucket_tasks(
+    decoded: decode.DecodeSummary, data_files: list, log_ends: dict[str, int], id_ranges: dict | None
+) -> list[BucketTask]:
+    """One task per touched bucket: its staged records, its current files and log end, its ids."""
+    files_by_key: dict[str, list] = {}
+    for f in data_files:
+        files_by_key.setdefault(buckets.partition_key(sparkread.partition_tuple(f)), []).append(f)
+    return [
+        BucketTask(
+            key=key,
+            bucket=group.bucket,
+            parts=tuple(group.parts),
+            files=tuple(f.file_path for f in files_by_key.get(key, [])),
+            log_start=log_ends.get(key, 0),
+            id_ranges=None if id_ranges is None else tuple(id_ranges[key]),
+            records=group.records,
+            stored_bytes=sum(f.file_size_in_bytes for f in files_by_key.get(key, [])),
+        )
+        for key, group in sorted(decoded.groups.items())
+    ]
+
+
+def _batch_summary(plan: ApplyPlan, markers: list[dict], dead_letter: str | None) -> BatchSummary:
+    """What the commit records of the batch: its identity and input, the merge's counts and log range, and
+    the Kafka offsets and auto-increment state after it."""
+    log_records = sum(m["_log_end"] - m["_log_start"] for m in markers)
+    log_start = plan.previous.log_end_offset if plan.previous else 0
+    target_columns = plan.batch.target_columns
+    return BatchSummary(
+        batch_id=plan.batch_id,
+        checksum=plan.checksum,
+        changelog_manifest=plan.manifest_path,
+        log_start_offset=log_start,
+        log_end_offset=log_start + log_records,
+        changelog_records=log_records,
+        target_columns=None if target_columns is None else tuple(target_columns),
+        input=plan.how_read,
+        kafka_offsets=_kafka_offsets(plan.previous, markers),
+        auto_increment=_id_state(plan, markers),
+        touched_buckets=len({m["partition_key"] for m in markers}),
+        dead_letter=dead_letter,
+        source=_source_counts(plan.decoded, markers),
+        counts=merge.BatchCounts(**buckets.bucket_counts(markers, COUNTERS)).as_dict(),
+    )
+
+
+def _changelog_manifest(plan: ApplyPlan, markers: list[dict], summary: BatchSummary) -> dict:
+    """The changelog manifest the summary names: the batch's changelog files for the roll-forward, and every
+    bucket's log end for the next batch."""
+    log_ends = dict(plan.log_ends)
+    log_ends.update({m["partition_key"]: m["_log_end"] for m in markers if m["_log_end"]})
+    return {
+        "batch_id": plan.batch_id,
+        "files": sorted(m["_log_path"] for m in markers if m["_log_path"]),
+        "records": summary.changelog_records,
+        "log_start_offset": summary.log_start_offset,
+        "log_end_offset": summary.log_end_offset,
+        "log_ends": log_ends,
+        "commit_timestamp": plan.commit_ts.isoformat(),
+    }
+
+
+def _manifest_path(table, batch_id: int) -> str:
+    return f"{table.location()}/metadata/changelake/changelog-{batch_id:012d}-{uuid.uuid4().hex[:12]}.json"
+
+
+def _source_counts(decoded: decode.DecodeSummary, markers: list[dict]) -> dict[str, int]:
+    task = buckets.bucket_counts(markers, TASK_SOURCE_COUNTERS)
+    return {
+        "messages": decoded.messages,
+        "skipped": decoded.skipped,
+        "quarantined": len(decoded.dead_letters),
+        **task,
+    }
+
+
+def _kafka_offsets(previous: BatchSummary | None, markers: list[dict]) -> dict[str, int]:
+    """The last applied offset per topic-partition after this batch (committed with it)."""
+    offsets = dict(previous.kafka_offsets) if previous else {}
+    for m in markers:
+        for tp, offset in json.loads(m["_kafka_offsets"] or "{}").items():
+            offsets[tp] = max(offsets.get(tp, -1), offset)
+    return offsets
+
+
+def _id_state(plan: ApplyPlan, markers: list[dict]) -> AutoIncrementState | None:
+    """The auto-increment state after this batch: the counter and each bucket's unused range."""
+    if plan.spec.auto_increment_column is None:
+        return None
+    state = _previous_ids(plan.previous)
+    cached = dict(state.buckets)
+    for m in markers:
+        if m["_ai_next"] is None:
+            cached.pop(m["partition_key"], None)
+        else:
+            cached[m["partition_key"]] = (m["_ai_next"], m["_ai_end"])
+    counter = state.counter if plan.id_counter is None else plan.id_counter
+    return AutoIncrementState(counter, cached)
+
+
+def _previous_ids(previous: BatchSummary | None) -> AutoIncrementState:
+    """The auto-increment state the table's last batch committed (none yet: counter 0, no cached ranges)."""
+    return (previous.auto_increment if previous else None) or AutoIncrementState()
+
+
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
@@ -542,17 +649,6 @@ def _parallelism(spark) -> int:
         return spark.sparkContext.defaultParallelism
     except Exception:  # Spark Connect has no sparkContext
         return int(spark.conf.get("spark.default.parallelism", None) or os.cpu_count() or 2)
-
-
-def _kafka_offsets(table) -> dict[str, int]:
-    """Last applied Kafka offset per ``topic:partition``, committed with the table's latest batch."""
-    snap = table.current_snapshot()
-    return json.loads(Storage.snapshot_summary(snap).get("changelake.kafka-offsets", "{}") if snap else "{}")
-
-
-def _id_state(table) -> dict:
-    snap = table.current_snapshot()
-    return json.loads(Storage.snapshot_summary(snap).get("changelake.auto-increment", "{}") if snap else "{}")
 
 
 def _source_note(decoded: decode.DecodeSummary) -> str:

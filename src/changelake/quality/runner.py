@@ -81,6 +81,7 @@ def run_quality(
     from changelake.identifiers import check_name
     from changelake.quality import suites
     from changelake.runtime.session import get_spark
+    from changelake.storage.summary import BatchSummary
 
     started = time.monotonic()
     # The schema dbt builds into (profiles.yml reads the same variable); it reaches SQL, so it is validated.
@@ -97,16 +98,15 @@ def run_quality(
         checks.append(suites.pk_uniqueness(name, rows, suites.key_columns(spec)))
         checks += suites.tombstone_handling(spec, rows, changelog)
         for snap in lake.storage.batch_snapshots(lake.storage.pk_table(spec)):
-            s = snap.summary.additional_properties
-            messages = int(s.get("changelake.source.messages", 0))
-            redelivered = int(s.get("changelake.source.redelivered", 0))
+            batch = BatchSummary.from_snapshot(snap)
+            messages, redelivered = batch.source["messages"], batch.source["redelivered"]
             redeliveries.append(
                 {
                     "table": name,
-                    "batch_id": int(s["changelake.batch-id"]),
+                    "batch_id": batch.batch_id,
                     "messages": messages,
                     "redelivered": redelivered,
-                    "deduplicated": int(s.get("changelake.source.deduplicated", 0)),
+                    "deduplicated": batch.source["deduplicated"],
                     "redelivered_share": redelivered / messages if messages else 0.0,
                 }
             )

@@ -53,11 +53,12 @@ from changelake.errors import ChangelakeError
 from changelake.identifiers import split_table_name
 from changelake.inputs.landing import scan_landing
 from changelake.spec import TableSpec, load_specs
+from changelake.storage import summary
+from changelake.storage.summary import BatchSummary
 from changelake.types import DataType, format_timestamp_nanos
 
 Progress = Callable[[str], None]
 
-_P = "changelake."  # prefix of the snapshot-summary and table properties changelake writes
 _CHANGELOG_SUFFIX = "__changelog"
 _SOURCE_TOTALS = ("quarantined", "redelivered", "deduplicated")
 _TEXTUAL = ("CHAR", "STRING", "DATE", "TIME", "TIMESTAMP", "TIMESTAMP_LTZ", "BINARY", "BYTES", "DECIMAL")
@@ -549,10 +550,10 @@ class _Source:
 
     def batch_snapshots(self) -> list[tuple[int, dict[str, str]]]:
         """Snapshots of the main branch that committed a batch, oldest first (as ``Storage.batch_snapshots``)."""
-        return [s for s in reversed(self.ancestry()) if _P + "batch-id" in s[1]]
+        return [s for s in reversed(self.ancestry()) if summary.BATCH_ID in s[1]]
 
     def last_batch(self) -> int:
-        return int(self.current()[1].get(_P + "batch-id", 0))
+        return summary.batch_of(self.current()[1]) or 0
 
 
 def _local_path(location: str) -> str | None:
@@ -818,7 +819,7 @@ class FastReader:
         namespace, name = split_table_name(table)
         specs = self.specs()
         source = source or self._source(namespace, name)
-        stored = source.properties.get(_P + "spec") if source else None
+        stored = source.properties.get(summary.SPEC) if source else None
         if table not in specs and not stored:
             raise ChangelakeError(
                 f"Unknown table {table}: not in the catalog and no spec in {self.settings.tables_dir} "
@@ -850,8 +851,8 @@ class FastReader:
 
     @staticmethod
     def _snapshot_for_batch(source: _Source, table: str, batch_id: int) -> int:
-        for snapshot_id, summary in source.batch_snapshots():
-            if int(summary[_P + "batch-id"]) == batch_id:
+        for snapshot_id, props in source.batch_snapshots():
+            if summary.batch_of(props) == batch_id:
                 return snapshot_id
         raise ChangelakeError(f"{table}: batch {batch_id} is not in the table's history")
 
@@ -1070,10 +1071,11 @@ class FastReader:
                     }
                 )
                 continue
-            snapshot_id, summary = source.current()
-            last = int(summary.get(_P + "batch-id", 0))
-            summaries = [s for _, s in source.batch_snapshots()]
-            rows = summary.get("total-records")
+            snapshot_id, current = source.current()
+            head = BatchSummary.from_properties(current) if summary.BATCH_ID in current else None
+            last = head.batch_id if head else 0
+            batches = [BatchSummary.from_properties(s) for _, s in source.batch_snapshots()]
+            rows = current.get("total-records")
             out.append(
                 {
                     "table": name,
@@ -1082,11 +1084,11 @@ class FastReader:
                     "rows": int(rows)
                     if rows is not None
                     else sum(f.record_count for f in self._files(source, None)),
-                    "snapshots": len(summaries),
-                    "changelog_records": int(summary.get(_P + "log-end-offset", 0)),
+                    "snapshots": len(batches),
+                    "changelog_records": head.log_end_offset if head else 0,
                     "pending_batches": sum(1 for b in landed if b > last),
                     "problem": problem,
-                    **{k: sum(int(s.get(f"{_P}source.{k}", 0)) for s in summaries) for k in _SOURCE_TOTALS},
+                    **{k: sum(b.source[k] for b in batches) for k in _SOURCE_TOTALS},
                 }
             )
         return out
@@ -1100,9 +1102,10 @@ class FastReader:
             self.spec(table)  # an unknown table is an error; a known one without a table has no letters
             return []
         out = []
-        for _, summary in source.batch_snapshots():
-            path = summary.get(_P + "dead-letter")
-            if not path or (batch_id is not None and int(summary[_P + "batch-id"]) != batch_id):
+        for _, props in source.batch_snapshots():
+            batch = BatchSummary.from_properties(props)
+            path = batch.dead_letter
+            if not path or (batch_id is not None and batch.batch_id != batch_id):
                 continue
             opened = source.open(path)
             if isinstance(opened, str):

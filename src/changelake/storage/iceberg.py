@@ -7,8 +7,8 @@ Layout per spec ``ns.t``:
   ``_bucket``, ``_log_offset`` (gapless per bucket: each (partition, bucket) is its own log, as in Fluss) and
   ``_commit_timestamp``; partitioned by ``_batch_id``.
 
-The state of a table is its current snapshot's summary (``changelake.*`` properties): the last batch id,
-its input checksum, the changelog's end offset and the manifest of changelog files for that batch. The PK
+The state of a table is its current snapshot's summary (:mod:`changelake.storage.summary`): the last batch
+id, its input checksum, the changelog's end offset and the manifest of changelog files for that batch. The PK
 table's snapshot is the commit point of a batch; the changelog commit is a deterministic roll-forward.
 """
 
@@ -19,7 +19,7 @@ import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pyiceberg.catalog import Catalog, load_catalog
 from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
@@ -36,9 +36,10 @@ from changelake import evolution
 from changelake.config import Settings
 from changelake.errors import ChangelakeError
 from changelake.spec import TableSpec
+from changelake.storage import summary
+from changelake.storage.summary import BatchSummary, ChangelogSummary
 
 CHANGELOG_SUFFIX = "__changelog"
-P = "changelake."  # prefix of every snapshot-summary and table property changelake writes
 
 __all__ = ["Storage", "TableState", "CommitFailedException"]
 
@@ -52,6 +53,7 @@ class TableState:
     checksum: str | None
     log_end_offset: int
     changelog_manifest: str | None
+    batch: BatchSummary | None = None  # all the current snapshot recorded of its batch (None: no batch yet)
 
 
 def _open_catalog(name: str, props: dict[str, str]) -> Catalog:
@@ -68,10 +70,6 @@ def _open_catalog(name: str, props: dict[str, str]) -> Catalog:
             if not any(s in str(e) for s in ("already exists", "duplicate key value")) or attempt == 2:
                 raise
     raise AssertionError("unreachable")
-
-
-def _summary(snapshot: Snapshot | None) -> dict[str, str]:
-    return dict(snapshot.summary.additional_properties) if snapshot and snapshot.summary else {}
 
 
 class Storage:
@@ -142,7 +140,7 @@ class Storage:
         spec_json = _spec_json(spec)
         existing = self._load(spec.namespace, spec.table)
         if existing is not None:
-            stored_json = existing.properties.get(P + "spec")
+            stored_json = existing.properties.get(summary.SPEC)
             stored = evolution.stored_spec(stored_json, spec.full_name) if stored_json else spec
             check_stored_types(existing, stored)
             change = evolution.plan(stored, spec, origin="the given spec")
@@ -195,7 +193,7 @@ class Storage:
                         f"{have[c.name].field_type}, not {c.type} as the spec says"
                     )
             missing = [c for c in spec.columns if c.name not in have]
-            if not missing and table.properties.get(P + "spec") == spec_json:
+            if not missing and table.properties.get(summary.SPEC) == spec_json:
                 return
             first_hidden = "_bucket" if name == spec.table else "_change_type"
             try:
@@ -209,7 +207,7 @@ class Storage:
                                 )
                             for c in missing:
                                 update.move_before(c.name, first_hidden)
-                    tx.set_properties({P + "spec": spec_json})
+                    tx.set_properties({summary.SPEC: spec_json})
                 return
             except CommitFailedException:
                 continue  # another writer committed first: re-read and redo what is still missing
@@ -224,7 +222,7 @@ class Storage:
         # and goes in with it (no second commit that a racing applier could observe missing).
         props = {
             "commit.retry.num-retries": "0",
-            P + "spec": spec_json,
+            summary.SPEC: spec_json,
             "format-version": "2",
             "schema.name-mapping.default": schema.name_mapping.model_dump_json(),
         }
@@ -266,7 +264,7 @@ class Storage:
     def stored_spec(self, namespace: str, name: str) -> str | None:
         """The spec JSON a table was created from, or None if the table does not exist."""
         table = self._load(namespace, name)
-        return table.properties.get(P + "spec") if table is not None else None
+        return table.properties.get(summary.SPEC) if table is not None else None
 
     def exists(self, spec: TableSpec) -> bool:
         return self._load(spec.namespace, spec.table) is not None
@@ -279,14 +277,16 @@ class Storage:
     # --- state -----------------------------------------------------------------------------------------
     @staticmethod
     def state(table: Table) -> TableState:
+        """What the PK table's current snapshot says (a changelog table's: :class:`ChangelogSummary`)."""
         snap = table.current_snapshot()
-        s = _summary(snap)
+        batch = BatchSummary.from_snapshot(snap)
         return TableState(
             snapshot_id=snap.snapshot_id if snap else None,
-            last_batch=int(s.get(P + "batch-id", 0)),
-            checksum=s.get(P + "checksum"),
-            log_end_offset=int(s.get(P + "log-end-offset", 0)),
-            changelog_manifest=s.get(P + "changelog-manifest"),
+            last_batch=batch.batch_id if batch else 0,
+            checksum=batch.checksum if batch else None,
+            log_end_offset=batch.log_end_offset if batch else 0,
+            changelog_manifest=batch.changelog_manifest if batch else None,
+            batch=batch,
         )
 
     @staticmethod
@@ -295,18 +295,21 @@ class Storage:
         current = table.current_snapshot()
         if current is None:
             return []
-        chain = [s for s in ancestors_of(current, table.metadata) if P + "batch-id" in _summary(s)]
+        chain = [
+            s for s in ancestors_of(current, table.metadata) if summary.BATCH_ID in summary.properties(s)
+        ]
         return list(reversed(chain))
 
     def snapshot_for_batch(self, table: Table, batch_id: int) -> Snapshot | None:
         for snap in self.batch_snapshots(table):
-            if int(_summary(snap)[P + "batch-id"]) == batch_id:
+            if summary.batch_of(summary.properties(snap)) == batch_id:
                 return snap
         return None
 
     @staticmethod
     def snapshot_summary(snapshot: Snapshot) -> dict[str, str]:
-        return _summary(snapshot)
+        """A snapshot's raw summary properties (Iceberg's own too); :class:`BatchSummary` decodes a batch's."""
+        return summary.properties(snapshot)
 
     # --- files -----------------------------------------------------------------------------------------
     @staticmethod
@@ -330,12 +333,12 @@ class Storage:
     # --- commits ---------------------------------------------------------------------------------------
     @staticmethod
     def commit_batch(
-        table: Table, removed: list[DataFile], added: list[DataFile], properties: dict[str, str]
+        table: Table, removed: list[DataFile], added: list[DataFile], batch: BatchSummary
     ) -> None:
-        """Commit one snapshot replacing ``removed`` by ``added``; raises CommitFailedException on a race."""
+        """Commit one snapshot replacing ``removed`` by ``added``, its summary ``batch`` stamped with the commit
+        time; raises CommitFailedException on a race."""
         tx = table.transaction()
-        props = {P + k: str(v) for k, v in properties.items()}
-        props[P + "committed-at-ms"] = str(int(time.time() * 1000))
+        props = replace(batch, committed_at_ms=int(time.time() * 1000)).to_properties()
         with tx.update_snapshot(snapshot_properties=props).overwrite() as overwrite:
             for f in removed:
                 overwrite.delete_data_file(f)
@@ -344,10 +347,10 @@ class Storage:
         tx.commit_transaction()
 
     @staticmethod
-    def append_batch(table: Table, added: list[DataFile], properties: dict[str, str]) -> None:
+    def append_batch(table: Table, added: list[DataFile], changelog: ChangelogSummary) -> None:
+        """Commit one snapshot appending a batch's changelog files ``added``."""
         tx = table.transaction()
-        props = {P + k: str(v) for k, v in properties.items()}
-        with tx.update_snapshot(snapshot_properties=props).fast_append() as append:
+        with tx.update_snapshot(snapshot_properties=changelog.to_properties()).fast_append() as append:
             for f in added:
                 append.append_data_file(f)
         tx.commit_transaction()
