@@ -19,10 +19,6 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-CLI = [sys.executable, "-m", "changelake.cli"]
-
-
 #: Markers that take a test out of the unit layer.
 NOT_UNIT = ("spark", "integration", "e2e", "slow")
 
@@ -132,8 +128,8 @@ def home(tmp_path) -> Path:
 
 @pytest.fixture(scope="session")
 def postgres():
-    """A real PostgreSQL server for the session (tests/pg.py), stopped and removed at its end."""
-    from pg import running_server
+    """A real PostgreSQL server for the session (tests/helpers.py), stopped and removed at its end."""
+    from tests.helpers import running_server
 
     with running_server() as server:
         yield server
@@ -174,48 +170,3 @@ def cli_env(home, request) -> dict[str, str]:
     if catalog := _catalog_of(request):
         env["CHANGELAKE_CATALOG_URI"] = catalog["catalog_uri"]
     return env
-
-
-def rows_of(df, order_by=None) -> list[tuple]:
-    """Rows of a DataFrame as tuples, sorted for order-independent comparison."""
-    return (
-        sorted(tuple(r) for r in df.collect())
-        if order_by is None
-        else [tuple(r) for r in df.orderBy(*order_by).collect()]
-    )
-
-
-def changelog_of(lake, table: str) -> list[tuple]:
-    """(_log_offset, _change_type, row...) in the changelog's order: batch, partition, bucket, offset.
-
-    Checks on the way that every bucket's log is gapless from 0 (each (partition, bucket) is one log).
-    """
-    df = lake.changelog(table)
-    cols = [c for c in df.columns if not c.startswith("_")]
-    rows = df.collect()
-    logs: dict[tuple, list[int]] = {}
-    for r in rows:
-        logs.setdefault((*[r[c] for c in lake.spec(table).partition_keys], r["_bucket"]), []).append(
-            r["_log_offset"]
-        )
-    for bucket, offsets in logs.items():
-        assert sorted(offsets) == list(range(len(offsets))), f"bucket {bucket}: offsets {sorted(offsets)}"
-    return [(r["_log_offset"], r["_change_type"], *[r[c] for c in cols]) for r in rows]
-
-
-DEMO_TABLES = sorted(p.stem for p in (REPO / "examples" / "tables").glob("*.yaml"))
-
-
-def land_and_apply_demo(lake, batches: int = 2, records: int = 30):
-    """Every demo table's spec copied into ``lake``, ``batches`` datagen batches landed per table, applied."""
-    import shutil
-
-    from changelake.inputs.datagen import generate
-
-    for name in DEMO_TABLES:
-        shutil.copy(REPO / "examples" / "tables" / f"{name}.yaml", lake.settings.tables_dir)
-    specs = lake.specs()
-    for name in DEMO_TABLES:
-        generate(specs[name], lake.settings.landing_dir, batches=batches, records=records)
-    lake.apply_pending()
-    return lake

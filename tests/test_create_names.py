@@ -9,6 +9,7 @@ import dataclasses
 import json
 
 import pytest
+
 from changelake import ChangeLake
 from changelake.errors import SpecError
 

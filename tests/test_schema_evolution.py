@@ -10,11 +10,11 @@ import json
 
 import pytest
 import yaml
-from conftest import changelog_of, rows_of
 
 from changelake.errors import ChangelakeError, SpecError
 from changelake.spec import TableSpec
 from changelake.storage.iceberg import CHANGELOG_SUFFIX
+from tests.helpers import changelog_of, rows_of
 
 ORDERS = {
     "name": "e.orders",

@@ -388,7 +388,7 @@ def test_a_table_storing_a_nanosecond_column_as_microseconds_is_refused(home):
     nanoseconds would be 1000 times off and hash lookups to other buckets."""
     from changelake.config import load_settings
     from changelake.storage.fastread import FastReader
-    from changelake.storage.iceberg import P
+    from changelake.storage.summary import SPEC
 
     storage = _storage(home)
     old = spec(columns=[{"name": "id", "type": "BIGINT"}, {"name": "ts", "type": "TIMESTAMP(6)"}])
@@ -397,7 +397,7 @@ def test_a_table_storing_a_nanosecond_column_as_microseconds_is_refused(home):
     for name in ("ns", "ns__changelog"):  # what an older changelake stored for a TIMESTAMP(9) column
         table = storage.catalog.load_table(("t", name))
         with table.transaction() as tx:
-            tx.set_properties({P + "spec": json.dumps(new.to_dict(), sort_keys=True)})
+            tx.set_properties({SPEC: json.dumps(new.to_dict(), sort_keys=True)})
     message = r"column 'ts' is TIMESTAMP\(9\) but stored as timestamp \(microseconds\).*Recreate the table"
     with pytest.raises(ChangelakeError, match=message):
         storage.pk_table(new)

@@ -83,7 +83,7 @@ def json_default(value: Any) -> Any:
 
 # --- Spark's xxhash64, for the bucket of a key --------------------------------------------------------------
 # org.apache.spark.sql.catalyst.expressions.XXH64 and XxHash64's per-type rules (seed 42; a null column
-# leaves the hash unchanged), over the storage types. Verified against Spark in tests/test_fastread.py.
+# leaves the hash unchanged), over the storage types. Verified against Spark in tests/storage/test_fastread.py.
 _P1, _P2, _P3 = 0x9E3779B185EBCA87, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9
 _P4, _P5 = 0x85EBCA77C2B2AE63, 0x27D4EB2F165667C5
 _M = (1 << 64) - 1

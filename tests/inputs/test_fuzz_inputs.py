@@ -37,7 +37,7 @@ from changelake.spec import TableSpec, load_specs
 
 # Fuzzing takes its time (about 25 s of CPU at 60 examples): make test runs it, make test-unit does not.
 pytestmark = pytest.mark.slow
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 FUZZ = settings(
     max_examples=int(os.environ.get("CHANGELAKE_FUZZ_EXAMPLES", 60)),
     deadline=timedelta(seconds=20),  # generous for a shared 2-core machine; a hang takes minutes

@@ -4,8 +4,9 @@ import datetime as dt
 import decimal
 
 import pytest
-from conftest import changelog_of, rows_of
 from pyroaring import BitMap
+
+from tests.helpers import changelog_of, rows_of
 
 pytestmark = pytest.mark.integration
 

@@ -11,7 +11,7 @@ from pyspark.sql import functions as F
 
 from changelake.inputs.datagen import generate
 from changelake.runtime.dbt_runner import dbt_dirs, run_dbt, summarize
-from tests.conftest import DEMO_TABLES, REPO, land_and_apply_demo
+from tests.helpers import DEMO_TABLES, REPO, land_and_apply_demo
 
 pytestmark = pytest.mark.integration
 DEMO = DEMO_TABLES  # the sources name every demo table

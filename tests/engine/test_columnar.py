@@ -18,7 +18,13 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-from columnar_strategies import (
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from changelake.engine import columnar
+from changelake.engine.merge import BatchCounts, IdAllocator, apply_sequential
+from changelake.errors import WriteRefusedError
+from tests.engine.columnar_strategies import (
     AGG_ALL,
     AGG_GROUPS,
     VERSION_POOLS,
@@ -31,12 +37,6 @@ from columnar_strategies import (
     rows_table,
     value_strategy,
 )
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
-from changelake.engine import columnar
-from changelake.engine.merge import BatchCounts, IdAllocator, apply_sequential
-from changelake.errors import WriteRefusedError
 
 # Pure Python/Arrow: the whole module runs in about a minute; the cap catches a hanging merge. The reference
 # computes FLOAT sums in numpy float32, which warns when they overflow to inf or multiply inf by 0 (intended).

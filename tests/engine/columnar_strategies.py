@@ -1,4 +1,4 @@
-"""Hypothesis strategies for ``tests/test_columnar.py``: a random primary-key table, one bucket's stored rows
+"""Hypothesis strategies for ``tests/engine/test_columnar.py``: a random primary-key table, one bucket's stored rows
 and one batch of changelog records, all in storage Arrow types.
 
 Keys come from a pool of four or five per table, so records collide with each other and with stored rows;
@@ -17,10 +17,11 @@ from dataclasses import dataclass
 from functools import cached_property
 
 import pyarrow as pa
-from changelake.spec import TableSpec
-from changelake.types import format_time, parse_type
 from hypothesis import strategies as st
 from pyroaring import BitMap, BitMap64
+
+from changelake.spec import TableSpec
+from changelake.types import format_time, parse_type
 
 F32_MAX = 3.4028234663852886e38
 F32_TINY = 1.401298464324817e-45  # the smallest float32 denormal

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 BIN = REPO / ".venv" / "bin"

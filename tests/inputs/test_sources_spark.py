@@ -11,7 +11,7 @@ import yaml
 
 from changelake.inputs.datagen import Profile, _Source, generate
 from changelake.spec import TableSpec, load_specs
-from tests.conftest import REPO, changelog_of, rows_of
+from tests.helpers import REPO, changelog_of, rows_of
 
 pytestmark = pytest.mark.integration
 

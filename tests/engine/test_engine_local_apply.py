@@ -14,7 +14,7 @@ from changelake.engine import apply
 from changelake.engine.apply import Applier
 from changelake.inputs.datagen import generate
 from changelake.spec import TableSpec
-from tests.conftest import REPO, changelog_of, rows_of
+from tests.helpers import REPO, changelog_of, rows_of
 
 pytestmark = pytest.mark.integration
 

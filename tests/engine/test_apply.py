@@ -4,10 +4,10 @@ import json
 
 import pyarrow.compute as pc
 import pytest
-from conftest import changelog_of, rows_of
 
 from changelake.errors import BadRecordError, BatchRefusedError, ChangelakeError, WriteRefusedError
 from changelake.storage.summary import BatchSummary
+from tests.helpers import changelog_of, rows_of
 
 pytestmark = pytest.mark.integration
 

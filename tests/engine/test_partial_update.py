@@ -3,12 +3,12 @@
 import json
 
 import pytest
-from conftest import changelog_of, rows_of
 
 from changelake.engine.merge import apply_sequential
 from changelake.errors import WriteRefusedError
 from changelake.spec import TableSpec
 from changelake.storage.summary import BatchSummary
+from tests.helpers import changelog_of, rows_of
 
 T = {
     "name": "t.partial",

@@ -2,12 +2,12 @@
 reference, for every engine: same rows, same changelog, same counts."""
 
 import pytest
-from conftest import changelog_of, rows_of
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from changelake.engine.merge import apply_sequential
 from changelake.spec import TableSpec
+from tests.helpers import changelog_of, rows_of
 
 pytestmark = pytest.mark.integration
 

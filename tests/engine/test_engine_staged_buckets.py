@@ -12,12 +12,12 @@ import json
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import changelog_of, rows_of
 
 from changelake.errors import BadRecordError
 from changelake.inputs import decode
 from changelake.inputs.readers import read_batch
 from changelake.storage import sparkread
+from tests.helpers import changelog_of, rows_of
 
 pytestmark = pytest.mark.integration
 

@@ -1,4 +1,7 @@
-"""A throwaway PostgreSQL server for the tests that run against the production catalog.
+"""Helpers the tests share (fixtures live in conftest.py): the repository's paths, the CLI command, row and
+changelog comparisons, the demo tables, and a throwaway PostgreSQL server.
+
+The PostgreSQL server is for the tests that run against the production catalog. A throwaway PostgreSQL server for the tests that run against the production catalog.
 
 The server binaries come from Debian's ``postgresql`` package (``make setup`` installs it, see
 ``infra/postgres.sh``). Each test session gets its own cluster: ``initdb`` into a temporary directory, a random
@@ -18,11 +21,63 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+CLI = [sys.executable, "-m", "changelake.cli"]
+
+
+def rows_of(df, order_by=None) -> list[tuple]:
+    """Rows of a DataFrame as tuples, sorted for order-independent comparison."""
+    return (
+        sorted(tuple(r) for r in df.collect())
+        if order_by is None
+        else [tuple(r) for r in df.orderBy(*order_by).collect()]
+    )
+
+
+def changelog_of(lake, table: str) -> list[tuple]:
+    """(_log_offset, _change_type, row...) in the changelog's order: batch, partition, bucket, offset.
+
+    Checks on the way that every bucket's log is gapless from 0 (each (partition, bucket) is one log).
+    """
+    df = lake.changelog(table)
+    cols = [c for c in df.columns if not c.startswith("_")]
+    rows = df.collect()
+    logs: dict[tuple, list[int]] = {}
+    for r in rows:
+        logs.setdefault((*[r[c] for c in lake.spec(table).partition_keys], r["_bucket"]), []).append(
+            r["_log_offset"]
+        )
+    for bucket, offsets in logs.items():
+        assert sorted(offsets) == list(range(len(offsets))), f"bucket {bucket}: offsets {sorted(offsets)}"
+    return [(r["_log_offset"], r["_change_type"], *[r[c] for c in cols]) for r in rows]
+
+
+DEMO_TABLES = sorted(p.stem for p in (REPO / "examples" / "tables").glob("*.yaml"))
+
+
+def land_and_apply_demo(lake, batches: int = 2, records: int = 30):
+    """Every demo table's spec copied into ``lake``, ``batches`` datagen batches landed per table, applied."""
+    import shutil
+
+    from changelake.inputs.datagen import generate
+
+    for name in DEMO_TABLES:
+        shutil.copy(REPO / "examples" / "tables" / f"{name}.yaml", lake.settings.tables_dir)
+    specs = lake.specs()
+    for name in DEMO_TABLES:
+        generate(specs[name], lake.settings.landing_dir, batches=batches, records=records)
+    lake.apply_pending()
+    return lake
+
+
+# --- a throwaway PostgreSQL server -------------------------------------------------------------------
 
 USER = "changelake"  # the database role the catalog connects as
 

@@ -146,7 +146,7 @@ def test_dbt_exact_recomputation_still_matches_after_the_source_changes(lake, sp
 
     from changelake.inputs.datagen import generate
     from changelake.runtime.dbt_runner import dbt_dirs, run_dbt, summarize
-    from tests.conftest import REPO
+    from tests.helpers import REPO
 
     name = "shop.shop_user_stats"
     shutil.copy(REPO / "examples" / "tables" / f"{name}.yaml", lake.settings.tables_dir)

@@ -25,7 +25,7 @@ from changelake.errors import BadRecordError, ChangelakeError
 from changelake.inputs.readers import read_batch
 from changelake.spec import TableSpec
 from changelake.storage.iceberg import Storage
-from tests.test_fuzz_inputs import COLUMNS, json_lines, write_lines
+from tests.inputs.test_fuzz_inputs import COLUMNS, json_lines, write_lines
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -104,7 +104,7 @@ def same_rows(a: dict, b: dict) -> bool:
 
 
 def a_batch():
-    """Changelog JSON lines, valid, mutated or junk (tests/test_fuzz_inputs.py), a valid upsert among them
+    """Changelog JSON lines, valid, mutated or junk (tests/inputs/test_fuzz_inputs.py), a valid upsert among them
     (so a quarantining table always has records to apply), sometimes behind Parquet's magic bytes (a file
     that is not JSON lines at all, refused even under quarantine)."""
     lines = json_lines("changelog-json", False, {})

@@ -11,7 +11,7 @@ import pytest
 from changelake.quality import suites
 from changelake.quality.runner import _context, _validate, run_quality
 from changelake.spec import TableSpec
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 pytestmark = pytest.mark.integration
 

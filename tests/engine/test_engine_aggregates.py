@@ -3,7 +3,7 @@ validation accepts and refuses what it says, with Fluss's messages; each entry's
 one-record merge on every column type it accepts; the columnar differential tests exercise exactly those
 types; the merge engines and integer ranges have one source too (docs/semantics.md §4.2).
 
-Pure Python (no Spark), a few seconds: the unit layer's check of a changed function. ``tests/test_columnar.py``
+Pure Python (no Spark), a few seconds: the unit layer's check of a changed function. ``tests/engine/test_columnar.py``
 then tests both merges on random tables and batches (slow).
 """
 
@@ -14,15 +14,15 @@ import decimal
 
 import numpy as np
 import pytest
-from columnar_strategies import AGG_ALL, Case
 from pyroaring import BitMap, BitMap64
-from test_columnar import check
 
 from changelake.engine import merge
 from changelake.engine.aggregates import AGGREGATE_FUNCTIONS, DEFAULT_FUNCTION, of_column, scalar_fold
 from changelake.errors import SpecError
 from changelake.spec import MERGE_ENGINES, TableSpec
 from changelake.types import INT_RANGES, parse_type
+from tests.engine.columnar_strategies import AGG_ALL, Case
+from tests.engine.test_columnar import check
 
 #: Fluss's aggregate functions (docs/semantics.md §4.2).
 FLUSS_FUNCTIONS = (
@@ -62,7 +62,7 @@ EVERY_TYPE = (
     "TIMESTAMP(9)",
     "TIMESTAMP_LTZ(6)",
 )
-#: The type names the columnar differential tests (``tests/columnar_strategies.py``) draw for each function.
+#: The type names the columnar differential tests (``tests/engine/columnar_strategies.py``) draw for each function.
 EXERCISED = {fn: {parse_type(t).name for t in types} for fn, types in AGG_ALL if fn is not None}
 
 

@@ -23,7 +23,7 @@ from types import SimpleNamespace
 import pytest
 
 from changelake.runtime.server import Endpoint, ViewRefresher, server_conf
-from tests.conftest import DEMO_TABLES, REPO, land_and_apply_demo
+from tests.helpers import DEMO_TABLES, REPO, land_and_apply_demo
 
 DEMO = DEMO_TABLES
 MARTS = {

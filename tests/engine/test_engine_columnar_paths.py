@@ -11,7 +11,8 @@ import pyarrow.compute as pc
 import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
-from test_columnar import (
+
+from tests.engine.test_columnar import (
     AGG_ALL,
     EXAMPLES,
     IMAGES,
