@@ -255,7 +255,10 @@ class ChangeLake:
                     "insertIfNotExists cannot be enabled for prefix key lookup, as currently we only support "
                     "insertIfNotExists for primary key lookup."
                 )
-            return self.lookup_keys(table, [key], insert_if_not_exists=True)
+            # with insertIfNotExists every key has a row once the call returns
+            return [
+                row for row in self.lookup_keys(table, [key], insert_if_not_exists=True) if row is not None
+            ]
         return self.reader.lookup(table, key, prefix)
 
     def lookup_keys(
@@ -419,7 +422,7 @@ class ChangeLake:
         landing = scan_landing(self.settings.landing_dir, spec)
         directory = self.settings.landing_dir / spec.full_name
         for snap in Storage.batch_snapshots(self.storage.pk_table(spec)):
-            summary = BatchSummary.from_snapshot(snap)
+            summary = BatchSummary.of_batch(snap)
             batch_id = summary.batch_id
             if summary.input is not None:
                 how = summary.input

@@ -231,7 +231,7 @@ MAX_SPEC_BYTES = 1 << 20
 class _SpecLoader(yaml.SafeLoader):
     """YAML's safe loader, refusing a key given twice in one mapping (PyYAML keeps the last silently)."""
 
-    def construct_mapping(self, node: yaml.Node, deep: bool = False) -> dict:
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
         if isinstance(node, yaml.MappingNode):
             seen: set = set()
             for key_node, _ in node.value:
@@ -515,13 +515,13 @@ def _validate_options(
         ("sink.ignore-delete", ("true", "false")),
         ("table.merge-engine", MERGE_ENGINES),
     )
-    for key, allowed in enums:
+    for key, choices in enums:
         if key in options:
             value = options[key].lower()
-            if value not in allowed:
+            if value not in choices:
                 hint = " (omit it for the default last-row engine)" if key == "table.merge-engine" else ""
                 raise SpecError(
-                    f"Invalid value '{options[key]}' for '{key}'; expected one of {list(allowed)}{hint}"
+                    f"Invalid value '{options[key]}' for '{key}'; expected one of {list(choices)}{hint}"
                 )
             options[key] = value
     _validate_fluss_table_options(options, partition_keys)
@@ -557,7 +557,9 @@ def _fluss_value(key: str, value: str) -> int | bool | str | None:
         return {"true": True, "false": False}.get(value.lower())
     if kind == "duration":
         match = _DURATION.fullmatch(value.strip())
-        unit = _DURATION_UNITS.get(match.group(2).strip().lower()) if match else None
+        if match is None:
+            return None
+        unit = _DURATION_UNITS.get(match.group(2).strip().lower())
         return None if unit is None or len(match.group(1)) > 18 else int(match.group(1)) * unit
     return value
 
@@ -575,7 +577,13 @@ def _validate_fluss_table_options(options: dict[str, str], partition_keys: tuple
         parsed[key] = value
         if isinstance(_FLUSS_TABLE_OPTIONS[key], tuple):
             options[key] = str(value)
-    if parsed.get("table.replication.factor", 1) <= 0:
+
+    def number(key: str, default: int) -> int:
+        value = parsed.get(key, default)
+        assert isinstance(value, int), f"{key} parses to a number"  # _fluss_value: int for these keys
+        return value
+
+    if number("table.replication.factor", 1) <= 0:
         raise SpecError("'table.replication.factor' must be greater than 0.")
     if parsed.get("table.kv.format", "compacted") == "compacted" and parsed.get(
         "table.log.format", "arrow"
@@ -583,12 +591,12 @@ def _validate_fluss_table_options(options: dict[str, str], partition_keys: tuple
         raise SpecError(
             "Currently, Primary Key Table supports ARROW or COMPACTED log format when kv format is COMPACTED."
         )
-    level = parsed.get("table.log.arrow.compression.zstd.level", 3)
+    level = number("table.log.arrow.compression.zstd.level", 3)
     if not 1 <= level <= 22:
         raise SpecError(f"Invalid ZSTD compression level: {level}. Expected a value between 1 and 22.")
-    if parsed.get("table.log.tiered.local-segments", 2) <= 0:
+    if number("table.log.tiered.local-segments", 2) <= 0:
         raise SpecError("'table.log.tiered.local-segments' must be greater than 0.")
-    local_ttl, ttl = parsed.get("table.log.local-ttl", 0), parsed.get("table.log.ttl", 7 * 86_400 * 10**9)
+    local_ttl, ttl = number("table.log.local-ttl", 0), number("table.log.ttl", 7 * 86_400 * 10**9)
     if local_ttl > 0 and ttl > 0 and local_ttl > ttl:
         raise SpecError("'table.log.local-ttl' must be less than or equal to 'table.log.ttl'.")
     if parsed.get("table.datalake.historical-partition.enabled", False):

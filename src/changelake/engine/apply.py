@@ -266,7 +266,7 @@ class Applier:
         snap = self.storage.snapshot_for_batch(table, batch_id)
         if snap is None:
             raise BatchRefusedError(f"{spec.full_name}: batch {batch_id} is not in the table's history")
-        committed = BatchSummary.from_snapshot(snap)
+        committed = BatchSummary.of_batch(snap)
         checksum = batch.ranges.checksum
         if committed.checksum != checksum:
             raise BatchRefusedError(
@@ -283,7 +283,7 @@ class Applier:
             log_table = self.storage.changelog_table(spec)
             logged = ChangelogSummary.from_snapshot(log_table.current_snapshot())
             log_last = logged.batch_id if logged else 0
-            committed = [(s, BatchSummary.from_snapshot(s)) for s in self.storage.batch_snapshots(pk)]
+            committed = [(s, BatchSummary.of_batch(s)) for s in self.storage.batch_snapshots(pk)]
             lagging = [(s, b) for s, b in committed if b.batch_id > log_last]
             if not lagging:
                 return
@@ -381,7 +381,7 @@ class Applier:
 
         The decode tasks staged every bucket's records as record batches; a task reads its own and its bucket's
         current file with pyarrow, so the job has no shuffle and no record becomes a Spark row."""
-        if not plan.tasks:
+        if not plan.tasks or plan.context is None:
             return []
         spec, tasks, local = plan.spec, plan.tasks, plan.local
         started = time.monotonic()
@@ -519,7 +519,7 @@ def _allocate_ids(
     ranges: dict[str, list[tuple[int, int]]] = {}
     for key, group in sorted(decoded.groups.items()):
         current = cached.get(key)
-        supply = [tuple(current)] if current else []
+        supply = [(current[0], current[1])] if current else []
         available = current[1] - current[0] + 1 if current else 0
         while available < group.records:
             supply.append((counter + 1, counter + size))

@@ -17,6 +17,7 @@ import json
 import os
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import urlparse
 
 import numpy as np
@@ -69,7 +70,7 @@ class TaskIO:
 
     def __init__(self, properties: dict[str, str]):
         self.properties = properties
-        self._fileio = None
+        self._fileio: Any = None  # a pyiceberg PyArrowFileIO, made on first use (importing it is slow)
 
     @staticmethod
     def local_path(location: str) -> str | None:

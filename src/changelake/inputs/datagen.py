@@ -183,6 +183,7 @@ class _Source:
             events.append(event)
         for event in events:
             row = event.after or event.before
+            assert row is not None, "every source event has a before or an after image"
             partition = zlib.crc32(repr(self._key(row)).encode()) % p.partitions
             event.kafka = (f"{self.spec.full_name}", partition, self.offsets[partition])
             self.offsets[partition] += 1

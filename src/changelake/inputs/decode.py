@@ -80,6 +80,8 @@ class BatchPlan:
     @property
     def checksum(self) -> str:
         """The batch's input checksum (waits for it; raises what reading the files raised)."""
+        if self.digest is None:
+            raise ChangelakeError("the batch's checksum was never started (no input files were planned)")
         return self.digest.result()
 
 
@@ -477,7 +479,8 @@ def group_ranges(ranges: list[Range], tasks: int) -> list[list[int]]:
         return []
     sizes = [max(1, r.end - r.start) if r.end >= 0 else 1 for r in ranges]
     tasks = max(1, min(tasks, len(ranges)))
-    total, groups, running = sum(sizes), [[] for _ in range(tasks)], 0
+    groups: list[list[int]] = [[] for _ in range(tasks)]
+    total, running = sum(sizes), 0
     for index, size in enumerate(sizes):
         # The group a range's middle falls in, by cumulative size (each group gets at least one range).
         slot = min(tasks - 1, (running + size // 2) * tasks // total)

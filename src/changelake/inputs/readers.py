@@ -101,6 +101,12 @@ class _Entry:
     changes: list[tuple[str, list]]
 
 
+def _order_key(entry: _Entry) -> tuple:
+    """An entry's ordering-field value; every entry has one when the source orders by a field."""
+    assert entry.order is not None, "ordering by a field: every decoded message carries its value"
+    return entry.order
+
+
 class _JsonReader:
     """Reads the JSON-lines formats through their envelope decoder (:mod:`changelake.inputs.formats`)."""
 
@@ -222,7 +228,7 @@ def _order_and_dedup(
     or repeats one earlier in the batch. It is counted always and dropped under ``dedup: kafka-offsets``.
     """
     if opts.ordering != "arrival":
-        entries = sorted(entries, key=lambda e: e.order)
+        entries = sorted(entries, key=_order_key)
     offsets = dict(applied)
     seen: set[tuple[str, int]] = set()
     kept = []

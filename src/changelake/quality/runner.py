@@ -98,7 +98,7 @@ def run_quality(
         checks.append(suites.pk_uniqueness(name, rows, suites.key_columns(spec)))
         checks += suites.tombstone_handling(spec, rows, changelog)
         for snap in lake.storage.batch_snapshots(lake.storage.pk_table(spec)):
-            batch = BatchSummary.from_snapshot(snap)
+            batch = BatchSummary.of_batch(snap)
             messages, redelivered = batch.source["messages"], batch.source["redelivered"]
             redeliveries.append(
                 {
@@ -168,10 +168,10 @@ def run_quality(
     for r in results:
         for e in r["expectations"]:
             if not e["success"]:
-                keys = f"; offending keys: {e['offending_keys']}" if e["offending_keys"] else ""
+                offending = f"; offending keys: {e['offending_keys']}" if e["offending_keys"] else ""
                 progress(
                     f"[quality] FAILED ({e['severity']}) {r['suite']} / {r['asset']}: {e['type']} {e['kwargs']}: "
-                    f"{e['unexpected_count']} unexpected{keys}"
+                    f"{e['unexpected_count']} unexpected{offending}"
                 )
     passed = sum(1 for r in results for e in r["expectations"] if e["success"])
     total = sum(len(r["expectations"]) for r in results)

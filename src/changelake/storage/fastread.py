@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import functools
 import gzip
 import json
 import math
@@ -177,8 +178,9 @@ def _hash_value(value: Any, dtype: DataType, seed: int) -> int:
         bits = 0x7FF8000000000000 if math.isnan(value) else struct.unpack("<q", struct.pack("<d", value))[0]
         return _hash_long(0 if value == 0.0 else bits, seed)
     if kind == "decimal":
-        unscaled = int(decimal.Decimal(value).scaleb(dtype.scale, context=_EXACT))
-        if dtype.precision <= 18:
+        precision, scale = dtype.decimal_shape
+        unscaled = int(decimal.Decimal(value).scaleb(scale, context=_EXACT))
+        if precision <= 18:
             return _hash_long(unscaled, seed)
         # java.math.BigInteger.toByteArray: minimal big-endian two's complement
         bits = unscaled.bit_length() if unscaled >= 0 else (-unscaled - 1).bit_length()
@@ -624,10 +626,12 @@ class _DirectSource(_Source):
 
     def ancestry(self) -> list[tuple[int, dict[str, str]]]:
         snapshots, out = self._snapshots(), []
-        snap = snapshots.get(self._current_id())
+        current = self._current_id()
+        snap = snapshots.get(current) if current is not None else None
         while snap is not None:
             out.append((snap["snapshot-id"], snap.get("summary", {})))
-            snap = snapshots.get(snap.get("parent-snapshot-id"))
+            parent = snap.get("parent-snapshot-id")
+            snap = snapshots.get(parent) if parent is not None else None
         return out
 
     def files(self, snapshot_id: int | None) -> list[_File]:
@@ -736,6 +740,10 @@ class _IcebergSource(_Source):
 
 
 # --- the reader -------------------------------------------------------------------------------------------
+def _files_read(label: str, done: int, total: int, parts: list) -> str:
+    return f"{label}: read {done}/{total} files, {sum(p.num_rows for p in parts):,} rows"
+
+
 class _Ticker:
     """Progress of a long read: at most one line a second, none for reads that end sooner."""
 
@@ -890,9 +898,7 @@ class FastReader:
             elif groups:
                 stats.row_groups_read += len(groups)
                 parts.append(_conform(pf.read_row_groups(groups, columns=columns), schema))
-            ticker.tick(
-                lambda i=i: f"{label}: read {i}/{len(files)} files, {sum(p.num_rows for p in parts):,} rows"
-            )
+            ticker.tick(functools.partial(_files_read, label, i, len(files), parts))
         table = pa.concat_tables(parts) if parts else schema.empty_table()
         stats.rows += table.num_rows
         return table
@@ -940,7 +946,7 @@ class FastReader:
         candidates, opened = [], []
         ticker = _Ticker(self.progress)
         for i, f in enumerate(files):
-            ticker.tick(lambda i=i: f"{label}: keys of {i}/{len(files)} files read")
+            ticker.tick(functools.partial("{}: keys of {}/{} files read".format, label, i, len(files)))
             pf = pq.ParquetFile(source.open(f.path))
             opened.append(pf)
             stats.files_read += 1

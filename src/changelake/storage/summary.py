@@ -146,6 +146,14 @@ class BatchSummary:
         props = properties(snapshot)
         return cls.from_properties(props) if BATCH_ID in props else None
 
+    @classmethod
+    def of_batch(cls, snapshot: Any) -> BatchSummary:
+        """The batch of a snapshot that is known to have committed one (e.g. from ``batch_snapshots``)."""
+        summary = cls.from_snapshot(snapshot)
+        if summary is None:
+            raise ChangelakeError(f"snapshot {getattr(snapshot, 'snapshot_id', None)} committed no batch")
+        return summary
+
 
 @dataclass(frozen=True)
 class ChangelogSummary:
