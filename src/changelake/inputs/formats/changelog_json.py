@@ -24,6 +24,7 @@ from changelake.inputs.formats.base import (
     only_fields,
     plain_row,
 )
+from changelake.types import INT_RANGES
 
 if TYPE_CHECKING:
     import numpy as np
@@ -177,11 +178,8 @@ def _json_converter(dtype):
     if name == "BOOLEAN":
         return pa.bool_(), lambda a: a
     if name in ("TINYINT", "SMALLINT", "INT", "BIGINT"):
-        lo, hi = (
-            (-(2 ** (b - 1)), 2 ** (b - 1) - 1)
-            if (b := {"TINYINT": 8, "SMALLINT": 16, "INT": 32}.get(name))
-            else (None, None)
-        )
+        # BIGINT needs no check: the JSON reader already refused what does not fit an int64
+        lo, hi = INT_RANGES[name] if name != "BIGINT" else (None, None)
 
         def integer(a: pa.Array) -> pa.Array | None:
             if lo is not None and a.null_count < len(a):
