@@ -337,13 +337,14 @@ def test_endpoint_serves_dbt_sql_clients_and_new_batches(demo, spark, endpoint, 
     from changelake.inputs.datagen import generate
 
     generate(demo.spec("shop.orders"), demo.settings.landing_dir, batches=1, records=40)
-    # Applied as the pipeline's warm path does: the apply app over Spark Connect, no JVM of its own.
+    # Applied as the pipeline's warm path does: the apply app hands the batch to the endpoint's driver.
     warm = {**endpoint["env"], "CHANGELAKE_SPARK_REMOTE": endpoint["connect_url"]}
     app = subprocess.run(
         [sys.executable, str(REPO / "spark_apps" / "apply_app.py"), "shop.orders"],
         env=warm, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert app.returncode == 0 and "[shop.orders] batch 3 committed" in app.stderr, app.stderr[-3000:]
+    assert "[apply] on the warm endpoint" in app.stderr
     committed = time.monotonic()
     new_keys = frozenset(demo.rows_arrow("shop.orders").column("order_id").to_pylist())
     log = demo.changelog("shop.orders")
@@ -368,3 +369,18 @@ def test_endpoint_serves_dbt_sql_clients_and_new_batches(demo, spark, endpoint, 
     rows = demo.rows("shop.orders")
     per_shop = dict(_query(cursor, "select shop_id, order_count from analytics.orders_per_shop"))
     assert per_shop == {r.shop_id: r["count"] for r in rows.groupBy("shop_id").count().collect()}
+
+    # The Python API over Spark Connect: a batch whose decode and merge run as Spark jobs on the endpoint.
+    import changelake.engine.apply as applier
+    from changelake import ChangeLake
+
+    monkeypatch.setattr(applier, "LOCAL_RECORDS", 0)
+    generate(demo.spec("shop.orders"), demo.settings.landing_dir, batches=1, records=40)
+    remote = connect_session(url=endpoint["connect_url"])
+    try:
+        over_connect = ChangeLake(settings=demo.settings, spark=remote, progress=None)
+        [result] = over_connect.apply_pending("shop.orders")
+        assert (result.batch_id, result.status) == (4, "applied")
+    finally:
+        remote.stop()
+    assert demo.rows("shop.orders").count() == len(demo.rows_arrow("shop.orders"))

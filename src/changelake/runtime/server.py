@@ -18,7 +18,9 @@ every view shows to ``$CHANGELAKE_HOME/spark-server/views.json``; :func:`wait_fo
 
 Who uses it: ``make sql`` for dbt users and SQL clients, and ``make airflow`` / ``make demo`` for the
 pipeline, whose tasks run the apply, dbt and quality apps through it (:func:`running_endpoint`) instead of
-starting a JVM per task.
+starting a JVM per task. ``changelake apply`` goes further: it hands the whole batch to this driver over a
+Unix socket (:mod:`changelake.runtime.applyservice`), so the applying process needs neither pyspark nor
+pyiceberg.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from changelake.config import Settings
 from changelake.errors import ChangelakeError
+from changelake.runtime.applyservice import ApplyService
 from changelake.spec import TableSpec
 from changelake.storage.iceberg import Storage, TableState
 
@@ -316,6 +319,7 @@ class Server:
         self.progress = progress
         self.spark: SparkSession | None = None
         self.refresher: ViewRefresher | None = None
+        self.apply_service: ApplyService | None = None
         self._thrift = None
 
     def start(self) -> None:
@@ -346,6 +350,15 @@ class Server:
             warm_python_workers(remote, slots)
         finally:
             remote.stop()
+        # `changelake apply` hands whole batches to this driver (see changelake.runtime.applyservice).
+        self.apply_service = ApplyService(
+            settings,
+            lambda request_settings, progress: ChangeLake(
+                settings=request_settings, spark=spark, progress=progress
+            ),
+            log=self.progress,
+        )
+        self.apply_service.start()
 
     def _running(self) -> tuple[SparkSession, ViewRefresher]:
         """The session and view refresher :meth:`start` made."""
@@ -377,6 +390,9 @@ class Server:
                 refresher.clear_failure("")
 
     def stop(self) -> None:
+        if self.apply_service is not None:
+            self.apply_service.stop()
+            self.apply_service = None
         if self._thrift is not None:
             self._thrift.stop()
             self._thrift = None
@@ -433,6 +449,7 @@ def main(argv: list[str] | None = None) -> int:
             "pid": os.getpid(),
             "jvm_pid": server.jvm_pid(),
             "views": server.registered_views(),
+            "apply_socket": str(server.apply_service.path) if server.apply_service else None,
             "start_seconds": round(time.monotonic() - started, 2),
         }
         ready.write_text(json.dumps(info, indent=2) + "\n")
