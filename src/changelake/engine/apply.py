@@ -318,8 +318,7 @@ class Applier:
         staging = f"{self.storage.new_data_dir(table, batch_id)}-staging"
         local = files.messages <= LOCAL_RECORDS
         cores = 1 if local else _parallelism(self.spark)
-        ranges = decode.split_ranges(files.ranges, cores)
-        groups = decode.group_ranges(ranges, cores * 2)
+        ranges, groups = decode.plan_tasks(files.ranges, cores)
         where = "in this process" if local else f"{len(groups)} task(s)"
         self.progress(
             f"[{spec.full_name}] batch {batch_id}: decoding {files.bytes:,} bytes in {len(ranges)} range(s), {where}"

@@ -472,6 +472,49 @@ def decode_task(
     return run
 
 
+def plan_tasks(ranges: list[Range], cores: int) -> tuple[list[Range], list[list[int]]]:
+    """The decode ranges and their grouping into Spark tasks (indexes of ranges per task).
+
+    Rows (Parquet) cost about the same per row, so they are cut into one equal share per core
+    (:func:`share_rows`): a whole row group more per task would leave a core idle for its time at the end
+    (5 row groups on 2 cores: 3 on one, 2 on the other). Lines vary more in cost; their ranges go to a few
+    tasks per core, to even out."""
+    if cores > 1 and ranges and all(_rows_format(r) is not None and r.end >= 0 for r in ranges):
+        return share_rows(ranges, cores)
+    ranges = split_ranges(ranges, cores)
+    return ranges, group_ranges(ranges, cores * 2)
+
+
+def share_rows(ranges: list[Range], shares: int) -> tuple[list[Range], list[list[int]]]:
+    """Ranges of rows cut at the ``shares - 1`` boundaries that make every share hold the same rows (a cut
+    leaving fewer than SPLIT_ROWS on either side is moved to the range's edge), and the consecutive ranges of
+    each share."""
+    total = sum(r.end - r.start for r in ranges)
+    bounds = [total * k // shares for k in range(1, shares)]
+    pieces: list[Range] = []
+    at = 0  # rows before the range, over the batch
+    for r in ranges:
+        edges = [r.start]
+        for b in bounds:
+            cut = r.start + b - at
+            if edges[-1] + SPLIT_ROWS <= cut <= r.end - SPLIT_ROWS:
+                edges.append(cut)
+        edges.append(r.end)
+        pieces += [
+            Range(r.file_index, r.path, r.fmt, a, b, a + 1)
+            for a, b in zip(edges[:-1], edges[1:], strict=True)
+        ]
+        at += r.end - r.start
+    groups: list[list[int]] = [[] for _ in range(shares)]
+    at = 0
+    for index, piece in enumerate(pieces):
+        # The share the piece's middle falls in (a piece under SPLIT_ROWS may straddle a boundary).
+        middle = at + (piece.end - piece.start) // 2
+        groups[sum(1 for b in bounds if middle >= b)].append(index)
+        at += piece.end - piece.start
+    return pieces, [g for g in groups if g]
+
+
 def group_ranges(ranges: list[Range], tasks: int) -> list[list[int]]:
     """Consecutive ranges into at most ``tasks`` groups of about equal size (a Spark task costs a Python
     worker a round trip or more; a few per core are enough to even out)."""
