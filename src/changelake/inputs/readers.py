@@ -52,6 +52,8 @@ def read_batch(
 
     ``applied_offsets`` are the Kafka offsets committed with the previous batch (for redelivery detection).
     """
+    import numpy as np
+
     opts = spec.source_options
     schema = batch_arrow_schema(spec)
     out = DecodedBatch(schema.empty_table())
@@ -71,7 +73,7 @@ def read_batch(
     if tables:
         parts, seq = [], 0
         for t in tables:
-            parts.append(t.set_column(0, "_seq", pa.array(range(seq, seq + t.num_rows), pa.int64())))
+            parts.append(t.set_column(0, "_seq", pa.array(np.arange(seq, seq + t.num_rows, dtype=np.int64))))
             seq += t.num_rows
         out.records = pa.concat_tables([t.cast(schema) for t in parts])
         out.kafka_offsets = dict(applied_offsets or {}) or None
@@ -257,8 +259,10 @@ def _entries_table(entries: list[_Entry], spec: TableSpec, first_seq: int) -> pa
             ops.append(op)
             for i, v in enumerate(values):
                 columns[i].append(v)
+    import numpy as np
+
     n = len(ops)
-    arrays = [pa.array(range(first_seq, first_seq + n), pa.int64()), pa.array(ops, pa.string())]
+    arrays = [pa.array(np.arange(first_seq, first_seq + n, dtype=np.int64)), pa.array(ops, pa.string())]
     arrays += [pa.array(col, c.type.arrow_type()) for col, c in zip(columns, spec.columns, strict=True)]
     return pa.Table.from_arrays(arrays, schema=batch_arrow_schema(spec))
 

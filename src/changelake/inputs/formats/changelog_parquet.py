@@ -39,6 +39,7 @@ class ChangelogParquet(RowsFormat):
 
     def read(self, path: Path, spec: TableSpec, opts: SourceOptions, out: DecodedBatch) -> pa.Table:
         """Validate column-wise; under quarantine, set each bad row aside and validate the rest again."""
+        import numpy as np
         import pyarrow as pa
         import pyarrow.parquet as pq
 
@@ -48,7 +49,7 @@ class ChangelogParquet(RowsFormat):
             raise BadRecordError(str(path), 0, None, f"not a readable Parquet file: {e}") from None
         table = parquet_columns(table, path, spec, opts)
         out.messages += table.num_rows
-        rows = pa.array(range(1, table.num_rows + 1), pa.int64())  # original row numbers (1-based)
+        rows = pa.array(np.arange(1, table.num_rows + 1, dtype=np.int64))  # original row numbers (1-based)
         result, bad = decode_rows(table, path, spec, rows)
         for error in bad:  # the first raises under on-bad-record: fail
             out.reject(error, raw_row(table, error.line - 1), opts)  # rows are 1..n here
@@ -166,6 +167,7 @@ def decode_rows(
     :class:`~changelake.inputs.records.ColumnRules`), then required columns. One pass, however many rows
     are bad (``rows`` holds their original 1-based numbers). A problem of the file's schema raises
     BadRecordError with line 0 (not quarantined)."""
+    import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -189,7 +191,7 @@ def decode_rows(
         ((r, f"unknown op {short_repr(ops[r].as_py())}; expected one of {list(OPS)}") for r in unknown), "op"
     )
     rules = ColumnRules(spec)
-    arrays = [pa.array(range(n), pa.int64()), ops]
+    arrays = [pa.array(np.arange(n, dtype=np.int64)), ops]
     for col in spec.columns:
         if col.name not in table.column_names:
             arrays.append(pa.nulls(n, col.type.arrow_type()))
@@ -219,7 +221,7 @@ def decode_rows(
         return result, []
     bad = [BadRecordError(str(path), rows[r].as_py(), *flagged[r]) for r in sorted(flagged)]
     result = result.filter(pa.array([r not in flagged for r in range(n)], pa.bool_()))
-    return result.set_column(0, "_seq", pa.array(range(result.num_rows), pa.int64())), bad
+    return result.set_column(0, "_seq", pa.array(np.arange(result.num_rows, dtype=np.int64))), bad
 
 
 def _check_schema(table: pa.Table, path: Path, spec: TableSpec) -> None:
