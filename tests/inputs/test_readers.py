@@ -8,7 +8,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from changelake.errors import BadRecordError
+from changelake.errors import BadRecordError, ChangelakeError
 from changelake.inputs.readers import read_batch
 from changelake.spec import TableSpec
 
@@ -166,3 +166,27 @@ def test_bad_parquet_records_name_row_and_field(tmp_path, columns, field, row, r
         read_batch([path], spec)
     assert (err.value.line, err.value.field) == (row, field)
     assert reason in str(err.value)
+
+
+@pytest.mark.parametrize("order", ["parquet first", "json first"])
+def test_a_batch_mixing_parquet_and_json_is_refused_like_the_apply_refuses_it(tmp_path, order):
+    """Parquet has no ordering field, so it is read alone: the whole-batch reader refuses a mix in either
+    order (it used to drop the JSON lines after a Parquet file), in the planner's words."""
+    from changelake.inputs import decode
+
+    spec = TableSpec.from_dict(
+        {"name": "t.mix", "columns": [{"name": "k", "type": "INT"}], "primary_key": ["k"]}
+    )
+    parquet, jsonl = tmp_path / "a.parquet", tmp_path / "b.jsonl"
+    pq.write_table(pa.table({"op": ["+I"], "k": pa.array([1], pa.int32())}), parquet)
+    jsonl.write_text('{"op": "+I", "data": {"k": 2}}\n')
+    paths = [parquet, jsonl] if order == "parquet first" else [jsonl, parquet]
+    with pytest.raises(ChangelakeError) as whole:
+        read_batch(paths, spec)
+    with pytest.raises(ChangelakeError) as planned:
+        decode.plan_batch(paths, spec, None, None)
+    assert (
+        str(whole.value)
+        == str(planned.value)
+        == f"{parquet}: Parquet batches are read in arrival order, alone"
+    )

@@ -59,14 +59,21 @@ def read_batch(
     out = DecodedBatch(schema.empty_table())
     entries: list[_Entry] = []
     tables: list[pa.Table] = []
-    for path in paths:
-        name = fmt or format_for(path, spec)
+    names = [fmt or format_for(path, spec) for path in paths]
+    # A rows format (Parquet) carries no ordering field: read in arrival order and with no other format, as
+    # the apply's planner (changelake.inputs.decode.plan_batch) has it, whichever file comes first.
+    rows_alone = all(isinstance(formats.FORMATS.get(n), formats.RowsFormat) for n in names)
+    for path, name in zip(paths, names, strict=True):
+        f = formats.FORMATS.get(name)
+        if f is None:
+            raise ChangelakeError(f"{path}: unknown input format '{name}'; known: {reader_names()}")
+        if isinstance(f, formats.RowsFormat) and (opts.ordering != "arrival" or not rows_alone):
+            raise ChangelakeError(f"{path}: {f.title} batches are read in arrival order, alone")
+    for path, name in zip(paths, names, strict=True):
         f = formats.FORMATS.get(name)
         if isinstance(f, formats.JsonLinesFormat):
             entries += _JsonReader(spec, name, opts, out).read(path)
         elif isinstance(f, formats.RowsFormat):
-            if opts.ordering != "arrival" or entries:
-                raise ChangelakeError(f"{path}: {f.title} batches are read in arrival order, alone")
             tables.append(f.read(path, spec, opts, out))
         else:
             raise ChangelakeError(f"{path}: unknown input format '{name}'; known: {reader_names()}")
