@@ -3,15 +3,15 @@
 An :class:`AggregateFunction` holds all there is to a function: the column types it accepts (checked when a
 spec loads, :mod:`changelake.spec`), its parameters and their defaults (listagg's delimiter), its one-record
 merge ``f(stored, input)`` (used by :mod:`changelake.engine.merge`, the reference) and its columnar merge over
-numpy arrays (used by :mod:`changelake.engine.columnar`, tested equal to the reference). Adding a function is
+numpy or Arrow arrays (used by :mod:`changelake.engine.columnar`, tested equal to the reference). Adding a function is
 adding one entry to :data:`AGGREGATE_FUNCTIONS`.
 
 Java semantics (§4.2): integer sums and products wrap around in the column's width (:data:`INT_BITS`), FLOAT
 computes in float32, DECIMAL is exact and rounds HALF_UP to the column's scale (a result beyond the precision
 is null), max/min order floats as ``Double.compare`` and strings by UTF-8 bytes (= code points).
 
-numpy and pyroaring are imported where a merge needs them: loading a spec (which reads the type rules) stays
-free of them, and the CLI's read commands import no numpy at all.
+numpy, pyarrow.compute and pyroaring are imported where a merge needs them: loading a spec (which reads the
+type rules) stays free of them, and the CLI's read commands import no numpy at all.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from changelake.types import INT_BITS, DataType
 
 if TYPE_CHECKING:
     import numpy as np
+    import pyarrow as pa
 
     from changelake.spec import TableSpec
 
@@ -37,6 +38,8 @@ Fold = Callable[[Any, Any], Any]
 ArrayFold = Callable[
     ["np.ndarray", "np.ndarray", "np.ndarray", "np.ndarray"], tuple["np.ndarray", "np.ndarray"]
 ]
+#: ``f(stored, input) -> values`` over Arrow arrays of the column's type, one element per key, nulls in place.
+ArrowFold = Callable[["pa.Array", "pa.Array"], "pa.Array"]
 #: ``f(stored_null, input_null, values) -> take the input?`` (a boolean array) for a function whose result is
 #: one of its two inputs; ``values(at)`` returns the stored and the input values at positions ``at``.
 Pick = Callable[
@@ -45,14 +48,15 @@ Pick = Callable[
 #: Build a column's merges from its type and its parameters (declared, else the defaults).
 ScalarBuilder = Callable[[DataType, Mapping[str, str]], Fold]
 ArrayBuilder = Callable[[DataType, Mapping[str, str]], ArrayFold]
+ArrowBuilder = Callable[[DataType, Mapping[str, str]], ArrowFold]
 
 
 @dataclass(frozen=True)
 class AggregateFunction:
     """One aggregate function: its type rule, its parameters and its two merges.
 
-    The columnar merge points at the input ``pick`` chooses, or computes ``array``; where neither applies
-    (:meth:`vectorized` is False) it calls ``scalar`` once per merged value.
+    The columnar merge points at the input ``pick`` chooses, or computes ``arrow`` or ``array``; where none
+    applies (:meth:`vectorized` is False) it calls ``scalar`` once per merged value.
     """
 
     name: str
@@ -60,6 +64,7 @@ class AggregateFunction:
     scalar: ScalarBuilder  # the one-record merge
     pick: Pick | None = None  # columnar: the result is one of the inputs, no value is computed
     array: ArrayBuilder | None = None  # columnar: numpy arithmetic
+    arrow: ArrowBuilder | None = None  # columnar: Arrow compute (strings, which numpy holds as objects)
     #: Whether ``pick``/``array`` are exact on DECIMAL(<=18) held as unscaled longs (a product rounds: no).
     exact_decimal64: bool = True
     parameters: Mapping[str, str] = field(default_factory=dict)  # name -> default
@@ -69,9 +74,9 @@ class AggregateFunction:
         return self.types is None or column_type.name in self.types
 
     def vectorized(self, column_type: DataType) -> bool:
-        """Whether the columnar merge runs ``pick``/``array`` for this column type: not for DECIMALs wider
-        than a long's 18 digits (Python Decimals), nor where ``exact_decimal64`` is False."""
-        if self.pick is None and self.array is None:
+        """Whether the columnar merge runs ``pick``/``arrow``/``array`` for this column type: not for DECIMALs
+        wider than a long's 18 digits (Python Decimals), nor where ``exact_decimal64`` is False."""
+        if self.pick is None and self.array is None and self.arrow is None:
             return False
         if column_type.name != "DECIMAL":
             return True
@@ -272,19 +277,19 @@ def _product_array(t: DataType, parameters: Mapping[str, str]) -> ArrayFold:
     return _array_ignoring_nulls(lambda a, b, both: multiply(a, b))
 
 
-def _listagg_array(t: DataType, parameters: Mapping[str, str]) -> ArrayFold:
-    import numpy as np
+def _listagg_arrow(t: DataType, parameters: Mapping[str, str]) -> ArrowFold:
+    """:func:`_listagg` over Arrow string arrays: UTF-8 bytes joined in Arrow, no Python string per value."""
+    import pyarrow.compute as pc
 
     delimiter = parameters["delimiter"]
 
-    def join(a: np.ndarray, b: np.ndarray, both: np.ndarray) -> np.ndarray:
-        # Python strings joined element by element by numpy's object loop (no call per value).
-        combined = a.copy()
-        at = np.flatnonzero(both)
-        combined[at] = a[at] + delimiter + b[at]
-        return combined
+    def fold(a: pa.Array, b: pa.Array) -> pa.Array:
+        # Null where either is null, then the non-null one of the pair (the _ignore_nulls rule). Not
+        # null_handling="skip": pyarrow 26 drops the rows where both are null from its result.
+        joined = pc.binary_join_element_wise(a, b, delimiter, null_handling="emit_null")
+        return pc.coalesce(joined, a, b)
 
-    return _array_ignoring_nulls(join)
+    return fold
 
 
 def _bool_array(combine: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> ArrayBuilder:
@@ -351,9 +356,9 @@ AGGREGATE_FUNCTIONS: dict[str, AggregateFunction] = _registry(
     AggregateFunction("last_value_ignore_nulls", None, scalar=_LAST_NON_NULL, pick=_input_unless_null),
     AggregateFunction("first_value", None, scalar=_FIRST_VALUE, pick=_input_where_stored_null),
     AggregateFunction("first_value_ignore_nulls", None, scalar=_FIRST_VALUE, pick=_input_where_stored_null),
-    AggregateFunction("listagg", ("STRING",), scalar=_listagg, array=_listagg_array, parameters=_DELIMITER),
+    AggregateFunction("listagg", ("STRING",), scalar=_listagg, arrow=_listagg_arrow, parameters=_DELIMITER),
     AggregateFunction(
-        "string_agg", ("STRING",), scalar=_listagg, array=_listagg_array, parameters=_DELIMITER
+        "string_agg", ("STRING",), scalar=_listagg, arrow=_listagg_arrow, parameters=_DELIMITER
     ),
     AggregateFunction("bool_and", ("BOOLEAN",), scalar=_BOOL_AND, array=_bool_array(operator.and_)),
     AggregateFunction("bool_or", ("BOOLEAN",), scalar=_BOOL_OR, array=_bool_array(operator.or_)),

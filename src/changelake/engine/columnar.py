@@ -6,13 +6,15 @@ their key (0 = the key's first record of the batch, in ``_seq`` order). Step ``d
 record at once, with numpy operations over the keys that have one, so the number of steps is the deepest key
 of the batch (usually 1-3), not the number of records. The state of a key is whether its row exists and, per
 column, the index of the value it holds in that column's *value store*: the stored rows, then the records,
-then one null slot, then the values aggregation steps computed. Rows and changelog images are gathered from
-the stores with Arrow ``take`` at the end; the rules of each engine are the ones :mod:`changelake.engine.merge` states
+then one null slot, then the values aggregation steps computed (the indexes are held column by column, so a
+column's indexes are one contiguous array). A store is a chunked Arrow array of those parts, never
+concatenated; rows and changelog images are gathered from the stores with Arrow ``take`` at the end; the rules of each engine are the ones :mod:`changelake.engine.merge` states
 for one record, written over arrays.
 
 Aggregate functions come from :mod:`changelake.engine.aggregates`: a function whose result is one of its inputs
 (max, min, last/first value) points at it, the others compute over numpy arrays (integer sums and products
-wrap around as Java's do, FLOAT is float32, DECIMAL(<=18) adds and compares as unscaled longs). DECIMAL
+wrap around as Java's do, FLOAT is float32, DECIMAL(<=18) adds and compares as unscaled longs) or over Arrow
+arrays (listagg joins strings in Arrow). DECIMAL
 products, wider DECIMALs and rbm32/rbm64 call the function's one-record merge element by element (numpy
 ``frompyfunc``): exact, but a Python call per merged value for those columns.
 """
@@ -83,7 +85,8 @@ class _BucketMerge:
         seq = records.column("_seq").to_numpy()
         # The bucket task hands the records over in _seq order already: sort only if they are not.
         self.records = records if bool(np.all(seq[1:] > seq[:-1])) else records.sort_by("_seq")
-        self._stores: dict[int, pa.Array] = {}
+        self._stores: dict[int, pa.ChunkedArray] = {}
+        self._bases: dict[int, list[pa.Array]] = {}
         self.id_ranges = id_ranges or []
         self.counts = merge.BatchCounts(records=records.num_rows)
         self._values: dict[int, _Values] = {}
@@ -190,9 +193,12 @@ class _BucketMerge:
     def _init_state(self) -> None:
         C = len(self.names)
         self.exists = self.stored_of_group >= 0
-        self.idx = np.where(self.exists, self.stored_of_group, self.NULL)[:, None].repeat(C, axis=1)
+        # Column-major (C, G): a column's indexes are contiguous for the final gathers; the steps read and
+        # write the (k, C) rows of their keys through transposes.
+        start = np.where(self.exists, self.stored_of_group, self.NULL)
+        self.idx = np.repeat(start[None, :], C, axis=0)
         self.takes_id = np.zeros(self.n, bool)
-        self.emitted: list[tuple[np.ndarray, int, int, np.ndarray]] = []  # (seqs, sub, type, idx rows)
+        self.emitted: list[tuple[np.ndarray, int, int, np.ndarray]] = []  # (seqs, sub, type, (k, C) idx rows)
         self.target = None if self.m.target is None else sorted(self.m.target)
         self.ai = self.m.auto_increment_index
         self.version: tuple[int, _Values] | None = None  # versioned: the version column and its values
@@ -234,7 +240,7 @@ class _BucketMerge:
     def _deletes(self, r: np.ndarray, g: np.ndarray) -> None:
         if not len(r):
             return
-        old = self.idx[g]
+        old = self.idx[:, g].T
         if self.target is None:
             remove = np.ones(len(r), bool)
         else:
@@ -252,7 +258,7 @@ class _BucketMerge:
             for i in self.target or ():  # kept rows only come from a partial delete
                 if i not in self.key_index:
                     new[:, i] = self.NULL
-            self.idx[g[kept]] = new
+            self.idx[:, g[kept]] = new.T
             self.counts.updated += int(kept.sum())
             self._emit_update(r[kept], old[kept], new)
 
@@ -268,7 +274,7 @@ class _BucketMerge:
         if self.ai is not None:
             new[:, self.ai] = self.ID_BASE + r
             self.takes_id[r] = True
-        self.idx[g] = new
+        self.idx[:, g] = new.T
         self.exists[g] = True
         self.counts.inserted += len(r)
         self._emit(r, 0, UPDATE_AFTER if self.m.wal_shortcut else INSERT, new)
@@ -277,7 +283,7 @@ class _BucketMerge:
         if not len(r):
             return
         m = self.m
-        old = self.idx[g]
+        old = self.idx[:, g].T
         if isinstance(m, merge.FirstRowMerger) or (
             self.target is not None and m.target_is_key and self.agg is None
         ):
@@ -303,7 +309,7 @@ class _BucketMerge:
         else:
             for i in self.target:
                 new[:, i] = self.H + r
-        self.idx[g] = new
+        self.idx[:, g] = new.T
         self.counts.updated += len(r)
         self._emit_update(r, old, new)
 
@@ -357,25 +363,33 @@ class _BucketMerge:
         self.id_values[np.flatnonzero(self.takes_id)] = ids[:needed]
         self.ids_remaining = _remaining_after(self.id_ranges, needed)
 
-    def _store(self, i: int) -> pa.Array:
+    def _store(self, i: int) -> pa.ChunkedArray:
         """Column ``i``'s values: stored rows, records, the null slot, ids or aggregated values (built once,
         after the merge steps: rows and changelog gather from the same store)."""
         if i not in self._stores:
             self._stores[i] = self._build_store(i)
         return self._stores[i]
 
-    def _build_store(self, i: int) -> pa.Array:
+    def base_chunks(self, i: int) -> list[pa.Array]:
+        """Column ``i``'s stored values, record values and null slot: the first chunks of its store (an
+        aggregated column reads its inputs from them too)."""
+        if i not in self._bases:
+            t = self.schema.field(i).type
+            parts = ([self.stored.column(i)] if self.stored is not None else []) + [self.recs.column(i)]
+            chunks = [c for p in parts for c in p.chunks] + [pa.nulls(1, t)]
+            self._bases[i] = [c.cast(t) if c.type != t else c for c in chunks]
+        return self._bases[i]
+
+    def _build_store(self, i: int) -> pa.ChunkedArray:
+        # Chunks, not one concatenated array: a take resolves its indexes across chunks, and the copy of
+        # every stored value per column and bucket is saved.
         t = self.schema.field(i).type
-        parts = []
-        if self.stored is not None:
-            parts += self.stored.column(i).chunks
-        parts += self.recs.column(i).chunks
-        parts.append(pa.nulls(1, t))
+        parts = list(self.base_chunks(i))
         if i == self.ai:
             parts.append(pa.array(self.id_values, pa.int64()).cast(t))
         elif self.agg and i in self.agg:
             parts += self.agg[i].computed_arrays()
-        return pa.concat_arrays([p.cast(t) if p.type != t else p for p in parts]) if parts else pa.nulls(0, t)
+        return pa.chunked_array(parts, t)
 
     @property
     def whole_rows(self) -> bool:
@@ -383,14 +397,19 @@ class _BucketMerge:
         aggregated values, no ids (then a row's index is its first column's)."""
         return self.target is None and not self.agg and self.ai is None
 
-    def _gather(self, idx: np.ndarray) -> list[pa.Array]:
-        """The values ``idx`` points at, per column; a 1-D ``idx`` (or rows all of whose columns point at one
-        place) takes whole stored rows and records, in one take."""
-        first = idx if idx.ndim == 1 else (idx[:, 0] if len(idx) else np.zeros(0, np.int64))
-        if idx.ndim == 1 or (len(idx) and (idx == first[:, None]).all() and int(first.max()) < self.NULL):
-            whole = pa.concat_tables(([self.stored] if self.stored is not None else []) + [self.recs])
-            return whole.take(pa.array(first)).columns
-        return [self._store(i).take(pa.array(idx[:, i])) for i in range(len(self.names))]
+    def _gather(self, idx: np.ndarray) -> list[pa.ChunkedArray]:
+        """The values ``idx`` points at, per column: a 1-D ``idx`` is whole rows, a 2-D one is column-major
+        (C, m). Whole rows (or rows all of whose columns point at one stored row or record) are one take."""
+        first = idx if idx.ndim == 1 else idx[0]
+        whole = idx.ndim == 1 or (
+            len(first) > 0
+            and int(first.max()) < self.NULL
+            and all(np.array_equal(column, first) for column in idx[1:])
+        )
+        if whole:
+            table = pa.concat_tables(([self.stored] if self.stored is not None else []) + [self.recs])
+            return table.take(pa.array(first)).columns
+        return [self._store(i).take(pa.array(idx[i])) for i in range(len(self.names))]
 
     def _final_rows(self) -> pa.Table:
         live = np.flatnonzero(self.exists)
@@ -410,14 +429,15 @@ class _BucketMerge:
             key_table = pa.Table.from_arrays(self._gather(idx), schema=self.schema).select(keys)
         else:
             key_table = pa.Table.from_arrays(
-                [self._store(i).take(pa.array(idx[:, i])) for i in self.key_index], names=keys
+                [self._store(i).take(pa.array(idx[i])) for i in self.key_index], names=keys
             )
         order = pc.sort_indices(key_table, sort_keys=[(k, "ascending") for k in keys]).to_numpy()
-        return pa.Table.from_arrays(self._gather(idx[order]), schema=self.schema)
+        return pa.Table.from_arrays(self._gather(idx[..., order]), schema=self.schema)
 
     def _live_idx(self, groups: np.ndarray) -> np.ndarray:
-        """The value indexes of these groups' rows: 1-D (whole rows) when every row is whole."""
-        return self.idx[groups, 0] if self.whole_rows else self.idx[groups]
+        """The value indexes of these groups' rows: 1-D (whole rows) when every row is whole, else
+        column-major (C, len(groups))."""
+        return self.idx[0, groups] if self.whole_rows else np.take(self.idx, groups, axis=1)
 
     def _stored_in_key_order(self) -> bool:
         """Whether the stored rows are in increasing key order (a bucket file is written so; two files
@@ -444,7 +464,10 @@ class _BucketMerge:
         seqs = np.concatenate([e[0] for e in self.emitted])
         subs = np.concatenate([np.full(len(e[0]), e[1], np.int32) for e in self.emitted])
         types = np.concatenate([np.full(len(e[0]), e[2], np.int8) for e in self.emitted])
-        idx = np.concatenate([e[3][:, 0] if self.whole_rows else e[3] for e in self.emitted])
+        if self.whole_rows:
+            idx = np.concatenate([e[3][:, 0] for e in self.emitted])
+        else:  # column-major, as _gather takes it
+            idx = np.concatenate([e[3].T for e in self.emitted], axis=1)
         if len(seqs) < 2 or bool(
             np.all((seqs[1:] > seqs[:-1]) | ((seqs[1:] == seqs[:-1]) & (subs[1:] > subs[:-1])))
         ):
@@ -453,7 +476,7 @@ class _BucketMerge:
             order = np.lexsort((subs, seqs))
         change = pa.DictionaryArray.from_arrays(types[order], pa.array(CHANGE_TYPES)).cast(pa.string())
         columns = [pa.array(seqs[order], pa.int64()), pa.array(subs[order], pa.int32()), change]
-        return pa.Table.from_arrays(columns + self._gather(idx[order]), schema=out)
+        return pa.Table.from_arrays(columns + self._gather(idx[..., order]), schema=out)
 
 
 def _remaining_after(ranges: list[tuple[int, int]], used: int) -> tuple[int, int] | None:
@@ -580,13 +603,17 @@ class _AggColumn:
         column = spec.columns[i]
         self.type = bm.schema.field(i).type
         self.function, parameters = aggregates.of_column(spec, column.name)
-        # Point at the input ``pick`` chooses, or compute values with ``array``: the function's numpy merge, or
-        # its one-record merge called per value (then the values are Python objects).
+        # Point at the input ``pick`` chooses, or compute values with ``arrow`` (the function's merge over
+        # Arrow arrays) or ``array``: its numpy merge, or its one-record merge called per value (then the values
+        # are Python objects).
         self.pick: aggregates.Pick | None = None
         self.array: aggregates.ArrayFold | None = None
+        self.arrow: aggregates.ArrowFold | None = None
         self.objects = not self.function.vectorized(column.type)
         if self.objects:
             self.array = _per_value(self.function.scalar(column.type, parameters))
+        elif self.function.arrow is not None:
+            self.arrow = self.function.arrow(column.type, parameters)
         elif self.function.array is not None:
             self.array = self.function.array(column.type, parameters)
         else:
@@ -596,18 +623,26 @@ class _AggColumn:
         # nothing and converts nothing).
         self.i = i
         self.offset = bm.ID_BASE + bm.n  # computed values come after the id slots in the store
-        self.computed: list[tuple[np.ndarray, np.ndarray]] = []
-        self._base: pa.Array | None = None
+        # (values, nulls) of each fold: numpy values (``array``) or an Arrow array (``arrow``).
+        self.computed: list[tuple[np.ndarray | pa.Array, np.ndarray]] = []
+        self._base: pa.ChunkedArray | None = None
         self._base_null: np.ndarray | None = None
 
-    def base(self) -> pa.Array:
-        """The column's stored values, record values and null slot, in the store's order (built once)."""
+    def base(self) -> pa.ChunkedArray:
+        """The column's stored values, record values and null slot, in the store's order (the store's first
+        chunks, not copied)."""
         if self._base is None:
-            bm = self.bm
-            parts = ([bm.stored.column(self.i)] if bm.stored is not None else []) + [bm.recs.column(self.i)]
-            chunks = [c.cast(self.type) for p in parts for c in p.chunks] + [pa.nulls(1, self.type)]
-            self._base = pa.concat_arrays(chunks)
+            self._base = pa.chunked_array(self.bm.base_chunks(self.i), self.type)
         return self._base
+
+    def arrow_at(self, positions: np.ndarray) -> pa.Array:
+        """The values at these positions as one Arrow array (an ``arrow`` fold's input): the base, the id
+        slots and the Arrow values folds computed are the store's chunks so far."""
+        computed = [v for v, _ in self.computed]
+        store = pa.chunked_array(
+            self.bm.base_chunks(self.i) + [pa.nulls(self.bm.n, self.type)] + computed, self.type
+        )
+        return store.take(pa.array(positions)).combine_chunks()
 
     def value_at(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         low = positions < self.offset
@@ -636,15 +671,21 @@ class _AggColumn:
         """Aggregate record ``r``'s value into the values at ``old_positions``; returns the new positions."""
         if self.pick is not None:
             return self._select(self.pick, old_positions, self.bm.H + r)
+        start = self.offset + sum(len(v) for v, _ in self.computed)
+        if self.arrow is not None:
+            result = self.arrow(self.arrow_at(old_positions), self.arrow_at(self.bm.H + r))
+            result = result.combine_chunks() if isinstance(result, pa.ChunkedArray) else result
+            result = result.cast(self.type) if result.type != self.type else result
+            self.computed.append((result, result.is_null().to_numpy(zero_copy_only=False)))
+            return np.arange(start, start + len(r))
         assert self.array is not None, "a column that picks no input computes its values"
         old, old_null = self.value_at(old_positions)
         new, new_null = self.value_at(self.bm.H + r)
         value, null = self.array(old, old_null, new, new_null)
-        failed = [j for j, v in enumerate(value) if isinstance(v, _Refused)] if value.dtype == object else []
-        for j in failed:
-            self.bm.failures.append((int(self.bm.seq[r[j]]), value[j].message))
-            value[j], null[j] = None, True
-        start = self.offset + sum(len(v) for v, _ in self.computed)
+        if self.objects:  # only the one-record merge refuses a value
+            for j in [j for j, v in enumerate(value) if isinstance(v, _Refused)]:
+                self.bm.failures.append((int(self.bm.seq[r[j]]), value[j].message))
+                value[j], null[j] = None, True
         self.computed.append((value, null))
         return np.arange(start, start + len(r))
 
@@ -661,7 +702,8 @@ class _AggColumn:
     def computed_arrays(self) -> list[pa.Array]:
         # The id slots sit between the null slot and the computed values (an id column never aggregates).
         return [pa.nulls(self.bm.n, self.type)] + [
-            _from_numpy(v, z, self.type, self.objects) for v, z in self.computed
+            v if isinstance(v, pa.Array) else _from_numpy(v, z, self.type, self.objects)
+            for v, z in self.computed
         ]
 
 
