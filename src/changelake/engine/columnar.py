@@ -244,7 +244,7 @@ class _BucketMerge:
     def _deletes(self, r: np.ndarray, g: np.ndarray) -> None:
         if not len(r):
             return
-        old = self.idx[:, g].T
+        old = np.take(self.idx, g, axis=1).T
         if self.target is None:
             remove = np.ones(len(r), bool)
         else:
@@ -287,7 +287,7 @@ class _BucketMerge:
         if not len(r):
             return
         m = self.m
-        old = self.idx[:, g].T
+        old = np.take(self.idx, g, axis=1).T
         if isinstance(m, merge.FirstRowMerger) or (
             self.target is not None and m.target_is_key and self.agg is None
         ):
