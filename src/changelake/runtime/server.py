@@ -309,6 +309,72 @@ def warm_python_workers(spark, slots: int) -> None:
     spark.range(0, slots, numPartitions=slots).mapInArrow(_import_engine, "id long").collect()
 
 
+WARM_MAX_BYTES = 64 * 1024 * 1024  # views larger than this are not scanned by the warm-up (seconds each)
+WARM_SECONDS = 30.0  # the warm-up starts no new query after this long: it delays the ready file
+WARM_ROUNDS = 3  # the JIT compiles a method after thousands of calls: one round leaves the first build slow
+
+
+def warm_queries(view: str, column: str) -> list[str]:
+    """The statement shapes a dbt build sends, over one view: not_null, unique, accepted_values and
+    relationships tests wrapped as dbt wraps them (``count(*) as failures``), and a plain projection."""
+    c, v = _quoted(column), f"global_temp.{_quoted(view)}"
+    tests = [
+        "select {c} from {v} where {c} is null",
+        "select {c} as u, count(*) as n from {v} where {c} is not null group by {c} having count(*) > 1",
+        "select {c} as value_field, count(*) as n from {v} group by {c} having {c} is null",
+        "select a.{c} from (select {c} from {v} where {c} is not null) a"
+        " left join (select {c} from {v}) b on a.{c} = b.{c} where b.{c} is null",
+    ]
+    wrap = (
+        "select count(*) as failures, count(*) != 0 as should_warn, count(*) != 0 as should_error from ({}) t"
+    )
+    return [wrap.format(t.format(c=c, v=v)) for t in tests] + [f"select * from {v} limit 10"]  # noqa: S608
+
+
+def _quoted(identifier: str) -> str:
+    """A Spark SQL identifier in backticks (names of registered views and their columns)."""
+    return "`" + identifier.replace("`", "``") + "`"
+
+
+def warm_sql(spark, views: list[str], scratch: Path, progress=print) -> int:
+    """Run the statement shapes of a dbt build over the registered views, in a session of their own, so
+    the first build after a start finds the JVM's JIT, Spark's codegen cache and the Parquet paths warm:
+    it took 36 s against 23-25 s for the builds after it. Views above :data:`WARM_MAX_BYTES` are skipped
+    (their scans would delay the start by seconds each); a failing query is reported, never fatal.
+    Returns the number of statements run."""
+    import shutil
+
+    session = spark.newSession()
+    started = time.monotonic()
+    small = []
+    ran = 0
+    try:
+        for view in views:
+            frame = session.table(f"global_temp.{_quoted(view)}")
+            # The plan's size estimate: the Parquet files' bytes, known without running a job.
+            size = int(frame._jdf.queryExecution().optimizedPlan().stats().sizeInBytes())
+            if size <= WARM_MAX_BYTES and frame.columns:
+                small.append((view, frame.columns[0], frame))
+        for _round in range(WARM_ROUNDS):
+            for view, column, frame in small:
+                if time.monotonic() - started > WARM_SECONDS:
+                    break
+                for sql in warm_queries(view, column):
+                    session.sql(sql).collect()
+                    ran += 1
+                # dbt's models are CREATE TABLE AS SELECT: the Parquet writer and the commit protocol.
+                frame.write.mode("overwrite").parquet(str(scratch / view))
+                ran += 1
+    except Exception as e:  # a cold first build is slower, not wrong
+        progress(f"[server] warm-up stopped: {type(e).__name__}: {e}")
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    progress(
+        f"[server] warm-up: {ran} statement(s) over {len(small)} view(s) in {time.monotonic() - started:.1f}s"
+    )
+    return ran
+
+
 class Server:
     """The running endpoint: a SparkSession with the Spark Connect plugin, HiveThriftServer2 on its
     context, and the view refresher."""
@@ -359,6 +425,7 @@ class Server:
             log=self.progress,
         )
         self.apply_service.start()
+        warm_sql(spark, sorted(_views(refresher)), server_dir(self.settings) / "warm-up", self.progress)
 
     def _running(self) -> tuple[SparkSession, ViewRefresher]:
         """The session and view refresher :meth:`start` made."""
@@ -399,6 +466,15 @@ class Server:
         if self.spark is not None:
             self.spark.stop()  # stops the Spark Connect service with the context
             self.spark = None
+
+
+def _views(refresher: ViewRefresher) -> list[str]:
+    """The global temp views the refresher registered (three per table)."""
+    names = []
+    for name in refresher.registered:
+        view = name.replace(".", "__", 1)
+        names += [view, f"{view}__changelog", f"{view}__input"]
+    return names
 
 
 def connect_session(endpoint: Endpoint | None = None, url: str | None = None):
