@@ -105,6 +105,7 @@ def test_many_decode_tasks_apply_as_one(lake, spark, home, monkeypatch):
         with monkeypatch.context() as m:
             m.setattr(decode, "RANGE_ROWS", 7)
             m.setattr(decode, "RANGE_BYTES", 600)
+            m.setattr(decode, "MAX_RANGE_BYTES", 600)
             m.setattr(decode, "SPLIT_ROWS", 4)
             lake.messages.clear()
             lake.apply("s.split", file=path, batch_id=batch_id)

@@ -1,9 +1,11 @@
-"""How a Parquet batch is cut into decode tasks: one equal share of rows per core (decode.share_rows)."""
+"""How a batch is cut into decode tasks: one equal share of rows per core for Parquet (decode.share_rows),
+of bytes for JSON lines (decode.share_lines)."""
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from changelake.inputs.decode import SPLIT_ROWS, Range, group_ranges, plan_tasks, share_rows
+from changelake.inputs import decode
+from changelake.inputs.decode import SPLIT_ROWS, Range, group_ranges, plan_tasks, share_lines, share_rows
 
 FMT = "changelog-parquet"
 
@@ -68,9 +70,73 @@ def test_five_row_groups_on_two_cores_cut_the_middle_one():
     assert groups == [[0, 1, 2], [3, 4, 5]]
 
 
-def test_one_core_and_json_lines_keep_the_old_plan():
+def test_one_core_keeps_row_groups_whole():
     ranges = row_ranges([300_000, 300_000])
     assert plan_tasks(ranges, 1) == (ranges, group_ranges(ranges, 2))
-    lines = [Range(0, "a.jsonl", "changelog-json", a, a + 100, 1) for a in (0, 100, 200)]
-    pieces, groups = plan_tasks(lines, 2)
-    assert pieces == lines and [i for g in groups for i in g] == [0, 1, 2]
+
+
+def line_ranges(sizes: list[int]) -> list[Range]:
+    """Consecutive byte ranges of lines over files of at most four ranges each, as plan_batch cuts them (the
+    first line of each is counted as if every line were 10 bytes)."""
+    out, start = [], 0
+    for i, size in enumerate(sizes):
+        file_index = i // 4
+        if i % 4 == 0:
+            start = 0
+        out.append(
+            Range(file_index, f"f{file_index}.jsonl", "changelog-json", start, start + size, start // 10 + 1)
+        )
+        start += size
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.integers(1, 5_000), min_size=1, max_size=12),
+    st.integers(1, 4),
+    st.integers(1, 20_000),
+)
+def test_line_shares_cover_the_bytes_in_order_and_join_only_neighbours(sizes, shares, cap):
+    ranges = line_ranges(sizes)
+    original = decode.MAX_RANGE_BYTES
+    decode.MAX_RANGE_BYTES = cap
+    try:
+        pieces, groups = plan_tasks(ranges, shares)
+    finally:
+        decode.MAX_RANGE_BYTES = original
+    assert rows(pieces) == rows(ranges)  # the same bytes of the same files, in order
+    assert [i for g in groups for i in g] == list(range(len(pieces)))
+    # Each planned range lies in exactly one piece; a piece joins ranges only up to the cap, starts where
+    # its first range starts and keeps that range's first line number.
+    piece_of = []
+    for r in ranges:
+        (index,) = [
+            i
+            for i, p in enumerate(pieces)
+            if p.file_index == r.file_index and p.start <= r.start and r.end <= p.end
+        ]
+        piece_of.append(index)
+    for index, p in enumerate(pieces):
+        inside = [r for r, i in zip(ranges, piece_of, strict=True) if i == index]
+        assert (inside[0].start, inside[-1].end, inside[0].first_line) == (p.start, p.end, p.first_line)
+        assert len(inside) == 1 or p.end - p.start <= cap
+    # The shares are group_ranges' shares: the same planned ranges in the same task.
+    group_of = {i: g for g, members in enumerate(groups) for i in members}
+    expected = group_ranges(ranges, shares)
+    assert [[group_of[piece_of[i]] for i in g] for g in expected] == [
+        [g] * len(m) for g, m in enumerate(expected)
+    ]
+
+
+def test_88_mb_of_lines_on_two_cores_are_two_reads_of_44_mb():
+    mib = 1 << 20
+    ranges = [
+        Range(0, "a.jsonl", "changelog-json", a, a + 4 * mib, a // 100 + 1)
+        for a in range(0, 88 * mib, 4 * mib)
+    ]
+    pieces, groups = share_lines(ranges, 2)
+    assert [(p.start, p.end, p.first_line) for p in pieces] == [
+        (0, 44 * mib, 1),
+        (44 * mib, 88 * mib, 44 * mib // 100 + 1),
+    ]
+    assert groups == [[0], [1]]

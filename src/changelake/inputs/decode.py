@@ -47,7 +47,10 @@ from changelake.inputs import formats, readers
 from changelake.inputs.records import DecodedBatch, batch_arrow_schema
 from changelake.spec import TableSpec
 
-RANGE_BYTES = int(os.environ.get("CHANGELAKE_DECODE_RANGE_BYTES", 16 << 20))
+# JSON lines are planned in ranges of about RANGE_BYTES; a decode task reads the consecutive ranges of its
+# share as one, up to MAX_RANGE_BYTES (what one read and one JSON parse hold in a task's memory).
+RANGE_BYTES = int(os.environ.get("CHANGELAKE_DECODE_RANGE_BYTES", 4 << 20))
+MAX_RANGE_BYTES = int(os.environ.get("CHANGELAKE_DECODE_MAX_RANGE_BYTES", 64 << 20))
 # Rows of a Parquet file per decode task: small row groups are combined up to this many.
 RANGE_ROWS = int(os.environ.get("CHANGELAKE_DECODE_RANGE_ROWS", 1 << 20))
 SPLIT_ROWS = 1 << 16  # the fewest rows a range cut in halves (to give every core a task) may get
@@ -477,12 +480,41 @@ def plan_tasks(ranges: list[Range], cores: int) -> tuple[list[Range], list[list[
 
     Rows (Parquet) cost about the same per row, so they are cut into one equal share per core
     (:func:`share_rows`): a whole row group more per task would leave a core idle for its time at the end
-    (5 row groups on 2 cores: 3 on one, 2 on the other). Lines vary more in cost; their ranges go to a few
-    tasks per core, to even out."""
+    (5 row groups on 2 cores: 3 on one, 2 on the other). Lines are shared out the same way, by bytes
+    (:func:`share_lines`)."""
+    if ranges and all(_rows_format(r) is None for r in ranges):
+        return share_lines(ranges, cores)
     if cores > 1 and ranges and all(_rows_format(r) is not None and r.end >= 0 for r in ranges):
         return share_rows(ranges, cores)
     ranges = split_ranges(ranges, cores)
     return ranges, group_ranges(ranges, cores * 2)
+
+
+def share_lines(ranges: list[Range], shares: int) -> tuple[list[Range], list[list[int]]]:
+    """Byte ranges of lines in one share of about equal bytes per core, each share's consecutive ranges of
+    a file joined up to MAX_RANGE_BYTES.
+
+    Measured on 500k changelog-JSON records (88 MB, 2 cores): 16-MiB ranges in 4 tasks decoded in 1.5 s
+    (a task of two ranges ran alone at the end, and every range pays a parse and a staged file of its
+    own), two shares of 44 MB in 1.0 s; 4 tasks of 22 MB took as long as 2."""
+    pieces: list[Range] = []
+    groups: list[list[int]] = []
+    for group in group_ranges(ranges, max(1, shares)):
+        joined: list[int] = []
+        for r in (ranges[i] for i in group):
+            last = pieces[-1] if joined else None
+            if (
+                last is not None
+                and last.file_index == r.file_index
+                and last.end == r.start
+                and r.end - last.start <= MAX_RANGE_BYTES
+            ):
+                pieces[-1] = Range(last.file_index, last.path, last.fmt, last.start, r.end, last.first_line)
+            else:
+                joined.append(len(pieces))
+                pieces.append(r)
+        groups.append(joined)
+    return pieces, groups
 
 
 def share_rows(ranges: list[Range], shares: int) -> tuple[list[Range], list[list[int]]]:
