@@ -114,7 +114,7 @@ def commit_batch(table, removed, added, summary):
         deadline = time.monotonic() + 300
         while len(list(barrier.glob("*.reached"))) < 2 and time.monotonic() < deadline:
             time.sleep(0.02)
-    commit(table, removed, added, summary)
+    return commit(table, removed, added, summary)
 
 Storage.commit_batch = staticmethod(commit_batch)
 sys.exit(main(sys.argv[2:]))

@@ -283,15 +283,16 @@ class Applier:
             log_table = self.storage.changelog_table(spec)
             logged = ChangelogSummary.from_snapshot(log_table.current_snapshot())
             log_last = logged.batch_id if logged else 0
-            committed = [(s, BatchSummary.of_batch(s)) for s in self.storage.batch_snapshots(pk)]
-            lagging = [(s, b) for s, b in committed if b.batch_id > log_last]
+            lagging = [
+                (s, BatchSummary.of_batch(s)) for s in self.storage.batch_snapshots_after(pk, log_last)
+            ]
             if not lagging:
                 return
             try:
                 for snap, batch in lagging:
                     manifest = self.storage.read_json(pk, batch.changelog_manifest)
                     _fault("before-changelog-commit")
-                    self.storage.append_batch(
+                    log_table = self.storage.append_batch(
                         log_table,
                         self.storage.to_data_files(log_table, manifest["files"]),
                         ChangelogSummary(
@@ -301,7 +302,6 @@ class Applier:
                             pk_snapshot_id=snap.snapshot_id,
                         ),
                     )
-                    log_table = self.storage.changelog_table(spec)
                 return
             except CommitFailedException:
                 continue  # a concurrent applier rolled forward; re-read and check
@@ -417,9 +417,9 @@ class Applier:
     def _commit(self, plan: ApplyPlan, written: WrittenBatch) -> BatchResult:
         """Step 7, the commit point: one snapshot swapping the touched buckets' files, its summary the batch's.
         Raises CommitFailedException when another writer committed first."""
-        self.storage.commit_batch(plan.table, written.removed, written.added, written.summary)
+        committed = self.storage.commit_batch(plan.table, written.removed, written.added, written.summary)
         _fault("after-pk-commit")
-        snap = self.storage.pk_table(plan.spec).current_snapshot()
+        snap = committed.current_snapshot()
         return BatchResult.of(
             plan.spec.full_name, "applied", written.summary, snap.snapshot_id if snap else None
         )

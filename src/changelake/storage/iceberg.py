@@ -36,7 +36,7 @@ from changelake import evolution
 from changelake.config import Settings
 from changelake.errors import ChangelakeError
 from changelake.spec import TableSpec
-from changelake.storage import summary
+from changelake.storage import pyiceberg_fixes, summary  # noqa: F401  (pyiceberg_fixes: installs its fixes)
 from changelake.storage.summary import BatchSummary, ChangelogSummary
 
 CHANGELOG_SUFFIX = "__changelog"
@@ -300,6 +300,23 @@ class Storage:
         ]
         return list(reversed(chain))
 
+    @staticmethod
+    def batch_snapshots_after(table: Table, batch_id: int) -> list[Snapshot]:
+        """The batch snapshots of batches after ``batch_id``, oldest first: walked back from the current
+        snapshot only as far as needed, so a commit's cost does not grow with the table's history."""
+        current = table.current_snapshot()
+        newer: list[Snapshot] = []
+        if current is None:
+            return newer
+        for snap in ancestors_of(current, table.metadata):
+            props = summary.properties(snap)
+            if summary.BATCH_ID not in props:
+                continue
+            if summary.batch_of(props) <= batch_id:
+                break
+            newer.append(snap)
+        return list(reversed(newer))
+
     def snapshot_for_batch(self, table: Table, batch_id: int) -> Snapshot | None:
         for snap in self.batch_snapshots(table):
             if summary.batch_of(summary.properties(snap)) == batch_id:
@@ -334,9 +351,9 @@ class Storage:
     @staticmethod
     def commit_batch(
         table: Table, removed: list[DataFile], added: list[DataFile], batch: BatchSummary
-    ) -> None:
+    ) -> Table:
         """Commit one snapshot replacing ``removed`` by ``added``, its summary ``batch`` stamped with the commit
-        time; raises CommitFailedException on a race."""
+        time; return the table as committed. Raises CommitFailedException on a race."""
         tx = table.transaction()
         props = replace(batch, committed_at_ms=int(time.time() * 1000)).to_properties()
         with tx.update_snapshot(snapshot_properties=props).overwrite() as overwrite:
@@ -344,16 +361,16 @@ class Storage:
                 overwrite.delete_data_file(f)
             for f in added:
                 overwrite.append_data_file(f)
-        tx.commit_transaction()
+        return tx.commit_transaction()
 
     @staticmethod
-    def append_batch(table: Table, added: list[DataFile], changelog: ChangelogSummary) -> None:
-        """Commit one snapshot appending a batch's changelog files ``added``."""
+    def append_batch(table: Table, added: list[DataFile], changelog: ChangelogSummary) -> Table:
+        """Commit one snapshot appending a batch's changelog files ``added``; return the table as committed."""
         tx = table.transaction()
         with tx.update_snapshot(snapshot_properties=changelog.to_properties()).fast_append() as append:
             for f in added:
                 append.append_data_file(f)
-        tx.commit_transaction()
+        return tx.commit_transaction()
 
     def write_json(self, table: Table, path: str, payload: dict) -> None:
         with table.io.new_output(path).create(overwrite=True) as out:

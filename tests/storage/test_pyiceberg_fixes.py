@@ -1,0 +1,108 @@
+"""changelake.storage.pyiceberg_fixes: the metadata cache and the dropped manifests of deleted files, on a real
+SQL catalog (SQLite), without Spark."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pyiceberg
+import pytest
+from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.io.pyarrow import parquet_file_to_data_file
+from pyiceberg.schema import Schema
+from pyiceberg.types import LongType, NestedField
+
+from changelake.storage import pyiceberg_fixes
+
+
+@pytest.fixture
+def table(tmp_path):
+    catalog = SqlCatalog("t", uri=f"sqlite:///{tmp_path}/c.db", warehouse=f"file://{tmp_path}/wh")
+    catalog.create_namespace("ns")
+    schema = Schema(NestedField(1, "k", LongType(), required=False))
+    # The files carry no field ids: reads map columns by name, as changelake's tables do.
+    mapping = {"schema.name-mapping.default": schema.name_mapping.model_dump_json()}
+    return catalog.create_table(("ns", "t"), schema, properties=mapping)
+
+
+def data_file(table, path, values):
+    pq.write_table(pa.table({"k": pa.array(values, pa.int64())}), path)
+    return parquet_file_to_data_file(table.io, table.metadata, str(path))
+
+
+def overwrite(table, removed, added):
+    tx = table.transaction()
+    with tx.update_snapshot().overwrite() as op:
+        for f in removed:
+            op.delete_data_file(f)
+        for f in added:
+            op.append_data_file(f)
+    return tx.commit_transaction()
+
+
+def test_installed_on_the_pyiceberg_this_project_locks():
+    # A new pyiceberg fails here on purpose: check whether it has the fixes, then update CHECKED_VERSIONS.
+    assert pyiceberg.__version__ in pyiceberg_fixes.CHECKED_VERSIONS
+    assert pyiceberg_fixes.INSTALLED
+    assert pyiceberg_fixes.install()  # idempotent
+
+
+def test_transaction_metadata_is_computed_once_per_state(table, monkeypatch):
+    calls = []
+    original = pyiceberg_fixes.update_table_metadata
+
+    def counting(base, updates):
+        calls.append(len(updates))
+        return original(base, updates)
+
+    monkeypatch.setattr(pyiceberg_fixes, "update_table_metadata", counting)
+    tx = table.transaction()
+    first = tx.table_metadata
+    assert all(tx.table_metadata is first for _ in range(5))
+    assert calls == [0]
+    tx.set_properties(owner="a")  # staging an update is a new state: computed again, and current
+    assert tx.table_metadata.properties["owner"] == "a"
+    assert tx.table_metadata.properties["owner"] == "a"
+    assert calls == [0, 1]
+    committed = tx.commit_transaction()
+    assert committed.properties["owner"] == "a"
+    again = committed.transaction()  # a new table metadata object: not the old transaction's result
+    assert again.table_metadata.properties["owner"] == "a"
+    assert again.table_metadata is not first
+
+
+def test_overwrites_do_not_keep_manifests_of_deleted_files(table, tmp_path):
+    table = overwrite(table, [], [data_file(table, tmp_path / "0.parquet", [0])])
+    snapshots = [table.current_snapshot().snapshot_id]
+    for i in range(1, 8):
+        new = data_file(table, tmp_path / f"{i}.parquet", [i])
+        live = [task.file for task in table.scan().plan_files()]  # as the applier gets the files it replaces
+        table = overwrite(table, live, [new])
+        snapshots.append(table.current_snapshot().snapshot_id)
+    manifests = table.current_snapshot().manifests(table.io)
+    # The added file's manifest and this commit's manifest of its deleted file; none of the earlier ones.
+    assert len(manifests) == 2, [
+        (m.added_files_count, m.existing_files_count, m.deleted_files_count) for m in manifests
+    ]
+    assert table.scan().to_arrow().column("k").to_pylist() == [7]
+    # Time travel reads each snapshot's own manifest list, as before.
+    for i, snapshot_id in enumerate(snapshots):
+        assert table.scan(snapshot_id=snapshot_id).to_arrow().column("k").to_pylist() == [i]
+
+
+def test_only_deleted_is_judged_by_the_manifest_list_counts():
+    from types import SimpleNamespace as M
+
+    assert pyiceberg_fixes.only_deleted(M(added_files_count=0, existing_files_count=0, deleted_files_count=3))
+    assert not pyiceberg_fixes.only_deleted(
+        M(added_files_count=1, existing_files_count=0, deleted_files_count=3)
+    )
+    assert not pyiceberg_fixes.only_deleted(
+        M(added_files_count=0, existing_files_count=2, deleted_files_count=3)
+    )
+    assert not pyiceberg_fixes.only_deleted(
+        M(added_files_count=0, existing_files_count=0, deleted_files_count=0)
+    )
+    assert not pyiceberg_fixes.only_deleted(
+        M(added_files_count=None, existing_files_count=None, deleted_files_count=None)
+    )
