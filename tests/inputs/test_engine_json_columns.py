@@ -227,3 +227,22 @@ def test_plain_lines_take_the_column_wise_path(rows):
     table = decode._json_columns(data, r, spec)
     assert table is not None and table.num_rows == len(rows)
     assert (table.column("_seq").to_numpy() >> decode.LINE_SHIFT).tolist() == list(range(7, 7 + len(rows)))
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        (b'{"a": 1}\n\n{"a": 2}\n', [5, 7]),  # blank lines take no number
+        (b'{"a": 1}\r\n{"a": 2}', [5, 6]),  # CRLF and no final newline
+        ('{"a": "é"}\n'.encode(), [5]),  # valid UTF-8 beyond ASCII
+        (b'{"a": 1}\r{"a": 2}\n', None),  # a lone carriage return: decided line by line
+        (b'{"a": 1}\n{"a": 2}\r', None),  # ... also as the last byte
+        (b'{"a": "\xff"}\n', None),  # not UTF-8
+        (b'{"a": 1}\n[1]\n', None),  # a line that is not one object
+    ],
+)
+def test_object_lines_numbers_object_lines_and_declines_the_rest(data, expected):
+    from changelake.inputs.formats.changelog_json import _object_lines
+
+    got = _object_lines(data, 5)
+    assert (None if got is None else got.tolist()) == expected

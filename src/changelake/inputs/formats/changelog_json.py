@@ -147,7 +147,8 @@ def _object_lines(data: bytes, first_line: int) -> np.ndarray | None:
     if not len(raw):
         return np.zeros(0, np.int64)
     newlines = np.flatnonzero(raw == 10)
-    returns = np.flatnonzero(raw == 13)
+    # bytes.find scans at memchr speed: the array pass below only for text that has a carriage return.
+    returns = np.flatnonzero(raw == 13) if b"\r" in data else ()
     if (
         len(returns)
         and ((returns + 1 >= len(raw)) | (raw[np.minimum(returns + 1, len(raw) - 1)] != 10)).any()
@@ -160,10 +161,11 @@ def _object_lines(data: bytes, first_line: int) -> np.ndarray | None:
     filled = np.flatnonzero(~blank)
     if (raw[starts[filled]] != ord("{")).any() or (raw[ends[filled] - 1] != ord("}")).any():
         return None
-    try:
-        pa.array([data], pa.binary()).cast(pa.string()).validate(full=True)
-    except pa.ArrowInvalid:
-        return None
+    if not data.isascii():  # ASCII is valid UTF-8 (and isascii is ~3x faster than validating)
+        try:
+            pa.array([data], pa.binary()).cast(pa.string()).validate(full=True)
+        except pa.ArrowInvalid:
+            return None
     return filled.astype(np.int64) + first_line
 
 
