@@ -309,10 +309,10 @@ class Storage:
         if current is None:
             return newer
         for snap in ancestors_of(current, table.metadata):
-            props = summary.properties(snap)
-            if summary.BATCH_ID not in props:
+            committed = summary.batch_of(summary.properties(snap))
+            if committed is None:
                 continue
-            if summary.batch_of(props) <= batch_id:
+            if committed <= batch_id:
                 break
             newer.append(snap)
         return list(reversed(newer))

@@ -73,9 +73,10 @@ def install() -> bool:
     if pyiceberg.__version__ not in CHECKED_VERSIONS:
         return False
     if Transaction.__dict__["table_metadata"] is _ORIGINAL:
-        Transaction.table_metadata = property(_cached_table_metadata, doc=_ORIGINAL.__doc__)
+        cached = property(_cached_table_metadata, doc=_ORIGINAL.__doc__)
+        setattr(Transaction, "table_metadata", cached)  # noqa: B010 (mypy refuses to assign a property)
     if _OverwriteFiles.__dict__["_existing_manifests"] is _ORIGINAL_EXISTING:
-        _OverwriteFiles._existing_manifests = _live_existing_manifests
+        setattr(_OverwriteFiles, "_existing_manifests", _live_existing_manifests)  # noqa: B010
     return True
 
 

@@ -148,7 +148,7 @@ def _object_lines(data: bytes, first_line: int) -> np.ndarray | None:
         return np.zeros(0, np.int64)
     newlines = np.flatnonzero(raw == 10)
     # bytes.find scans at memchr speed: the array pass below only for text that has a carriage return.
-    returns = np.flatnonzero(raw == 13) if b"\r" in data else ()
+    returns = np.flatnonzero(raw == 13) if b"\r" in data else np.zeros(0, np.int64)
     if (
         len(returns)
         and ((returns + 1 >= len(raw)) | (raw[np.minimum(returns + 1, len(raw) - 1)] != 10)).any()
