@@ -17,6 +17,7 @@ class _FakeSpark:
         self.failing = failing
         self.statements: list[str] = []
         self.written: list[str] = []
+        self.temp_views: list[str] = []
 
     def newSession(self):  # noqa: N802 (pyspark's name)
         return self
@@ -29,6 +30,19 @@ class _FakeSpark:
         writer = SimpleNamespace(mode=lambda _m: SimpleNamespace(parquet=self.written.append))
         return SimpleNamespace(_jdf=jdf, columns=["id", "v"], write=writer)
 
+    def _frame(self, name: str):
+        writer = SimpleNamespace(mode=lambda _m: SimpleNamespace(parquet=self.written.append))
+        return SimpleNamespace(
+            columns=["id", "name"], write=writer, createOrReplaceTempView=self.temp_views.append, name=name
+        )
+
+    def range(self, *args):  # the synthetic relation: spark.range(...).selectExpr(...)
+        return SimpleNamespace(selectExpr=lambda *columns: self._frame("synthetic"))
+
+    @property
+    def read(self):
+        return SimpleNamespace(parquet=lambda path: self._frame(path))
+
     def sql(self, statement: str):
         if self.failing and self.failing in statement:
             raise RuntimeError("boom")
@@ -37,13 +51,13 @@ class _FakeSpark:
 
 
 def test_warm_queries_quote_names_and_wrap_tests_as_dbt_does():
-    queries = warm_queries("a__x", "we`ird")
+    queries = warm_queries("global_temp.`a__x`", "we`ird")
     assert all("global_temp.`a__x`" in q for q in queries)
     assert all("`we``ird`" in q for q in queries[:4])
     assert sum(q.startswith("select count(*) as failures") for q in queries) == 4
 
 
-def test_warm_sql_scans_small_views_only_and_cleans_up(tmp_path, monkeypatch):
+def test_warm_sql_runs_over_the_synthetic_relation_and_small_views_only_and_cleans_up(tmp_path, monkeypatch):
     monkeypatch.setattr(server, "WARM_ROUNDS", 2)
     spark = _FakeSpark({"small": 1000, "big": server.WARM_MAX_BYTES + 1})
     scratch = tmp_path / "warm-up"
@@ -51,18 +65,32 @@ def test_warm_sql_scans_small_views_only_and_cleans_up(tmp_path, monkeypatch):
     (scratch / "leftover").write_text("x")
     messages: list[str] = []
     ran = warm_sql(spark, ["big", "small"], scratch, messages.append)
-    per_view = len(warm_queries("small", "id")) + 1  # the statements and one Parquet write
-    assert ran == 2 * per_view
-    assert spark.statements == 2 * warm_queries("small", "id")
+    synthetic = warm_queries("`changelake_warm_up`", "name")
+    small = warm_queries("global_temp.`small`", "id")
+    assert spark.temp_views == ["changelake_warm_up"]  # a temp view of the warm-up's session, not global
+    assert spark.statements == 2 * (synthetic + small)
     assert not any("`big`" in s for s in spark.statements)
-    assert spark.written == [str(scratch / "small")] * 2
+    out = scratch / "out"
+    assert spark.written == [str(scratch / "changelake_warm_up")] + 2 * [
+        str(out / "changelake_warm_up"),
+        str(out / "small"),
+    ]
+    assert ran == 1 + 2 * (len(synthetic) + 1 + len(small) + 1)
     assert not scratch.exists()
-    assert messages == [messages[0]] and "over 1 view(s)" in messages[0]
+    assert messages == [messages[0]] and "a synthetic relation and 1 view(s)" in messages[0]
+
+
+def test_the_synthetic_relation_warms_even_without_tables(tmp_path, monkeypatch):
+    monkeypatch.setattr(server, "WARM_ROUNDS", 1)
+    spark = _FakeSpark({})
+    ran = warm_sql(spark, [], tmp_path / "warm-up", lambda _m: None)
+    assert spark.statements == warm_queries("`changelake_warm_up`", "name")
+    assert ran == 1 + len(spark.statements) + 1
 
 
 def test_a_failing_warm_up_query_is_reported_not_raised(tmp_path):
     spark = _FakeSpark({"a": 10, "b": 10}, failing="is not null group by")
     messages: list[str] = []
     ran = warm_sql(spark, ["a", "b"], tmp_path / "warm-up", messages.append)
-    assert ran == 1  # the first statement ran, the second failed and ended the warm-up
+    assert ran == 2  # the synthetic write and the first statement ran; the second failed and ended it
     assert "warm-up stopped: RuntimeError: boom" in messages[0]
