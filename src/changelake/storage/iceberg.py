@@ -36,7 +36,10 @@ from changelake import evolution
 from changelake.config import Settings
 from changelake.errors import ChangelakeError
 from changelake.spec import TableSpec
-from changelake.storage import pyiceberg_fixes, summary  # noqa: F401  (pyiceberg_fixes: installs its fixes)
+from changelake.storage import (
+    pyiceberg_fixes,  # noqa: F401  (imported for the fixes it installs)
+    summary,
+)
 from changelake.storage.summary import BatchSummary, ChangelogSummary
 
 CHANGELOG_SUFFIX = "__changelog"
@@ -291,19 +294,14 @@ class Storage:
 
     @staticmethod
     def batch_snapshots(table: Table) -> list[Snapshot]:
-        """Snapshots of the main branch that committed a batch, oldest first."""
-        current = table.current_snapshot()
-        if current is None:
-            return []
-        chain = [
-            s for s in ancestors_of(current, table.metadata) if summary.BATCH_ID in summary.properties(s)
-        ]
-        return list(reversed(chain))
+        """Snapshots of the main branch that committed a batch, oldest first (batch ids start at 1)."""
+        return Storage.batch_snapshots_after(table, 0)
 
     @staticmethod
     def batch_snapshots_after(table: Table, batch_id: int) -> list[Snapshot]:
-        """The batch snapshots of batches after ``batch_id``, oldest first: walked back from the current
-        snapshot only as far as needed, so a commit's cost does not grow with the table's history."""
+        """The main branch's snapshots that committed a batch after ``batch_id``, oldest first: walked back
+        from the current snapshot only as far as needed, so a roll-forward's cost does not grow with the
+        table's history."""
         current = table.current_snapshot()
         newer: list[Snapshot] = []
         if current is None:
