@@ -65,7 +65,7 @@ spark-cluster: setup ## Start a Spark standalone master + worker on 127.0.0.1:70
 spark-cluster-stop: ## Stop the standalone cluster
 	@infra/spark_cluster.sh stop
 
-.PHONY: sql sql-stop bench-latency
+.PHONY: sql sql-stop bench-latency bench-dbt
 sql: setup ## Start the warm SQL endpoint (Spark Connect + Thrift/JDBC, loopback) in the background; print URLs
 	@SPARK_MASTER="$(SPARK_MASTER)" infra/spark_server.sh start
 
@@ -110,6 +110,10 @@ bench: setup ## Apply benchmark beside delta-rs, DuckDB, pyiceberg (5M rows; BEN
 LATENCY_ARGS ?=
 bench-latency: setup ## CLI latency on the bench's 5M-row table (lookup, scan, status, changelog; warm vs cold 100-record apply) -> docs/benchmarks.md
 	@rc=0; $(PY) benchmarks/bench_latency.py $(LATENCY_ARGS) || rc=$$?; $(PY) benchmarks/render_results.py; exit $$rc
+
+DBT_BENCH_ARGS ?=
+bench-dbt: setup ## Plain dbt (--target thrift) and PyHive on the warm endpoint beside `changelake dbt build` (demo tables) -> docs/benchmarks.md
+	@rc=0; $(PY) benchmarks/bench_dbt.py $(DBT_BENCH_ARGS) || rc=$$?; $(PY) benchmarks/render_results.py; exit $$rc
 
 clean: ## Remove local data ($$CHANGELAKE_HOME) and caches (keeps the environments)
 	rm -rf "$(CHANGELAKE_HOME)" .pytest_cache .ruff_cache .mypy_cache .hypothesis spark-warehouse metastore_db derby.log

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import datetime as dt
 import decimal
 import json
@@ -51,7 +52,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -692,11 +693,11 @@ def wait_for_views(home: Path, table: str, snapshot_id: int | None, timeout: flo
     return None
 
 
-def warm_applies(
-    home: Path, truths: dict[str, Truth], batches: dict[str, Batches], reps: int, cli: Path
-) -> dict[str, Any]:
-    """Start the endpoint on free ports, apply ``reps`` batches per table through it, stop it, and check
-    that no process of it is left."""
+@contextlib.contextmanager
+def endpoint_running(home: Path) -> Iterator[dict[str, Any]]:
+    """Start the endpoint (``infra/spark_server.sh start``) for ``home`` on free loopback ports; yield its
+    record (ports, ``env`` for clients, ``start_s``, pids, and ``error`` when it did not start). On exit stop
+    it and record ``stop_s`` and whether any process of it or its ports are left (``stopped_clean``)."""
     thrift, connect = free_port(), free_port()
     while connect == thrift:
         connect = free_port()
@@ -705,12 +706,7 @@ def warm_applies(
     )
     script = str(REPO / "infra" / "spark_server.sh")
     endpoint: dict[str, Any] = {"thrift_port": thrift, "connect_port": connect}
-    out: dict[str, Any] = {"endpoint": endpoint, "tables": {}}
-    print(
-        f"== warm path: starting the endpoint (Connect {connect}, Thrift {thrift})",
-        file=sys.stderr,
-        flush=True,
-    )
+    print(f"== starting the endpoint (Connect {connect}, Thrift {thrift})", file=sys.stderr, flush=True)
     pids: list[int] = []
     try:
         started = time.perf_counter()
@@ -728,24 +724,15 @@ def warm_applies(
         if proc.returncode != 0:
             endpoint["error"] = (proc.stdout + proc.stderr).strip()[-1500:]
             print(f"   endpoint did not start: {endpoint['error']}", file=sys.stderr, flush=True)
-            return out
-        ready = json.loads((home / "spark-server" / "ready").read_text())
-        pids = [int(ready["pid"]), int(ready["jvm_pid"])]
-        endpoint.update(pid=pids[0], jvm_pid=pids[1], start_seconds_inside_app=ready.get("start_seconds"))
-        print(f"   ready in {endpoint['start_s']} s", file=sys.stderr, flush=True)
-        env = clean_env(home, CHANGELAKE_SPARK_REMOTE=f"sc://127.0.0.1:{connect}")
-        for table, truth in truths.items():
-            out["tables"][table] = apply_runs(
-                "warm apply",
-                table,
-                truth,
-                batches[table],
-                reps,
-                cli,
-                env,
-                after=lambda snap, t=table: wait_for_views(home, t, snap),
-            )
+        else:
+            ready = json.loads((home / "spark-server" / "ready").read_text())
+            pids = [int(ready["pid"]), int(ready["jvm_pid"])]
+            endpoint.update(pid=pids[0], jvm_pid=pids[1], start_seconds_inside_app=ready.get("start_seconds"))
+            print(f"   ready in {endpoint['start_s']} s", file=sys.stderr, flush=True)
+        endpoint["env"] = server_env
+        yield endpoint
     finally:
+        endpoint.pop("env", None)  # not part of the report
         started = time.perf_counter()
         stop = subprocess.run(
             [script, "stop"],
@@ -769,6 +756,30 @@ def warm_applies(
         endpoint["leftover_pids"] = left
         endpoint["ports_still_answering"] = ports
         endpoint["stopped_clean"] = not left and not ports
+
+
+def warm_applies(
+    home: Path, truths: dict[str, Truth], batches: dict[str, Batches], reps: int, cli: Path
+) -> dict[str, Any]:
+    """Start the endpoint on free ports, apply ``reps`` batches per table through it, stop it, and check
+    that no process of it is left."""
+    out: dict[str, Any] = {"tables": {}}
+    with endpoint_running(home) as endpoint:
+        out["endpoint"] = endpoint
+        if "error" in endpoint:
+            return out
+        env = clean_env(home, CHANGELAKE_SPARK_REMOTE=f"sc://127.0.0.1:{endpoint['connect_port']}")
+        for table, truth in truths.items():
+            out["tables"][table] = apply_runs(
+                "warm apply",
+                table,
+                truth,
+                batches[table],
+                reps,
+                cli,
+                env,
+                after=lambda snap, t=table: wait_for_views(home, t, snap),
+            )
     return out
 
 
