@@ -51,6 +51,8 @@ def test_endpoint_from_env_and_server_conf(tmp_path):
     assert conf["spark.hadoop.hive.server2.thrift.bind.host"] == "10.0.0.5"
     assert conf["spark.hadoop.hive.server2.thrift.port"] == "10123"
     assert conf["spark.hadoop.hive.exec.scratchdir"].startswith(str(tmp_path))
+    # doAs would open a metastore client per Thrift session.
+    assert conf["spark.hadoop.hive.server2.enable.doAs"] == "false"
     with pytest.raises(Exception, match="must be integers"):
         Endpoint.from_env({"SPARK_THRIFT_PORT": "ten"})
 
