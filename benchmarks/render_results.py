@@ -230,7 +230,12 @@ def render_apply(r: dict[str, Any]) -> str:
             f"{r.get('small_batch_records', 0):,} updates in one bucket",
             seconds(r.get("apply_one_bucket_s")),
             f"{r.get('small_batch_touched_buckets')} bucket(s) rewritten; "
-            f"{100 * (r.get('one_bucket_vs_full_batch') or 0):.1f}% of the full batch",
+            f"{100 * (r.get('one_bucket_vs_full_batch') or 0):.1f}% of the full batch"
+            + (
+                f"; median of {len(runs)} batches ({', '.join(seconds(x) for x in runs)})"
+                if (runs := r.get("apply_one_bucket_runs_s"))
+                else ""
+            ),
         ],
     ]
     huge = r.get("huge") or {}
