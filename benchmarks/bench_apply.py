@@ -49,6 +49,7 @@ import numpy as np
 import pyarrow.parquet as pq
 from bench_data import COLUMNS, UPDATE, make_records
 from bench_memory import PhaseMemory, child_jvm
+from bench_report import finish, print_checks
 
 from changelake import ChangeLake
 
@@ -229,9 +230,7 @@ def print_report(report: dict[str, Any]) -> None:
     print("\ntargets")
     for t in report["targets"]:
         print(f"  {t['status'].upper():5} {t['target']:58} {t['value']} (limit {t['limit']})")
-    print("\nchecks")
-    for c in report["checks"]:
-        print(f"  {'ok' if c['ok'] else 'FAILED':6} {c['check']}")
+    print_checks(report["checks"], detail=False)
 
 
 def main() -> int:
@@ -474,15 +473,7 @@ def main() -> int:
         "checks": checks,
     }
     report["targets"] = evaluate_targets(report)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
-    print_report(report)
-    print(f"\nwritten to {args.out}")
-    if args.keep:
-        print(f"work directory kept: {work}")
-    else:
-        shutil.rmtree(work, ignore_errors=True)
-    return 0 if all(c["ok"] for c in checks) else 1
+    return finish(report, args.out, print_report, work, keep=args.keep, what="work directory")
 
 
 if __name__ == "__main__":

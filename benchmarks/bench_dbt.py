@@ -59,6 +59,7 @@ from bench_latency import (  # noqa: E402
     run_cli,
     summarize,
 )
+from bench_report import finish, print_checks  # noqa: E402
 
 from changelake.identifiers import quote  # noqa: E402
 
@@ -321,9 +322,7 @@ def print_report(report: dict[str, Any]) -> None:
     print("\ntargets")
     for t in report["targets"]:
         print(f"  {t['status'].upper():5} {t['target']:82} {t['value']}")
-    print("\nchecks")
-    for c in report["checks"]:
-        print(f"  {'ok' if c['ok'] else 'FAILED':6} {c['check']}: {c['detail']}")
+    print_checks(report["checks"])
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -440,15 +439,7 @@ def main(argv: list[str] | None = None) -> int:
     report["checks"] = checks
     report["targets"] = evaluate_targets(report)
     report["total_s"] = round(time.perf_counter() - started, 1)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
-    print_report(report)
-    print(f"\nwritten to {args.out}")
-    if args.keep:
-        print(f"home kept: {home}")
-    else:
-        shutil.rmtree(home, ignore_errors=True)
-    return 0 if all(c["ok"] for c in checks) else 1
+    return finish(report, args.out, print_report, home, keep=args.keep, what="home")
 
 
 if __name__ == "__main__":

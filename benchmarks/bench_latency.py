@@ -45,7 +45,6 @@ import platform
 import re
 import resource
 import shlex
-import shutil
 import socket
 import statistics
 import subprocess
@@ -68,6 +67,7 @@ import pyarrow.compute as pc  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 from bench_apply import SPEC  # noqa: E402
 from bench_data import COLUMNS, change_batch, generate, split  # noqa: E402
+from bench_report import finish, print_checks  # noqa: E402
 
 TABLE = SPEC["name"]
 SMALL_TABLE = f"{TABLE}_small"
@@ -916,9 +916,7 @@ def print_report(report: dict[str, Any]) -> None:
     for t in report["targets"]:
         shown = "-" if t["median_s"] is None else f"{t['median_s']:.3f} s (max {t['max_s']:.3f})"
         print(f"  {t['status'].upper():5} {t['target']:68} {shown}  before {t['issue_13_before_s']} s")
-    print("\nchecks")
-    for c in report["checks"]:
-        print(f"  {'ok' if c['ok'] else 'FAILED':6} {c['check']}: {c['detail']}")
+    print_checks(report["checks"])
 
 
 def check(checks: list[dict[str, Any]], name: str, ok: bool, detail: str) -> None:
@@ -1052,15 +1050,7 @@ def main(argv: list[str] | None = None) -> int:
         "total_s": round(time.perf_counter() - started, 1),
     }
     report["targets"] = evaluate_targets(report)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
-    print_report(report)
-    print(f"\nwritten to {args.out}")
-    if args.home or args.keep:
-        print(f"home kept: {home}")
-    else:
-        shutil.rmtree(home, ignore_errors=True)
-    return 0 if all(c["ok"] for c in checks) else 1
+    return finish(report, args.out, print_report, home, keep=args.home or args.keep, what="home")
 
 
 if __name__ == "__main__":
