@@ -174,9 +174,14 @@ def compare_models(cursor, models: list[str]) -> dict[str, Any]:
                 cursor,
                 f"select count(*) from (select * from {b} except all select * from {a})",  # noqa: S608
             )
-            out[model] = {"rows": rows, "only_thrift": only_a, "only_session": only_b}
+            out[model] = {
+                "rows": rows,
+                "only_thrift": only_a,
+                "only_session": only_b,
+                "equal": not only_a and not only_b,
+            }
         except Exception as e:  # a model missing on one side (or a bad name) fails the check, not the run
-            out[model] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
+            out[model] = {"error": f"{type(e).__name__}: {str(e)[:300]}", "equal": False}
     return out
 
 
@@ -260,12 +265,26 @@ def prepare(home: Path, cli: Path) -> dict[str, Any]:
     }
 
 
+def build_summary(report: dict[str, Any]) -> dict[str, Any]:
+    """The builds that passed, summarized: the session builds, the first thrift build after the start (None if
+    it failed), the later thrift builds, and dbt's own elapsed time (median) of each kind."""
+    session, thrift = report["session_builds"], report["thrift_builds"]
+    return {
+        "session_build": summarize([r["seconds"] for r in session if r["ok"]]),
+        "thrift_first_s": thrift[0]["seconds"] if thrift and thrift[0]["ok"] else None,
+        "thrift_later": summarize([r["seconds"] for r in thrift[1:] if r["ok"]]),
+        "median_dbt_elapsed_s": {
+            kind: statistics.median([r["dbt_elapsed_s"] for r in report[kind] if r["ok"]] or [0])
+            for kind in ("session_builds", "thrift_builds")
+        },
+    }
+
+
 def evaluate_targets(report: dict[str, Any]) -> list[dict[str, Any]]:
     """Each target: the measured value, its limit, pass/fail (n/a when it could not be measured)."""
-    session = summarize([r["seconds"] for r in report["session_builds"] if r["ok"]])["median_s"]
-    thrift = [r["seconds"] for r in report["thrift_builds"] if r["ok"]]
-    first = thrift[0] if thrift and report["thrift_builds"][0]["ok"] else None
-    later = summarize(thrift[1:])["median_s"]
+    builds = build_summary(report)
+    session, first = builds["session_build"]["median_s"], builds["thrift_first_s"]
+    later = builds["thrift_later"]["median_s"]
     point = (report.get("point_queries") or {}).get("open_connection", {}).get("median_s")
     values = {
         "thrift_first": round(first / session, 2) if first and session else None,
@@ -399,7 +418,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{len(runs)} run(s), failed {bad}",
         )
     models = report.get("models", {})
-    differ = {m: c for m, c in models.items() if c.get("error") or c["only_thrift"] or c["only_session"]}
+    differ = {m: c for m, c in models.items() if not c["equal"]}
     check(
         checks,
         "every model equals the session build's",
@@ -425,17 +444,7 @@ def main(argv: list[str] | None = None) -> int:
         "start": [round(x, 2) for x in load_start],
         "end": [round(x, 2) for x in os.getloadavg()],
     }
-    session = [r["seconds"] for r in report["session_builds"] if r["ok"]]
-    thrift = [r["seconds"] for r in report["thrift_builds"] if r["ok"]]
-    report["summary"] = {
-        "session_build": summarize(session),
-        "thrift_first_s": thrift[0] if thrift and report["thrift_builds"][0]["ok"] else None,
-        "thrift_later": summarize(thrift[1:]),
-        "median_dbt_elapsed_s": {
-            kind: statistics.median([r["dbt_elapsed_s"] for r in report[kind] if r["ok"]] or [0])
-            for kind in ("session_builds", "thrift_builds")
-        },
-    }
+    report["summary"] = build_summary(report)
     report["checks"] = checks
     report["targets"] = evaluate_targets(report)
     report["total_s"] = round(time.perf_counter() - started, 1)

@@ -425,14 +425,10 @@ def render_dbt(r: dict[str, Any]) -> str:
         )
     out += table(["what", "time"], rows)
     if models:
-        same = [
-            m
-            for m, c in models.items()
-            if not c.get("error") and not c["only_thrift"] and not c["only_session"]
-        ]
+        same = sum(bool(c.get("equal")) for c in models.values())
         out += [
             "",
-            f"Models equal to the session build's (`EXCEPT ALL` both ways): {len(same)} of {len(models)}.",
+            f"Models equal to the session build's (`EXCEPT ALL` both ways): {same} of {len(models)}.",
         ]
     out += ["", "### Targets", ""]
     out += table(

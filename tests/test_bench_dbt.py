@@ -40,11 +40,12 @@ class _Cursor:
 
 def test_models_compare_both_ways_and_a_difference_or_missing_model_shows():
     same = bd.compare_models(_Cursor(), ["orders_per_shop"])
-    assert same == {"orders_per_shop": {"rows": 5, "only_thrift": 0, "only_session": 0}}
+    assert same == {"orders_per_shop": {"rows": 5, "only_thrift": 0, "only_session": 0, "equal": True}}
     differs = bd.compare_models(_Cursor(extra={"orders_per_shop": 2}), ["orders_per_shop", "stg_orders"])
     assert differs["orders_per_shop"]["only_thrift"] == 2 and differs["stg_orders"]["only_thrift"] == 0
+    assert [differs[m]["equal"] for m in ("orders_per_shop", "stg_orders")] == [False, True]
     gone = bd.compare_models(_Cursor(missing=frozenset({"stg_orders"})), ["stg_orders"])
-    assert "not found" in gone["stg_orders"]["error"]
+    assert "not found" in gone["stg_orders"]["error"] and gone["stg_orders"]["equal"] is False
 
 
 def test_identifiers_in_the_benchmark_sql_are_validated():
@@ -79,6 +80,9 @@ def test_targets_are_ratios_to_the_session_build_and_fail_when_missed():
     # A failed build has no time: its target cannot pass on it.
     failed = bd.evaluate_targets(_report([_run(40, ok=False)], [_run(10, ok=False), _run(9)], point=None))
     assert [t["status"] for t in failed] == ["n/a", "n/a", "n/a"]
+    # A failed first build leaves the later ones counted as later builds.
+    first_failed = bd.evaluate_targets(_report([_run(40)], [_run(10, ok=False), _run(18)]))
+    assert [(t["value"], t["status"]) for t in first_failed[:2]] == [(None, "n/a"), (0.45, "pass")]
 
 
 def test_build_results_read_dbts_run_results(tmp_path):
@@ -107,7 +111,7 @@ def test_the_page_renders_a_result_and_says_what_failed():
         command="bench_dbt.py",
         data={"tables": ["shop.orders"], "apply_s": 2.4},
         summary={"session_build": {"median_s": 44}, "thrift_first_s": 21, "thrift_later": {"median_s": 18}},
-        models={"orders_per_shop": {"rows": 3, "only_thrift": 0, "only_session": 1}},
+        models={"orders_per_shop": {"rows": 3, "only_thrift": 0, "only_session": 1, "equal": False}},
         targets=bd.evaluate_targets(report),
         checks=[
             {"check": "every model equals the session build's", "ok": False, "detail": "orders_per_shop"}
