@@ -28,6 +28,7 @@ import pyarrow.parquet as pq
 
 from changelake.engine.columnar import merge_records
 from changelake.errors import ChangelakeError
+from changelake.runtime.pyworker import lazy_zip_invalidation
 from changelake.spec import TableSpec
 
 COUNTERS = ("records", "inserted", "updated", "deleted", "ignored", "dropped_update_before")
@@ -341,6 +342,7 @@ def tasks_function(tasks: list[BucketTask], groups: list[list[int]], ctx: Bucket
     partition); it runs their tasks and yields one marker row per task."""
 
     def run(batches):
+        lazy_zip_invalidation()  # for this worker's next tasks
         io = TaskIO(ctx.io_properties)
         schema = task_marker_schema()
         for batch in batches:

@@ -45,6 +45,7 @@ from changelake.engine.buckets import (
 from changelake.errors import BadRecordError, ChangelakeError
 from changelake.inputs import formats, readers
 from changelake.inputs.records import DecodedBatch, batch_arrow_schema
+from changelake.runtime.pyworker import lazy_zip_invalidation
 from changelake.spec import TableSpec
 
 # JSON lines are planned in ranges of about RANGE_BYTES; a decode task reads the consecutive ranges of its
@@ -459,6 +460,7 @@ def decode_task(
     ``id``); it decodes them one after the other and yields one stats row per range."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        lazy_zip_invalidation()  # for this worker's next tasks
         io = TaskIO(io_properties)
         for batch in batches:
             for group in batch.column(0).to_pylist():
