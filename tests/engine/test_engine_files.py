@@ -71,5 +71,11 @@ def test_staged_records_merge_into_files_of_the_tables_codec(tmp_path, codec):
             assert any("DICTIONARY" in e for e in encodings["_bucket"])
         log = pq.read_table(marker["_log_path"])
         assert log.column("_log_offset").to_pylist() == list(range(group.records))
+        offsets = (
+            pq.ParquetFile(marker["_log_path"])
+            .metadata.row_group(0)
+            .column(log.schema.get_field_index("_log_offset"))
+        )
+        assert "DELTA_BINARY_PACKED" in offsets.encodings  # a run of offsets costs a few bytes
     assert sorted(seen) == list(range(40))
     assert pa.types.is_timestamp(log.schema.field("_commit_timestamp").type)
