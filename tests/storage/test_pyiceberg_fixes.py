@@ -106,3 +106,32 @@ def test_only_deleted_is_judged_by_the_manifest_list_counts():
     assert not pyiceberg_fixes.only_deleted(
         M(added_files_count=None, existing_files_count=None, deleted_files_count=None)
     )
+
+
+def test_a_metadata_deep_copy_shares_history_entries_and_copies_their_containers(table, tmp_path):
+    for i in range(3):
+        table = overwrite(
+            table,
+            [task.file for task in table.scan().plan_files()],
+            [data_file(table, tmp_path / f"{i}.parquet", [i])],
+        )
+    base = table.metadata
+    copied = base.model_copy(deep=True)  # what update_table_metadata returns
+    assert copied == base
+    assert len(base.snapshots) == 3 and len(base.snapshot_log) == 3 and base.metadata_log
+    for entries in ("snapshots", "snapshot_log", "metadata_log"):
+        mine, theirs = getattr(copied, entries), getattr(base, entries)
+        assert mine is not theirs  # the list is copied: changing it leaves the base alone
+        assert all(a is b for a, b in zip(mine, theirs, strict=True))  # the frozen entries are shared
+    assert copied.properties is not base.properties and copied.refs is not base.refs
+    copied.snapshots.append(copied.snapshots[0])
+    assert len(base.snapshots) == 3
+    # The table goes on committing and time-travelling as before.
+    table = overwrite(
+        table,
+        [task.file for task in table.scan().plan_files()],
+        [data_file(table, tmp_path / "3.parquet", [3])],
+    )
+    assert [
+        table.scan(snapshot_id=s.snapshot_id).to_arrow()["k"].to_pylist() for s in table.metadata.snapshots
+    ] == [[0], [1], [2], [3]]

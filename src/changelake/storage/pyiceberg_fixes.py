@@ -1,4 +1,4 @@
-"""Two fixes to pyiceberg 0.12 that changelake's commits need, until a pyiceberg release has them. Without
+"""Three fixes to pyiceberg 0.12 that changelake's commits need, until a pyiceberg release has them. Without
 them an apply's commit cost grew with the number of batches the table had taken: a 20-record batch into a
 4-bucket table took 0.13 s as batch 1 and 3.3 s as batch 366 (measured, one process applying batch after
 batch, in-process merge).
@@ -26,6 +26,15 @@ it writes the next snapshot; :func:`_live_existing_manifests` does the same, jud
 own counts (no added or existing file, some deleted). Older snapshots keep their manifest lists, so time
 travel reads what it read before.
 
+**3. The history deep-copied with every metadata copy.** Fix 1 leaves one deep copy per state an apply
+goes through (about nine: each transaction's states and the catalog's own ``update_table_metadata`` in each
+commit), and each copies every snapshot, snapshot-log and metadata-log entry the table has. Those entries are
+frozen models that pyiceberg never changes after building them (an update makes new entries and new lists),
+so a deep copy now shares them (``__deepcopy__`` returns the entry) and copies only the lists and dicts that
+hold them: the copy stays as independent as before where anything can change. Measured, one process applying
+1-record batches into a 4-bucket table (with the metadata cache of ``storage/iceberg.py``): an apply at 300
+batches took 137 ms before, 66 ms after (51–57 ms for the first ten batches either way).
+
 Installed only on the pyiceberg versions it was checked against (:data:`CHECKED_VERSIONS`): any other version
 keeps its own property, and ``tests/storage/test_pyiceberg_fixes.py`` fails so the fix is re-checked.
 """
@@ -35,6 +44,7 @@ from __future__ import annotations
 import pyiceberg
 from pyiceberg.manifest import ManifestFile
 from pyiceberg.table import Transaction
+from pyiceberg.table.snapshots import MetadataLogEntry, Snapshot, SnapshotLogEntry
 from pyiceberg.table.update import update_table_metadata
 from pyiceberg.table.update.snapshot import _OverwriteFiles
 
@@ -68,10 +78,22 @@ def _live_existing_manifests(self: _OverwriteFiles) -> list[ManifestFile]:
     return [m for m in _ORIGINAL_EXISTING(self) if not only_deleted(m)]
 
 
+#: Frozen history entries a deep copy of the table metadata shares instead of copying (fix 3).
+SHARED_ON_DEEPCOPY = (Snapshot, SnapshotLogEntry, MetadataLogEntry)
+
+
+def _share(self, memo=None):
+    """``__deepcopy__`` of a frozen history entry: the entry itself."""
+    return self
+
+
 def install() -> bool:
-    """Install both fixes if this pyiceberg is one they were checked against; return whether they are."""
+    """Install the fixes if this pyiceberg is one they were checked against; return whether they are."""
     if pyiceberg.__version__ not in CHECKED_VERSIONS:
         return False
+    for cls in SHARED_ON_DEEPCOPY:
+        if cls.__dict__.get("__deepcopy__") is not _share:
+            setattr(cls, "__deepcopy__", _share)  # noqa: B010
     if Transaction.__dict__["table_metadata"] is _ORIGINAL:
         cached = property(_cached_table_metadata, doc=_ORIGINAL.__doc__)
         setattr(Transaction, "table_metadata", cached)  # noqa: B010 (mypy refuses to assign a property)
