@@ -238,7 +238,7 @@ def main() -> int:
     ap.add_argument("--rows", type=int, default=5_000_000, help="rows of the table (initial load)")
     ap.add_argument("--batch", type=int, default=500_000, help="records of the change batch")
     ap.add_argument("--small", type=int, default=10_000, help="records of the one-bucket batch")
-    ap.add_argument("--small-runs", type=int, default=3, help="one-bucket batches applied (median reported)")
+    ap.add_argument("--small-runs", type=int, default=5, help="one-bucket batches applied (median reported)")
     ap.add_argument("--huge", action="store_true", help="also apply a --huge-records batch (opt-in)")
     ap.add_argument("--huge-records", type=int, default=20_000_000)
     ap.add_argument("--chunk", type=int, default=1_000_000, help="records per generated chunk")
@@ -381,8 +381,10 @@ def main() -> int:
     rng = np.random.default_rng(7)
     small = make_records(np.full(len(in_bucket0), UPDATE, np.int8), in_bucket0, rng)
     pq.write_table(small, data / "small.parquet")
-    # A batch of ~0.15 s is at the mercy of whatever the JVM does after the previous scenario (its GC, the
-    # cleanup of a finished job): the same updates as --small-runs consecutive batches, the median reported.
+    # A batch of ~0.1 s is at the mercy of whatever ran before it: the JVM's GC and the cleanup of a finished
+    # job, and this process touching memory the VM has not backed yet (the first run after the big scenarios
+    # took 0.25-0.28 s in every run, the next ones 0.12-0.17 s). So the same updates go in as --small-runs
+    # consecutive batches and the median is reported, every run listed beside it.
     one_bucket_runs, touched_each = [], []
     for i in range(args.small_runs):
         measure(

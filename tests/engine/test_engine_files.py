@@ -30,8 +30,8 @@ def test_compression_properties():
     ) == ("snappy", 3)
 
 
-@pytest.mark.parametrize("codec", ["zstd", "lz4", "none"])
-def test_staged_records_merge_into_files_of_the_tables_codec(tmp_path, codec):
+@pytest.mark.parametrize("codec, threads", [("zstd", False), ("lz4", False), ("none", False), ("zstd", True)])
+def test_staged_records_merge_into_files_of_the_tables_codec(tmp_path, codec, threads):
     lines = "".join(f'{{"op": "+I", "data": {{"k": {i}, "v": "v{i % 7}"}}}}\n' for i in range(40))
     path = tmp_path / "1.jsonl"
     path.write_text(lines)
@@ -50,6 +50,7 @@ def test_staged_records_merge_into_files_of_the_tables_codec(tmp_path, codec):
         batch_id=1,
         commit_micros=0,
         compression=codec,
+        threads=threads,  # the in-process path: threaded read, the changelog written beside the data file
     )
     seen = []
     for key, group in summary.groups.items():

@@ -36,7 +36,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -355,6 +355,10 @@ class Applier:
             id_ranges, id_counter = _allocate_ids(spec, state.batch, decoded)
             tasks = _bucket_tasks(decoded, data_files, log_ends, id_ranges)
             context = self._bucket_context(batch, table, state.batch, commit_ts)
+        # A small batch into small buckets merges here: a Spark job costs more than its buckets' work.
+        local = decoded.records <= LOCAL_RECORDS and sum(t.stored_bytes for t in tasks) <= LOCAL_STORED_BYTES
+        if local and context is not None:
+            context = replace(context, threads=True)  # this process has the cores to itself
         return ApplyPlan(
             batch=batch,
             table=table,
@@ -369,9 +373,7 @@ class Applier:
             tasks=tasks,
             context=context,
             id_counter=id_counter,
-            # A small batch into small buckets merges here: a Spark job costs more than its buckets' work.
-            local=decoded.records <= LOCAL_RECORDS
-            and sum(t.stored_bytes for t in tasks) <= LOCAL_STORED_BYTES,
+            local=local,
         )
 
     def _merge(self, plan: ApplyPlan) -> list[dict]:
