@@ -324,8 +324,8 @@ WARM_ROUNDS = 3  # the JIT compiles a method after thousands of calls: one round
 
 def warm_queries(relation: str, column: str) -> list[str]:
     """The statement shapes a dbt build sends, over one relation (a quoted, qualified name): not_null,
-    unique, accepted_values and relationships tests wrapped as dbt wraps them (``count(*) as failures``),
-    and a plain projection."""
+    unique, accepted_values and relationships tests wrapped as dbt wraps them (``count(*) as failures``), a
+    unit test's union of model rows and fixture literals, and a plain projection."""
     c, v = _quoted(column), relation
     tests = [
         "select {c} from {v} where {c} is null",
@@ -337,12 +337,31 @@ def warm_queries(relation: str, column: str) -> list[str]:
     wrap = (
         "select count(*) as failures, count(*) != 0 as should_warn, count(*) != 0 as should_error from ({}) t"
     )
-    return [wrap.format(t.format(c=c, v=v)) for t in tests] + [f"select * from {v} limit 10"]  # noqa: S608
+    # A unit test: the model's rows beside fixture rows that are literals cast to the column types.
+    unit = (
+        "select cast({c} as string) as {c}, 'actual' as actual_or_expected from (select {c} from {v} limit 3) a"
+        " union all select cast('1' as string) as {c}, 'expected' as actual_or_expected"
+        " union all select cast(null as string) as {c}, 'expected' as actual_or_expected"
+    )
+    shapes = [wrap.format(t) for t in tests] + [unit, "select * from {v} limit 10"]
+    return [shape.format(c=c, v=v) for shape in shapes]
 
 
 def _quoted(identifier: str) -> str:
     """A Spark SQL identifier in backticks (names of registered views and their columns)."""
     return "`" + identifier.replace("`", "``") + "`"
+
+
+#: The metastore database the warm-up's CREATE TABLE AS SELECT statements write into (dropped at its end).
+WARM_DATABASE = "changelake_warm_up_db"
+
+
+def warm_model_statements(name: str, relation: str) -> list[str]:
+    """A dbt table model as dbt-spark builds it on the endpoint: drop, then CREATE TABLE AS SELECT into the
+    metastore (the Hive client, the Parquet writer and the commit protocol)."""
+    table = f"{_quoted(WARM_DATABASE)}.{_quoted(name)}"
+    create = f"create table {table} using parquet as select * from {relation}"  # noqa: S608 - quoted names
+    return [f"drop table if exists {table}", create]
 
 
 #: The synthetic relation the warm-up always runs over (a temp view of the warm-up's own session, so no
@@ -388,19 +407,22 @@ def warm_sql(spark, views: list[str], scratch: Path, progress=print) -> int:
             size = int(frame._jdf.queryExecution().optimizedPlan().stats().sizeInBytes())
             if size <= WARM_MAX_BYTES and frame.columns:
                 relations.append((view, f"global_temp.{_quoted(view)}", frame.columns[0], frame))
+        session.sql(f"create database if not exists {_quoted(WARM_DATABASE)}").collect()
+        ran += 1
         for _round in range(WARM_ROUNDS):
-            for name, relation, column, frame in relations:
+            for name, relation, column, _frame in relations:
                 if time.monotonic() - started > WARM_SECONDS:
                     break
-                for sql in warm_queries(relation, column):
+                for sql in warm_queries(relation, column) + warm_model_statements(name, relation):
                     session.sql(sql).collect()
                     ran += 1
-                # dbt's models are CREATE TABLE AS SELECT: the Parquet writer and the commit protocol.
-                frame.write.mode("overwrite").parquet(str(scratch / "out" / name))
-                ran += 1
     except Exception as e:  # a cold first build is slower, not wrong
         progress(f"[server] warm-up stopped: {type(e).__name__}: {e}")
     finally:
+        try:
+            session.sql(f"drop database if exists {_quoted(WARM_DATABASE)} cascade").collect()
+        except Exception as e:  # noqa: BLE001 - reported; the next start drops it again
+            progress(f"[server] warm-up: could not drop {WARM_DATABASE}: {e}")
         shutil.rmtree(scratch, ignore_errors=True)
     progress(
         f"[server] warm-up: {ran} statement(s) over a synthetic relation and {max(0, len(relations) - 1)} "
