@@ -276,7 +276,8 @@ def merge_and_write(task: BucketTask, stored: pa.Table, records: pa.Table, ctx: 
     )
     rows = result.rows
     path = log_path = None
-    writes = []  # (path, table, dictionary columns, delta columns): the data file first
+    # (path, table, dictionary columns, delta columns) of each file to write: the data file first
+    writes: list[tuple[str, pa.Table, list[str], tuple[str, ...]]] = []
     if rows.num_rows:
         rows = rows.append_column("_bucket", pa.array(np.full(rows.num_rows, bucket, np.int32)))
         path = f"{ctx.out_dir}/data/bucket-{bucket:04d}-{uuid.uuid4().hex}.parquet"

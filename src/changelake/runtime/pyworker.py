@@ -43,4 +43,4 @@ def lazy_zip_invalidation() -> None:
         self._changelake_stamp = stamp
 
     setattr(invalidate_caches, _MARK, True)
-    zipimport.zipimporter.invalidate_caches = invalidate_caches
+    setattr(zipimport.zipimporter, "invalidate_caches", invalidate_caches)  # noqa: B010 (mypy: method-assign)

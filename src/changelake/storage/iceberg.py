@@ -28,6 +28,7 @@ from pyiceberg.manifest import DataFile
 from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
+from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.snapshots import Snapshot, ancestors_of
 from pyiceberg.transforms import IdentityTransform
 from pyiceberg.types import IntegerType, LongType, NestedField, StringType, TimestamptzType
@@ -94,11 +95,11 @@ def _cache_metadata(catalog: Catalog) -> Catalog:
 
     if not isinstance(catalog, SqlCatalog):
         return catalog
-    cache: OrderedDict[str, object] = OrderedDict()
+    cache: OrderedDict[str, TableMetadata] = OrderedDict()
     lock = Lock()
     convert, commit = catalog._convert_orm_to_iceberg, catalog.commit_table
 
-    def remember(location: str, metadata) -> None:
+    def remember(location: str, metadata: TableMetadata) -> None:
         with lock:
             cache[location] = metadata
             cache.move_to_end(location)
@@ -126,8 +127,8 @@ def _cache_metadata(catalog: Catalog) -> Catalog:
         remember(response.metadata_location, response.metadata)
         return response
 
-    catalog._convert_orm_to_iceberg = cached_convert
-    catalog.commit_table = cached_commit
+    setattr(catalog, "_convert_orm_to_iceberg", cached_convert)  # noqa: B010 (mypy: method-assign)
+    setattr(catalog, "commit_table", cached_commit)  # noqa: B010
     return catalog
 
 
