@@ -400,17 +400,17 @@ def warm_sql(spark, views: list[str], scratch: Path, progress=print) -> int:
         ran += 1
         frame = session.read.parquet(str(synthetic))
         frame.createOrReplaceTempView(WARM_SYNTHETIC)
-        relations.append((WARM_SYNTHETIC, _quoted(WARM_SYNTHETIC), "name", frame))
+        relations.append((WARM_SYNTHETIC, _quoted(WARM_SYNTHETIC), "name"))
         for view in views:
             frame = session.table(f"global_temp.{_quoted(view)}")
             # The plan's size estimate: the Parquet files' bytes, known without running a job.
             size = int(frame._jdf.queryExecution().optimizedPlan().stats().sizeInBytes())
             if size <= WARM_MAX_BYTES and frame.columns:
-                relations.append((view, f"global_temp.{_quoted(view)}", frame.columns[0], frame))
+                relations.append((view, f"global_temp.{_quoted(view)}", frame.columns[0]))
         session.sql(f"create database if not exists {_quoted(WARM_DATABASE)}").collect()
         ran += 1
         for _round in range(WARM_ROUNDS):
-            for name, relation, column, _frame in relations:
+            for name, relation, column in relations:
                 if time.monotonic() - started > WARM_SECONDS:
                     break
                 for sql in warm_queries(relation, column) + warm_model_statements(name, relation):
