@@ -58,11 +58,12 @@ def test_staged_records_merge_into_files_of_the_tables_codec(tmp_path, codec, th
             key=key, bucket=group.bucket, parts=tuple(group.parts), records=group.records
         )
         marker = buckets.run_task(task, 0, ctx, decode.staged_schema(SPEC), io)
-        rows = pq.read_table(marker["_path"])
+        (data_file,) = marker["_paths"]  # 40 rows: one file per bucket
+        rows = pq.read_table(data_file)
         assert set(rows.column("_bucket").to_pylist()) == {group.bucket}
         seen += rows.column("k").to_pylist()
         assert rows.column("k").to_pylist() == sorted(rows.column("k").to_pylist())
-        for file in (marker["_path"], marker["_log_path"]):
+        for file in (data_file, marker["_log_path"]):
             meta = pq.ParquetFile(file).metadata
             chunks = [meta.row_group(0).column(i) for i in range(meta.num_columns)]
             assert {c.compression.lower() for c in chunks} == {"uncompressed" if codec == "none" else codec}
@@ -80,3 +81,62 @@ def test_staged_records_merge_into_files_of_the_tables_codec(tmp_path, codec, th
         assert "DELTA_BINARY_PACKED" in offsets.encodings  # a run of offsets costs a few bytes
     assert sorted(seen) == list(range(40))
     assert pa.types.is_timestamp(log.schema.field("_commit_timestamp").type)
+
+
+def _bucket_ctx(tmp_path, threads: bool) -> buckets.BucketContext:
+    return buckets.BucketContext(
+        spec=SPEC,
+        partition_columns=("_bucket",),
+        files_by_partition={},
+        io_properties={},
+        out_dir=str(tmp_path / "data"),
+        log_dir=str(tmp_path / "log"),
+        batch_id=1,
+        commit_micros=0,
+        threads=threads,
+    )
+
+
+def _records(keys: list[int], value: str, first_seq: int = 0) -> pa.Table:
+    return pa.table(
+        {
+            "_seq": pa.array(range(first_seq, first_seq + len(keys)), pa.int64()),
+            "_op": pa.array(["+I"] * len(keys)),
+            "k": pa.array(keys, pa.int64()),
+            "v": pa.array([f"{value}{k}" for k in keys]),
+        }
+    )
+
+
+def test_a_large_bucket_merged_in_process_is_two_files_in_key_order(tmp_path, monkeypatch):
+    """In process, a bucket of SPLIT_ROWS rows or more is written as two files of consecutive keys (one per
+    core); the next merge reads them back in key order whatever order the plan lists them in, and gives what
+    the one-file bucket gives."""
+    monkeypatch.setattr(buckets, "SPLIT_ROWS", 100)
+    io = buckets.TaskIO({})
+    task = buckets.BucketTask(key="0", bucket=0)
+    keys = list(range(0, 600, 3))[::-1]  # 200 keys, arriving in descending order
+    first = {}
+    for threads in (True, False):
+        ctx = _bucket_ctx(tmp_path / str(threads), threads)
+        empty = buckets.read_stored(SPEC, io, [])
+        first[threads] = buckets.merge_and_write(task, empty, _records(keys, "a"), ctx, io)
+    split, whole = first[True]["_paths"], first[False]["_paths"]
+    assert len(split) == 2 and len(whole) == 1
+    halves = [pq.read_table(p).column("k").to_pylist() for p in split]
+    assert [len(h) for h in halves] == [100, 100]
+    assert halves[0] + halves[1] == sorted(keys)  # by name, the first file holds the lower keys
+    assert pq.read_table(whole[0]).column("k").to_pylist() == sorted(keys)
+
+    update = _records([1, 300, 3, 597, 598], "b", first_seq=1000)  # three updates, two new keys
+    results = {}
+    for threads, paths in ((True, split[::-1]), (False, whole)):  # the plan may list the halves reversed
+        stored = buckets.read_stored(SPEC, io, paths)
+        assert stored.column("k").to_pylist() == sorted(keys)
+        ctx = _bucket_ctx(tmp_path / f"next-{threads}", threads)
+        marker = buckets.merge_and_write(task, stored, update, ctx, io)
+        rows = buckets.read_stored(SPEC, io, marker["_paths"])
+        results[threads] = (rows, pq.read_table(marker["_log_path"]), marker["_updated"], marker["_inserted"])
+    assert results[True][0].equals(results[False][0])
+    assert results[True][1].equals(results[False][1])
+    assert results[True][2:] == results[False][2:] == (3, 2)

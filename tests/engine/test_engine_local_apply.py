@@ -10,7 +10,7 @@ import shutil
 import pytest
 import yaml
 
-from changelake.engine import apply
+from changelake.engine import apply, buckets
 from changelake.engine.apply import Applier
 from changelake.inputs.datagen import generate
 from changelake.spec import TableSpec
@@ -38,6 +38,9 @@ def _spec(lake, name: str, source: dict, options: dict | None = None) -> TableSp
 @pytest.mark.parametrize("case", list(CASES))
 def test_in_process_batches_equal_spark_batches(lake, monkeypatch, case):
     monkeypatch.setattr(apply, "LOCAL_RECORDS", 10_000)  # the default, whatever the environment says
+    # In process, a bucket of SPLIT_ROWS rows or more is written as two files: make every bucket one, so the
+    # readers below (Spark, pyarrow, lookups) read split buckets against the Spark path's one-file buckets.
+    monkeypatch.setattr(buckets, "SPLIT_ROWS", 4)
     here = _spec(lake, f"loc.{case}_here", CASES[case])
     spark = _spec(lake, f"loc.{case}_spark", CASES[case])
     generate(here, lake.settings.landing_dir, batches=3, seed=11, stream="orders")
@@ -65,6 +68,14 @@ def test_in_process_batches_equal_spark_batches(lake, monkeypatch, case):
     assert len(got_here) == 3 and sum(r.counts["inserted"] for r in got_here) > 10
     assert rows_of(lake.rows(here.full_name)) == rows_of(lake.rows(spark.full_name))
     assert changelog_of(lake, here.full_name) == changelog_of(lake, spark.full_name)
+    fast = lake.rows_arrow(here.full_name)
+    assert fast.equals(lake.rows_arrow(spark.full_name))
+    for key in fast.select(list(here.primary_key)).to_pylist()[:: max(1, fast.num_rows // 5)]:
+        assert lake.lookup(here.full_name, key) == lake.lookup(spark.full_name, key)
+        assert len(lake.lookup(here.full_name, key)) == 1
+    files_here = [t.file for t in lake.storage.pk_table(here).scan().plan_files()]
+    files_spark = [t.file for t in lake.storage.pk_table(spark).scan().plan_files()]
+    assert len(files_here) > len(files_spark)  # the split really happened
     letters = [
         {k: v for k, v in d.items() if k != "file"} for d in lake.dead_letters(here.full_name)
     ]  # the landed files' paths differ

@@ -3,6 +3,8 @@ SQL catalog (SQLite), without Spark."""
 
 from __future__ import annotations
 
+import copy
+
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pyiceberg
@@ -135,3 +137,52 @@ def test_a_metadata_deep_copy_shares_history_entries_and_copies_their_containers
     assert [
         table.scan(snapshot_id=s.snapshot_id).to_arrow()["k"].to_pylist() for s in table.metadata.snapshots
     ] == [[0], [1], [2], [3]]
+
+
+def test_committed_manifests_are_read_once_and_give_what_a_fresh_read_gives(table, tmp_path, monkeypatch):
+    """Fix 4: a committed manifest's entries are decoded once for every plan and commit that asks; a
+    manifest of a commit in flight (no sequence number yet) is read each time; the cache is bounded."""
+    reads = []
+    original = pyiceberg_fixes._ORIGINAL_FETCH
+
+    def counting(manifest, io, discard_deleted=True):
+        reads.append(manifest.manifest_path)
+        return original(manifest, io, discard_deleted)
+
+    monkeypatch.setattr(pyiceberg_fixes, "_ORIGINAL_FETCH", counting)
+    monkeypatch.setattr(pyiceberg_fixes, "_ENTRIES", type(pyiceberg_fixes._ENTRIES)())
+    a = data_file(table, tmp_path / "a.parquet", [1, 2])
+    b = data_file(table, tmp_path / "b.parquet", [3])
+    table = overwrite(table, [], [a, b])
+    c = data_file(table, tmp_path / "c.parquet", [4])
+    (planned_a,) = [t.file for t in table.scan().plan_files() if t.file.file_path == a.file_path]
+    table = overwrite(table, [planned_a], [c])  # reads the first snapshot's manifest (deleted, kept entries)
+
+    def plan():
+        return sorted(t.file.file_path for t in table.scan().plan_files())
+
+    reads.clear()
+    assert plan() == sorted([b.file_path, c.file_path])
+    first = list(reads)
+    assert first  # the first plan reads the snapshot's manifests
+    assert plan() == sorted([b.file_path, c.file_path]) and reads == first  # the second reads none
+
+    manifest = table.current_snapshot().manifests(table.io)[0]
+    cached = manifest.fetch_manifest_entry(table.io)
+    fresh = original(manifest, table.io)
+    assert [(e.status, e.sequence_number, e.snapshot_id, e.data_file.file_path) for e in cached] == [
+        (e.status, e.sequence_number, e.snapshot_id, e.data_file.file_path) for e in fresh
+    ]
+    assert cached is not manifest.fetch_manifest_entry(table.io)  # each caller gets its own list
+
+    in_flight = copy.copy(manifest)
+    in_flight.sequence_number = -1  # as a manifest list writer has not numbered it yet
+    reads.clear()
+    in_flight.fetch_manifest_entry(table.io)
+    in_flight.fetch_manifest_entry(table.io)
+    assert reads == [manifest.manifest_path] * 2  # never kept: its entries would keep the unassigned number
+
+    monkeypatch.setattr(pyiceberg_fixes, "MAX_CACHED_MANIFESTS", 1)
+    for m in table.current_snapshot().manifests(table.io):
+        m.fetch_manifest_entry(table.io, discard_deleted=False)  # new keys: each one evicts the oldest
+    assert len(pyiceberg_fixes._ENTRIES) == 1

@@ -413,7 +413,7 @@ class Applier:
         removed = [
             f for f in plan.data_files if buckets.partition_key(sparkread.partition_tuple(f)) in touched
         ]
-        added = self.storage.to_data_files(plan.table, sorted(m["_path"] for m in markers if m["_path"]))
+        added = self.storage.to_data_files(plan.table, sorted(p for m in markers for p in m["_paths"]))
         return WrittenBatch(removed, added, summary)
 
     def _commit(self, plan: ApplyPlan, written: WrittenBatch) -> BatchResult:
@@ -671,6 +671,7 @@ def _spark_schema(arrow_schema: pa.Schema, spec: TableSpec):
         pa.int64(): T.LongType(),
         pa.int32(): T.IntegerType(),
         pa.decimal128(38, 9): T.DecimalType(38, 9),
+        pa.list_(pa.string()): T.ArrayType(T.StringType()),
     }
     return T.StructType(
         [by_name.get(f.name) or T.StructField(f.name, simple[f.type], True) for f in arrow_schema]

@@ -1,4 +1,4 @@
-"""Three fixes to pyiceberg 0.12 that changelake's commits need, until a pyiceberg release has them. Without
+"""Four fixes to pyiceberg 0.12 that changelake's commits need, until a pyiceberg release has them. Without
 them an apply's commit cost grew with the number of batches the table had taken: a 20-record batch into a
 4-bucket table took 0.13 s as batch 1 and 3.3 s as batch 366 (measured, one process applying batch after
 batch, in-process merge).
@@ -35,14 +35,28 @@ hold them: the copy stays as independent as before where anything can change. Me
 1-record batches into a 4-bucket table (with the metadata cache of ``storage/iceberg.py``): an apply at 300
 batches took 137 ms before, 66 ms after (51–57 ms for the first ten batches either way).
 
+**4. Every manifest read again on every plan and commit.** ``ManifestFile.fetch_manifest_entry`` reads and
+decodes the manifest's Avro (in Python) each time it is asked, and one apply asks for the PK table's live
+manifests three times: its plan (``plan_files``), and its overwrite commit twice (the entries of the files
+it replaces, and the manifests it keeps). A manifest never changes once a snapshot lists it, so its entries
+are kept per (path, sequence number, snapshot, spec, ``discard_deleted``) in a bounded LRU
+(:data:`MAX_CACHED_MANIFESTS`); a manifest of a commit in flight (sequence number not assigned yet) is read
+as before. Entries are only read after :func:`_inherit_from_manifest` filled them in, never changed (a
+writer makes new entries from them), so callers share them; each gets its own list. Measured, one-bucket
+batches into the benchmark's 5M-row table (in process): planning 6.8 ms to 1.9 ms, the overwrite commit
+15.6 ms to 12.0 ms.
+
 Installed only on the pyiceberg versions it was checked against (:data:`CHECKED_VERSIONS`): any other version
 keeps its own property, and ``tests/storage/test_pyiceberg_fixes.py`` fails so the fix is re-checked.
 """
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
+
 import pyiceberg
-from pyiceberg.manifest import ManifestFile
+from pyiceberg.manifest import UNASSIGNED_SEQ, ManifestEntry, ManifestFile
 from pyiceberg.table import Transaction
 from pyiceberg.table.snapshots import MetadataLogEntry, Snapshot, SnapshotLogEntry
 from pyiceberg.table.update import update_table_metadata
@@ -51,6 +65,7 @@ from pyiceberg.table.update.snapshot import _OverwriteFiles
 CHECKED_VERSIONS = ("0.12.0",)
 _ORIGINAL = Transaction.__dict__["table_metadata"]
 _ORIGINAL_EXISTING = _OverwriteFiles.__dict__["_existing_manifests"]
+_ORIGINAL_FETCH = ManifestFile.__dict__["fetch_manifest_entry"]
 
 
 def _cached_table_metadata(self: Transaction):
@@ -87,6 +102,36 @@ def _share(self, memo=None):
     return self
 
 
+#: Manifests whose entries are kept (fix 4); a PK table's snapshot lists a few, its changelog's one per batch.
+MAX_CACHED_MANIFESTS = 512
+_ENTRIES: OrderedDict[tuple, list[ManifestEntry]] = OrderedDict()
+_ENTRIES_LOCK = threading.Lock()  # pyiceberg reads manifests on its thread pool
+
+
+def _cached_fetch_manifest_entry(self: ManifestFile, io, discard_deleted: bool = True) -> list[ManifestEntry]:
+    """``ManifestFile.fetch_manifest_entry``, read once per committed manifest (fix 4)."""
+    if self.sequence_number is None or self.sequence_number == UNASSIGNED_SEQ:
+        return _ORIGINAL_FETCH(self, io, discard_deleted)  # not committed yet: its entries inherit -1
+    key = (
+        self.manifest_path,
+        self.sequence_number,
+        self.added_snapshot_id,
+        self.partition_spec_id,
+        discard_deleted,
+    )
+    with _ENTRIES_LOCK:
+        entries = _ENTRIES.get(key)
+        if entries is not None:
+            _ENTRIES.move_to_end(key)
+            return list(entries)
+    entries = _ORIGINAL_FETCH(self, io, discard_deleted)
+    with _ENTRIES_LOCK:
+        _ENTRIES[key] = entries
+        while len(_ENTRIES) > MAX_CACHED_MANIFESTS:
+            _ENTRIES.popitem(last=False)
+    return list(entries)
+
+
 def install() -> bool:
     """Install the fixes if this pyiceberg is one they were checked against; return whether they are."""
     if pyiceberg.__version__ not in CHECKED_VERSIONS:
@@ -99,6 +144,8 @@ def install() -> bool:
         setattr(Transaction, "table_metadata", cached)  # noqa: B010 (mypy refuses to assign a property)
     if _OverwriteFiles.__dict__["_existing_manifests"] is _ORIGINAL_EXISTING:
         setattr(_OverwriteFiles, "_existing_manifests", _live_existing_manifests)  # noqa: B010
+    if ManifestFile.__dict__["fetch_manifest_entry"] is _ORIGINAL_FETCH:
+        setattr(ManifestFile, "fetch_manifest_entry", _cached_fetch_manifest_entry)  # noqa: B010
     return True
 
 
