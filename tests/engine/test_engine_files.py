@@ -4,6 +4,9 @@ partition from them) and no dictionary pages for distinct values."""
 
 from __future__ import annotations
 
+import dataclasses
+import shutil
+
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -140,3 +143,50 @@ def test_a_large_bucket_merged_in_process_is_two_files_in_key_order(tmp_path, mo
     assert results[True][0].equals(results[False][0])
     assert results[True][1].equals(results[False][1])
     assert results[True][2:] == results[False][2:] == (3, 2)
+
+
+def test_the_rows_a_process_wrote_are_kept_for_its_next_merge_of_the_bucket(tmp_path, monkeypatch):
+    """In process, the rows written for a bucket are kept by their files: the next merge of the bucket takes
+    them instead of reading the files, and they equal what reading the files gives (so does the merge)."""
+    monkeypatch.setattr(buckets, "STORED_ROWS", buckets.StoredRows(64 << 20))
+    monkeypatch.setattr(buckets, "SPLIT_ROWS", 100)
+    io = buckets.TaskIO({})
+    task = buckets.BucketTask(key="0", bucket=0)
+    ctx = dataclasses.replace(_bucket_ctx(tmp_path / "a", threads=True), keep_rows=True)
+    empty = buckets.read_stored(SPEC, io, [])
+    written = buckets.merge_and_write(task, empty, _records(list(range(300)), "a"), ctx, io)
+    files = written["_paths"]
+    read = buckets.read_stored(SPEC, io, files)
+    kept = buckets.read_stored(SPEC, io, files[::-1], keep_rows=True)  # any order of the same files
+    assert kept is buckets.STORED_ROWS.get(files, buckets.stored_schema(SPEC))  # not read again
+    assert kept.equals(read) and kept.schema == read.schema
+
+    for f in files:  # the proof it is not read: the files are gone, the rows are still there
+        (tmp_path / "gone").mkdir(exist_ok=True)
+        shutil.move(f, tmp_path / "gone")
+    update = _records([5, 299, 300], "b", first_seq=1000)
+    after_kept = buckets.merge_and_write(
+        task, buckets.read_stored(SPEC, io, files, keep_rows=True), update, ctx, io
+    )
+    after_read = buckets.merge_and_write(task, read, update, _bucket_ctx(tmp_path / "b", threads=True), io)
+    assert buckets.read_stored(SPEC, io, after_kept["_paths"]).equals(
+        buckets.read_stored(SPEC, io, after_read["_paths"])
+    )
+    with pytest.raises(FileNotFoundError):  # without keep_rows a merge reads the files
+        buckets.read_stored(SPEC, io, files)
+
+
+def test_kept_rows_are_bounded_and_keyed_by_files_and_schema():
+    kept = buckets.StoredRows(max_bytes=2000)
+    schema = buckets.stored_schema(SPEC)
+    rows = pa.table({"k": pa.array(range(100), pa.int64()), "v": pa.array(["x"] * 100)}).cast(schema)
+    assert rows.nbytes < 2000 < 2 * rows.nbytes
+    kept.put(["b", "a"], schema, rows)
+    assert kept.get(("a", "b"), schema) is rows
+    assert kept.get(["a"], schema) is None  # another set of files
+    wider = pa.schema([*schema, pa.field("w", pa.int32())])
+    assert kept.get(["a", "b"], wider) is None  # a column added since: read the files
+    kept.put(["c"], schema, rows)  # over the bound: the least recently used goes
+    assert kept.get(["a", "b"], schema) is None and kept.get(["c"], schema) is rows
+    kept.put(["huge"], schema, pa.concat_tables([rows] * 40))  # larger than the bound: not kept
+    assert kept.get(["huge"], schema) is None and kept.get(["c"], schema) is rows

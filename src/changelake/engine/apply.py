@@ -358,7 +358,7 @@ class Applier:
         # A small batch into small buckets merges here: a Spark job costs more than its buckets' work.
         local = decoded.records <= LOCAL_RECORDS and sum(t.stored_bytes for t in tasks) <= LOCAL_STORED_BYTES
         if local and context is not None:
-            context = replace(context, threads=True)  # this process has the cores to itself
+            context = replace(context, threads=True, keep_rows=True)  # this process has the cores to itself
         return ApplyPlan(
             batch=batch,
             table=table,
