@@ -45,15 +45,15 @@ def test_partitioned_bucket_key_excludes_partition_keys():
         ),
         (
             {"primary_key": ["shop_id", "dt"], "partition_keys": ["dt"], "bucket_key": ["dt"]},
-            "Bucket key ['dt'] shouldn't include any column in partition keys ['dt'].",
+            "Bucket key [dt] shouldn't include any column in partition keys [dt].",
         ),
         (
             {"partition_keys": ["dt"]},
-            "Partitioned Primary Key Table requires partition key ['dt'] is a subset of the primary key",
+            "Partitioned Primary Key Table requires partition key [dt] is a subset of the primary key",
         ),
         (
             {"primary_key": ["dt"], "partition_keys": ["dt"]},
-            "Primary Key constraint ['dt'] should not be same with partition fields ['dt'].",
+            "Primary Key constraint [dt] should not be same with partition fields [dt].",
         ),
         ({"primary_key": ["nope"]}, "Primary key column 'nope' does not exist"),
         ({"primary_key": []}, "needs a primary_key"),
@@ -73,14 +73,17 @@ def test_partitioned_bucket_key_excludes_partition_keys():
         ),
         (
             {"options": {"table.delete.behavior": "sometimes"}},
-            "Invalid value 'sometimes' for 'table.delete.behavior'",
+            "Invalid value for config 'table.delete.behavior'. Reason: Could not parse value 'sometimes' for key 'table.delete.behavior'.",
         ),
-        ({"options": {"table.changelog.image": "half"}}, "Invalid value 'half' for 'table.changelog.image'"),
+        (
+            {"options": {"table.changelog.image": "half"}},
+            "Invalid value for config 'table.changelog.image'. Reason: Could not parse value 'half' for key 'table.changelog.image'.",
+        ),
         ({"options": {"bucket.num": 0}}, "'bucket.num' must be between 1 and 1024"),
-        ({"options": {"no.such.option": 1}}, "Unsupported table option 'no.such.option'"),
+        ({"options": {"no.such.option": 1}}, "'no.such.option' is not a Fluss table property."),
         (
             {"options": {"table.merge-engine": "last_row"}},
-            "Invalid value 'last_row' for 'table.merge-engine'",
+            "Invalid value for config 'table.merge-engine'. Reason: Could not parse value 'last_row' for key 'table.merge-engine'.",
         ),
         ({"extra_key": 1}, "unknown keys ['extra_key']"),
     ],

@@ -36,6 +36,11 @@ class WriteRefusedError(ChangelakeError):
     """A write violates the table's semantics (e.g. deletes disabled); the batch is not applied."""
 
 
+def java_list(items: Any) -> str:
+    """Names as Java prints a list, ``[a, b]``: how Fluss's messages show columns (theirs are kept verbatim)."""
+    return "[" + ", ".join(str(i) for i in items) + "]"
+
+
 def printable(text: Any, limit: int = _REASON_LIMIT) -> str:
     """``text`` with control characters and lone surrogates escaped, cut to ``limit`` characters."""
     text = str(text)

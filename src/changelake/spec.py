@@ -25,7 +25,7 @@ from typing import Any
 import yaml
 
 from changelake.engine.aggregates import AGGREGATE_FUNCTIONS, DEFAULT_FUNCTION
-from changelake.errors import SpecError, short_repr
+from changelake.errors import SpecError, java_list, short_repr
 from changelake.identifiers import check_column_name, check_table_name, derived_names
 from changelake.inputs.sources import SourceOptions, parse_source
 from changelake.types import INT_RANGES, NANOS_SUFFIX, DataType, parse_type
@@ -166,6 +166,9 @@ class TableSpec:
 
     @property
     def version_column(self) -> str | None:
+        """The versioned engine's version column (another engine ignores the option, as Fluss's does)."""
+        if self.merge_engine != "versioned":
+            return None
         return self.options.get("table.merge-engine.versioned.ver-column")
 
     def agg_function(self, column: str) -> str:
@@ -423,16 +426,16 @@ def _build(data: dict[str, Any]) -> TableSpec:
             raise SpecError(f"Partition key '{p}' does not exist in the schema {names}")
         if p not in primary_key:
             raise SpecError(
-                f"Partitioned Primary Key Table requires partition key {list(partition_keys)} "
-                f"is a subset of the primary key {list(primary_key)}."
+                f"Partitioned Primary Key Table requires partition key {java_list(partition_keys)} "
+                f"is a subset of the primary key {java_list(primary_key)}."
             )
         t = next(c.type for c in columns if c.name == p)
         if t.name not in _PARTITION_KEY_TYPES:
             raise SpecError(f"Partition key '{p}' has type {t}, which cannot be a partition key")
     if partition_keys and set(partition_keys) == set(primary_key):
         raise SpecError(
-            f"Primary Key constraint {list(primary_key)} should not be same with partition fields "
-            f"{list(partition_keys)}."
+            f"Primary Key constraint {java_list(primary_key)} should not be same with partition fields "
+            f"{java_list(partition_keys)}."
         )
 
     options = _normalize_options(data.get("options") or {})
@@ -451,13 +454,14 @@ def _build(data: dict[str, Any]) -> TableSpec:
         in_partition = [k for k in bucket_key if k in partition_keys]
         if in_partition:
             raise SpecError(
-                f"Bucket key {list(bucket_key)} shouldn't include any column in partition keys {list(partition_keys)}."
+                f"Bucket key {java_list(bucket_key)} shouldn't include any column in partition keys "
+                f"{java_list(partition_keys)}."
             )
         if not set(bucket_key) <= set(physical_pk):
             raise SpecError(
                 "Bucket keys must be a subset of primary keys excluding partition keys for primary-key tables. "
-                f"The primary keys are {list(primary_key)}, the partition keys are {list(partition_keys)}, "
-                f"but the user-defined bucket keys are {list(bucket_key)}."
+                f"The primary keys are {java_list(primary_key)}, the partition keys are {java_list(partition_keys)}, "
+                f"but the user-defined bucket keys are {java_list(bucket_key)}."
             )
 
     bucket_text = options.pop("bucket.num", "1")
@@ -504,7 +508,8 @@ def _validate_options(
             )
         if key not in _KNOWN_OPTIONS and not key.startswith("fields."):
             raise SpecError(
-                f"Unsupported table option '{key}'; supported: {sorted(_KNOWN_OPTIONS)} and fields.*"
+                f"'{key}' is not a Fluss table property. changelake's table options are "
+                f"{java_list(sorted(_KNOWN_OPTIONS))} and fields.*"
             )
         allowed = _PASSTHROUGH_OPTIONS.get(key)
         if allowed and options[key].lower() not in allowed:
@@ -521,7 +526,8 @@ def _validate_options(
             if value not in choices:
                 hint = " (omit it for the default last-row engine)" if key == "table.merge-engine" else ""
                 raise SpecError(
-                    f"Invalid value '{options[key]}' for '{key}'; expected one of {list(choices)}{hint}"
+                    f"Invalid value for config '{key}'. Reason: Could not parse value '{options[key]}' for key "
+                    f"'{key}'. Expected one of {java_list(choices)}{hint}."
                 )
             options[key] = value
     _validate_fluss_table_options(options, partition_keys)
@@ -651,7 +657,10 @@ def _validate_auto_increment(
         raise SpecError("Multiple auto increment columns are not supported yet.")
     types = {c.name: c.type for c in columns}
     if not names or names[0] not in types:
-        raise SpecError(f"Auto increment column {names} does not exist in the schema {list(types)}")
+        missing = names[0] if names else ""
+        raise SpecError(
+            f"Auto increment column {missing} does not exist in table columns {java_list(types)}."
+        )
     if names[0] in primary_key:
         raise SpecError("Auto increment column can not be used as the primary key.")
     if types[names[0]].name not in ("INT", "BIGINT"):
@@ -660,6 +669,17 @@ def _validate_auto_increment(
 
 
 _VERSION_TYPES = ("INT", "BIGINT", "TIMESTAMP", "TIMESTAMP_LTZ")
+# Fluss's DataTypeRoot names where they differ from the SQL type names: its messages list roots.
+_TYPE_ROOTS = {
+    "INT": "INTEGER",
+    "TIME": "TIME_WITHOUT_TIME_ZONE",
+    "TIMESTAMP": "TIMESTAMP_WITHOUT_TIME_ZONE",
+    "TIMESTAMP_LTZ": "TIMESTAMP_WITH_LOCAL_TIME_ZONE",
+}
+
+
+def _fluss_type_root(name: str) -> str:
+    return _TYPE_ROOTS.get(name, name)
 
 
 def _validate_engine(options: dict[str, str], columns: list[Column], primary_key: tuple[str, ...]) -> None:
@@ -689,10 +709,7 @@ def _validate_engine(options: dict[str, str], columns: list[Column], primary_key
                 f"The version column '{version}' for versioned merge engine must be one type of "
                 f"[INT, BIGINT, TIMESTAMP, TIMESTAMP_LTZ], but got {types[version]}."
             )
-    elif version:
-        raise SpecError(
-            "'table.merge-engine.versioned.ver-column' is only valid with table.merge-engine versioned"
-        )
+    # Any other engine ignores a version column, as Fluss's does (it reads the option for versioned only).
     if engine == "aggregation" and options.get("table.changelog.image") == "wal":
         raise SpecError(
             "Table with 'AGGREGATION' merge engine does not support 'WAL' changelog image mode. Aggregation merge "
@@ -712,6 +729,8 @@ def _validate_engine(options: dict[str, str], columns: list[Column], primary_key
             )
         if column in primary_key:
             raise SpecError(f"Cannot set aggregation function for primary key column '{column}'.")
+        if not fn:
+            raise SpecError(f"Empty aggregation function name for column '{column}'")
         function = AGGREGATE_FUNCTIONS.get(fn)
         if function is None:
             raise SpecError(
@@ -721,7 +740,7 @@ def _validate_engine(options: dict[str, str], columns: list[Column], primary_key
         if not function.accepts(types[column]):
             raise SpecError(
                 f"Invalid aggregation function for column '{column}': Data type for {fn} column must be part of "
-                f"{list(function.types or ())} but was '{types[column]}'."
+                f"{java_list(_fluss_type_root(t) for t in function.types or ())} but was '{types[column]}'."
             )
         options[key] = fn
         functions[column] = fn

@@ -24,7 +24,7 @@ UIDS = {
         ({"auto-increment.fields": "user_id"}, "Auto increment column can not be used as the primary key."),
         ({"auto-increment.fields": "note"}, "The data type of auto increment column must be INT or BIGINT."),
         ({"auto-increment.fields": "uid,note"}, "Multiple auto increment columns are not supported yet."),
-        ({"auto-increment.fields": "nope"}, "does not exist in the schema"),
+        ({"auto-increment.fields": "nope"}, "Auto increment column nope does not exist in table columns ["),
         ({"table.auto-increment.cache-size": "0"}, "must be a positive integer"),
     ],
 )

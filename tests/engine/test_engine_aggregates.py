@@ -102,9 +102,15 @@ def test_spec_validation_accepts_exactly_the_registrys_types(name, column_type):
         assert spec.agg_function("c") == name
         assert callable(scalar_fold(spec, "c"))
     else:
+        roots = {
+            "INT": "INTEGER",
+            "TIME": "TIME_WITHOUT_TIME_ZONE",
+            "TIMESTAMP": "TIMESTAMP_WITHOUT_TIME_ZONE",
+        }
+        roots["TIMESTAMP_LTZ"] = "TIMESTAMP_WITH_LOCAL_TIME_ZONE"  # Fluss's DataTypeRoot names, Java's list
         message = (
             f"Invalid aggregation function for column 'c': Data type for {name} column must be part of "
-            f"{list(function.types)} but was '{parse_type(column_type)}'."
+            f"[{', '.join(roots.get(t, t) for t in function.types)}] but was '{parse_type(column_type)}'."
         )
         with pytest.raises(SpecError) as err:
             aggregation_spec(column_type, {"fields.c.agg": declared})

@@ -242,7 +242,7 @@ def test_aggregation_deletes_ignore_by_default_and_remove_whole_row_with_allow()
         (
             [("c", "CHAR(3)")],
             {"table.merge-engine": "aggregation", "fields.c.agg": "listagg"},
-            "Data type for listagg column must be part of ['STRING'] but was 'CHAR(3)'.",
+            "Data type for listagg column must be part of [STRING] but was 'CHAR(3)'.",
         ),
         (
             [("c", "INT")],

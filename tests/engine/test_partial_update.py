@@ -79,7 +79,7 @@ def test_aggregation_partial_aggregates_targets_and_keeps_the_rest():
             {},
             T["columns"],
             ["v1"],
-            "The target write columns ['v1'] must contain the primary key columns ['k'].",
+            "The target write columns [v1] must contain the primary key columns [k].",
         ),
         ({}, T["columns"], ["k", "nope"], "Can not find target column: nope for table t.partial."),
         (

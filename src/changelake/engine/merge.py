@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 
 from changelake.engine import aggregates
-from changelake.errors import WriteRefusedError
+from changelake.errors import WriteRefusedError, java_list
 from changelake.spec import TableSpec
 
 DELETE_DISABLED = (
@@ -282,16 +282,15 @@ def check_target_columns(spec: TableSpec, target_columns: list[str] | None) -> t
     """
     names = list(spec.column_names)
     ai = spec.auto_increment_column
-    if ai is not None:
-        if target_columns is None:
-            raise WriteRefusedError(
-                f"The table contains an auto-increment column [{ai}], but update target columns are not explicitly "
-                "specified."
-            )
-        if ai in target_columns:
-            raise WriteRefusedError(
-                f"Auto-increment column [{ai}] at index {names.index(ai)} must not be included in target columns."
-            )
+    # Fluss checks these twice, in its client (UpsertWriter) and in the server (KvTablet), with different
+    # words; a refusal here says both, the client's first.
+    if ai is not None and target_columns is None:
+        raise WriteRefusedError(
+            f"This table has auto increment column [{ai}]. Explicitly specifying values for an auto increment "
+            "column is not allowed. Please specify non-auto-increment columns as target columns using "
+            f"partialUpdate first. (The table contains an auto-increment column [{ai}], but update target "
+            "columns are not explicitly specified.)"
+        )
     if target_columns is None:
         return None
     for column in target_columns:
@@ -302,8 +301,13 @@ def check_target_columns(spec: TableSpec, target_columns: list[str] | None) -> t
         raise WriteRefusedError(f"Partial update is not supported for the {engine} merge engine.")
     if not set(spec.primary_key) <= set(target_columns):
         raise WriteRefusedError(
-            f"The target write columns {list(target_columns)} must contain the primary key columns "
-            f"{list(spec.primary_key)}."
+            f"The target write columns {java_list(target_columns)} must contain the primary key columns "
+            f"{java_list(spec.primary_key)}."
+        )
+    if ai is not None and ai in target_columns:
+        raise WriteRefusedError(
+            f"Explicitly specifying values for the auto increment column {ai} is not allowed. "
+            f"(Auto-increment column [{ai}] at index {names.index(ai)} must not be included in target columns.)"
         )
     if set(target_columns) == set(names):
         return None

@@ -52,7 +52,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from changelake.config import Settings
-from changelake.errors import ChangelakeError
+from changelake.errors import ChangelakeError, java_list
 from changelake.identifiers import split_table_name
 from changelake.inputs.landing import scan_landing
 from changelake.spec import TableSpec, load_specs
@@ -281,26 +281,35 @@ def check_lookup_columns(spec: TableSpec, columns: list[str], prefix: bool) -> N
         return
     physical = [k for k in pk if k not in spec.partition_keys]
     bucket = list(spec.bucket_key)
+    lookup, table = java_list(columns), spec.full_name
+    # Fluss's order: the lookup creation refuses the whole primary key (any order) before the prefix checks.
+    if len(columns) == len(pk) and set(columns) == set(pk):
+        raise ChangelakeError(
+            f"Can not perform prefix lookup on table '{table}', because the lookup columns {lookup} equals the "
+            f"physical primary keys {java_list(pk)}. Please use primary key lookup (Lookuper without lookupBy) "
+            "instead."
+        )
     if physical[: len(bucket)] != bucket:
         raise ChangelakeError(
-            f"Can not perform prefix lookup on table '{spec.full_name}', because the bucket keys {bucket} is not a "
-            f"prefix subset of the physical primary keys {physical} (excluded partition fields if present)."
+            f"Can not perform prefix lookup on table '{table}', because the bucket keys {java_list(bucket)} is "
+            f"not a prefix subset of the physical primary keys {java_list(physical)} (excluded partition fields "
+            "if present)."
         )
     missing_parts = [p for p in spec.partition_keys if p not in columns]
     if missing_parts:
         raise ChangelakeError(
-            f"Can not perform prefix lookup on table '{spec.full_name}', because the lookup columns {columns} "
-            f"must contain all partition fields {list(spec.partition_keys)}."
+            f"Can not perform prefix lookup on table '{table}', because the lookup columns {lookup} must contain "
+            f"all partition fields {java_list(spec.partition_keys)}."
         )
     if [c for c in columns if c not in spec.partition_keys] != bucket:
         raise ChangelakeError(
-            f"Can not perform prefix lookup on table '{spec.full_name}', because the lookup columns {columns} "
-            f"must contain all bucket keys {bucket} in order."
+            f"Can not perform prefix lookup on table '{table}', because the lookup columns {lookup} must contain "
+            f"all bucket keys {java_list(bucket)} in order."
         )
     if bucket == physical:
         raise ChangelakeError(
-            f"Can not perform prefix lookup on table '{spec.full_name}', because the lookup columns {columns} "
-            f"equals the physical primary keys {physical}. Please use primary key lookup (Lookuper without "
+            f"Can not perform prefix lookup on table '{table}', because the lookup columns {lookup} equals the "
+            f"physical primary keys {java_list(physical)}. Please use primary key lookup (Lookuper without "
             "lookupBy) instead."
         )
 

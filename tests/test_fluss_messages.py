@@ -1,0 +1,142 @@
+"""Fluss's refusals, word for word where Fluss's own tests compare them: column lists printed as Java prints
+them (``[a, b]``), the checks in Fluss's order, both of Fluss's auto-increment messages (client, server), and
+the options Fluss accepts. No Spark: spec checks and the write/lookup checks run before any work."""
+
+from __future__ import annotations
+
+import pytest
+
+from changelake.engine.merge import check_target_columns
+from changelake.errors import ChangelakeError, SpecError, WriteRefusedError, java_list
+from changelake.spec import TableSpec
+from changelake.storage.fastread import check_lookup_columns
+
+pytestmark = pytest.mark.unit
+
+
+def spec(**changes) -> TableSpec:
+    data = {
+        "name": "test_db_1.t",
+        "columns": [
+            {"name": "a", "type": "INT"},
+            {"name": "b", "type": "BIGINT"},
+            {"name": "c", "type": "STRING"},
+            {"name": "d", "type": "STRING"},
+        ],
+        "primary_key": ["a", "b", "c"],
+        "options": {"bucket.num": 3},
+    }
+    data["options"] = {**data["options"], **changes.pop("options", {})}
+    return TableSpec.from_dict({**data, **changes})
+
+
+def refused(fn, *args) -> str:
+    with pytest.raises(ChangelakeError) as err:
+        fn(*args)
+    return str(err.value)
+
+
+def test_java_list():
+    assert java_list(["a", "b"]) == "[a, b]" and java_list(()) == "[]"
+
+
+def test_prefix_lookup_messages_in_fluss_order():
+    # FlussTableITCase#testInvalidPrefixLookup: bucket key (a, c) is not a prefix of the PK
+    t = spec(options={"bucket.key": "a,c"})
+    assert refused(check_lookup_columns, t, ["a", "c"], True) == (
+        "Can not perform prefix lookup on table 'test_db_1.t', because the bucket keys [a, c] is not a prefix "
+        "subset of the physical primary keys [a, b, c] (excluded partition fields if present)."
+    )
+    # the whole primary key, in any order, is refused first: whatever the bucket key
+    for bucket_key in ("a,c", "a,b"):
+        t = spec(options={"bucket.key": bucket_key})
+        assert refused(check_lookup_columns, t, ["c", "a", "b"], True) == (
+            "Can not perform prefix lookup on table 'test_db_1.t', because the lookup columns [c, a, b] equals the "
+            "physical primary keys [a, b, c]. Please use primary key lookup (Lookuper without lookupBy) instead."
+        )
+    t = spec(options={"bucket.key": "a,b"})
+    assert refused(check_lookup_columns, t, ["b", "a"], True) == (
+        "Can not perform prefix lookup on table 'test_db_1.t', because the lookup columns [b, a] must contain "
+        "all bucket keys [a, b] in order."
+    )
+    check_lookup_columns(t, ["a", "b"], True)  # the bucket key itself is a prefix lookup
+
+
+def test_partial_write_messages_in_the_clients_order():
+    t = spec()
+    assert refused(check_target_columns, t, ["b", "c"]) == (
+        "The target write columns [b, c] must contain the primary key columns [a, b, c]."
+    )
+    ai = TableSpec.from_dict(
+        {
+            "name": "web.ids",
+            "columns": [{"name": "a", "type": "STRING"}, {"name": "c", "type": "BIGINT"}],
+            "primary_key": ["a"],
+            "options": {"auto-increment.fields": "c"},
+        }
+    )
+    message = refused(check_target_columns, ai, None)
+    assert message.startswith(
+        "This table has auto increment column [c]. Explicitly specifying values for an auto increment column is "
+        "not allowed. Please specify non-auto-increment columns as target columns using partialUpdate first."
+    )
+    assert (
+        "The table contains an auto-increment column [c], but update target columns are not explicitly"
+        in message
+    )
+    message = refused(check_target_columns, ai, ["a", "c"])
+    assert message.startswith("Explicitly specifying values for the auto increment column c is not allowed.")
+    assert "Auto-increment column [c] at index 1 must not be included in target columns." in message
+    # the client checks the primary key before the auto-increment column
+    assert refused(check_target_columns, ai, ["c"]).startswith(
+        "The target write columns [c] must contain the primary key columns [a]."
+    )
+    with pytest.raises(WriteRefusedError):
+        check_target_columns(ai, ["c"])
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        (
+            {"options": {"table.merge-engine": "last_row"}},
+            "Invalid value for config 'table.merge-engine'. Reason: Could not parse value 'last_row' for key "
+            "'table.merge-engine'.",
+        ),
+        ({"options": {"connector": "fluss"}}, "'connector' is not a Fluss table property."),
+        (
+            {"options": {"table.merge-engine": "aggregation", "fields.d.agg": ""}},
+            "Empty aggregation function name for column 'd'",
+        ),
+        (
+            {"options": {"table.merge-engine": "aggregation", "fields.d.agg": "sum"}},
+            "Data type for sum column must be part of [TINYINT, SMALLINT, INTEGER, BIGINT, FLOAT, DOUBLE, DECIMAL] "
+            "but was 'STRING'.",
+        ),
+        (
+            {"options": {"auto-increment.fields": "f4"}},
+            "Auto increment column f4 does not exist in table columns [a, b, c, d].",
+        ),
+        (
+            {"options": {"bucket.key": "d"}},
+            "The primary keys are [a, b, c], the partition keys are [], but the user-defined bucket keys are [d].",
+        ),
+    ],
+)
+def test_option_messages(changes, message):
+    with pytest.raises(SpecError) as err:
+        spec(**changes)
+    assert message in str(err.value)
+
+
+@pytest.mark.parametrize("engine", [None, "first_row", "aggregation"])
+def test_a_version_column_is_ignored_by_other_engines(engine):
+    """Fluss reads table.merge-engine.versioned.ver-column for the versioned engine only."""
+    options = {"table.merge-engine.versioned.ver-column": "b"}
+    if engine:
+        options["table.merge-engine"] = engine
+    if engine == "first_row":
+        options["table.delete.behavior"] = "ignore"
+    t = spec(options=options)
+    assert t.merge_engine == engine  # None: the default last-row engine
+    assert t.version_column is None
