@@ -487,21 +487,13 @@ def test_an_applier_with_a_stale_spec_refuses_to_rewrite_a_bucket_holding_newer_
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from changelake.engine.buckets import BucketContext, merge_bucket
+    from changelake.engine.buckets import TaskIO, read_stored
 
     path = tmp_path / "written-after-the-alter.parquet"
     pq.write_table(
         pa.table({"id": [1], "amount": [1], "note": ["n"], "_bucket": pa.array([0], pa.int32())}), path
     )
-    ctx = BucketContext(
-        spec=TableSpec.from_dict(ORDERS),  # the spec before the column was added
-        partition_columns=("_bucket",),
-        files_by_partition={(0,): [str(path)]},
-        io_properties={},
-        out_dir=str(tmp_path),
-        log_dir=str(tmp_path),
-        batch_id=2,
-        commit_micros=0,
-    )
-    with pytest.raises(ChangelakeError, match=r"has columns \['note'\] that the spec in use lacks"):
-        merge_bucket((pa.scalar(0, pa.int32()),), pa.table({}), ctx)
+    stale = TableSpec.from_dict(ORDERS)  # the spec before the column was added
+    for keep_rows in (False, True):  # a bucket task reads the file (never kept rows of another process)
+        with pytest.raises(ChangelakeError, match=r"has columns \['note'\] that the spec in use lacks"):
+            read_stored(stale, TaskIO({}), [str(path)], keep_rows=keep_rows)

@@ -190,3 +190,8 @@ def test_kept_rows_are_bounded_and_keyed_by_files_and_schema():
     assert kept.get(["a", "b"], schema) is None and kept.get(["c"], schema) is rows
     kept.put(["huge"], schema, pa.concat_tables([rows] * 40))  # larger than the bound: not kept
     assert kept.get(["huge"], schema) is None and kept.get(["c"], schema) is rows
+    roomy = buckets.StoredRows(max_bytes=100 * rows.nbytes)
+    roomy.put(["c"], schema, rows)
+    roomy.put(["d"], schema, rows, replaces=["c"])  # the bucket's next files: the replaced rows go at once
+    assert roomy.get(["c"], schema) is None and roomy.get(["d"], schema) is rows
+    assert roomy._bytes == rows.nbytes

@@ -104,9 +104,13 @@ class StoredRows:
                 self._rows.move_to_end(key)
             return rows
 
-    def put(self, files, schema: pa.Schema, rows: pa.Table) -> None:
+    def put(self, files, schema: pa.Schema, rows: pa.Table, replaces=()) -> None:
+        """Keep ``rows`` for ``files``; forget the rows of the files they replace (``replaces``: no plan will
+        name those files again once the commit lands, and a retried apply reads them from the files)."""
         key, size = self._key(files, schema), rows.nbytes
         with self._lock:
+            if replaces and (old := self._rows.pop(self._key(replaces, schema), None)) is not None:
+                self._bytes -= old.nbytes
             if key in self._rows or size > self.max_bytes:
                 return
             self._rows[key] = rows
@@ -194,18 +198,6 @@ def changelog_schema(spec: TableSpec) -> pa.Schema:
     )
 
 
-def marker_schema(spec: TableSpec, partition_columns: tuple[str, ...]) -> pa.Schema:
-    """What a task returns: one row per touched bucket."""
-    rows = row_schema(spec)
-    return pa.schema(
-        [pa.field(c, rows.field(c).type) for c in partition_columns]
-        + [pa.field("_path", pa.string()), pa.field("_log_path", pa.string())]
-        + [pa.field(n, pa.int64()) for n in ("_count", "_log_start", "_log_end", "_ai_next", "_ai_end")]
-        + [pa.field(f"_{c}", pa.int64()) for c in (*COUNTERS, *SOURCE_COUNTERS)]
-        + [pa.field("_kafka_offsets", pa.string())]
-    )
-
-
 def _write(
     io, path: str, table: pa.Table, dictionary: list[str], ctx: BucketContext, delta: tuple[str, ...] = ()
 ) -> None:
@@ -230,30 +222,6 @@ def compression_of(properties: dict[str, str]) -> tuple[str, int | None]:
     codec = properties.get("write.parquet.compression-codec", "zstd").lower()
     level = properties.get("write.parquet.compression-level")
     return ("none" if codec == "uncompressed" else codec), (int(level) if level else None)
-
-
-def merge_bucket(key: tuple, records: pa.Table, ctx: BucketContext) -> pa.Table:
-    """Merge one bucket's records (any order) into its stored rows; write its data and changelog files.
-
-    ``key`` holds the partition values and the bucket as Arrow scalars; the files and log end come from
-    ``ctx``. Returns the bucket's marker row (partition columns first)."""
-    from changelake.storage.sparkread import iceberg_partition_value
-
-    spec = ctx.spec
-    partition = tuple(iceberg_partition_value(k.as_py()) for k in key)
-    task = BucketTask(
-        key=partition_key(partition),
-        bucket=key[-1].as_py(),
-        files=tuple(ctx.files_by_partition.get(partition, [])),
-        log_start=ctx.log_ends.get(partition_key(partition), 0),
-        id_ranges=tuple((ctx.id_ranges or {}).get(partition, [])) if spec.auto_increment_column else None,
-    )
-    io = TaskIO(ctx.io_properties)
-    stored = read_stored(spec, io, task.files, ctx.threads)
-    marker = merge_and_write(task, stored, records, ctx, io)
-    columns = {column: [value.as_py()] for column, value in zip(ctx.partition_columns, key, strict=True)}
-    columns.update({name: [value] for name, value in marker.items()})
-    return pa.Table.from_pydict(columns, schema=marker_schema(spec, ctx.partition_columns))
 
 
 @dataclass(frozen=True)
@@ -353,7 +321,7 @@ def merge_and_write(task: BucketTask, stored: pa.Table, records: pa.Table, ctx: 
         step = -(-rows.num_rows // halves)
         name = f"{ctx.out_dir}/data/bucket-{bucket:04d}-{uuid.uuid4().hex}"
         for part_number, start in enumerate(range(0, rows.num_rows, step)):
-            paths.append(f"{name}-{part_number}.parquet")  # in key order by name: read_stored reads them so
+            paths.append(f"{name}-{part_number:03d}.parquet")  # in key order by name, as read_stored reads
             part = rows.slice(start, step)
             writes.append(
                 functools.partial(_write, io, paths[-1], part, [*spec.partition_keys, "_bucket"], ctx)
@@ -391,7 +359,7 @@ def merge_and_write(task: BucketTask, stored: pa.Table, records: pa.Table, ctx: 
             write()
 
     if ctx.keep_rows and paths:  # what read_stored would read back from these files
-        STORED_ROWS.put(paths, schema, result.rows.cast(schema))
+        STORED_ROWS.put(paths, schema, result.rows.cast(schema), replaces=task.files)
     counts = result.counts
     remaining = result.ids_remaining
     marker = {
@@ -755,9 +723,7 @@ __all__ = [
     "bucket_counts",
     "bucket_ids",
     "changelog_schema",
-    "marker_schema",
     "merge_and_write",
-    "merge_bucket",
     "order_and_dedup",
     "partition_key",
     "row_schema",

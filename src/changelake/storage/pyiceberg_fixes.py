@@ -39,8 +39,9 @@ batches took 137 ms before, 66 ms after (51–57 ms for the first ten batches ei
 decodes the manifest's Avro (in Python) each time it is asked, and one apply asks for the PK table's live
 manifests three times: its plan (``plan_files``), and its overwrite commit twice (the entries of the files
 it replaces, and the manifests it keeps). A manifest never changes once a snapshot lists it, so its entries
-are kept per (path, sequence number, snapshot, spec, ``discard_deleted``) in a bounded LRU
-(:data:`MAX_CACHED_MANIFESTS`); a manifest of a commit in flight (sequence number not assigned yet) is read
+are kept per (path, sequence number, snapshot, spec, ``discard_deleted``) in an LRU bounded by the entries
+it holds (:data:`MAX_CACHED_ENTRIES`, ~4 kB each: a one-bucket overwrite rewrites the manifest listing the
+other buckets' files, so a table of many files leaves a large dead copy per batch); a manifest of a commit in flight (sequence number not assigned yet) is read
 as before. Entries are only read after :func:`_inherit_from_manifest` filled them in, never changed (a
 writer makes new entries from them), so callers share them; each gets its own list. Measured, one-bucket
 batches into the benchmark's 5M-row table (in process): planning 6.8 ms to 1.9 ms, the overwrite commit
@@ -102,10 +103,12 @@ def _share(self, memo=None):
     return self
 
 
-#: Manifests whose entries are kept (fix 4); a PK table's snapshot lists a few, its changelog's one per batch.
-MAX_CACHED_MANIFESTS = 512
+#: Manifest entries kept in all (fix 4): ~80 MB, the manifests of ~600 snapshots of the benchmark's 32-file
+#: table, or of 20 of a 1,000-file one.
+MAX_CACHED_ENTRIES = 20_000
 _ENTRIES: OrderedDict[tuple, list[ManifestEntry]] = OrderedDict()
 _ENTRIES_LOCK = threading.Lock()  # pyiceberg reads manifests on its thread pool
+_cached_entries = 0
 
 
 def _cached_fetch_manifest_entry(self: ManifestFile, io, discard_deleted: bool = True) -> list[ManifestEntry]:
@@ -125,10 +128,13 @@ def _cached_fetch_manifest_entry(self: ManifestFile, io, discard_deleted: bool =
             _ENTRIES.move_to_end(key)
             return list(entries)
     entries = _ORIGINAL_FETCH(self, io, discard_deleted)
+    global _cached_entries
     with _ENTRIES_LOCK:
-        _ENTRIES[key] = entries
-        while len(_ENTRIES) > MAX_CACHED_MANIFESTS:
-            _ENTRIES.popitem(last=False)
+        if key not in _ENTRIES and len(entries) <= MAX_CACHED_ENTRIES:
+            _ENTRIES[key] = entries
+            _cached_entries += len(entries)
+            while _cached_entries > MAX_CACHED_ENTRIES:
+                _cached_entries -= len(_ENTRIES.popitem(last=False)[1])
     return list(entries)
 
 
