@@ -33,6 +33,21 @@ def test_compression_properties():
     ) == ("snappy", 3)
 
 
+def _bucket_ctx(tmp_path, threads: bool, compression: str = "zstd") -> buckets.BucketContext:
+    return buckets.BucketContext(
+        spec=SPEC,
+        partition_columns=("_bucket",),
+        files_by_partition={},
+        io_properties={},
+        out_dir=str(tmp_path / "data"),
+        log_dir=str(tmp_path / "log"),
+        batch_id=1,
+        commit_micros=0,
+        compression=compression,
+        threads=threads,
+    )
+
+
 @pytest.mark.parametrize("codec, threads", [("zstd", False), ("lz4", False), ("none", False), ("zstd", True)])
 def test_staged_records_merge_into_files_of_the_tables_codec(tmp_path, codec, threads):
     lines = "".join(f'{{"op": "+I", "data": {{"k": {i}, "v": "v{i % 7}"}}}}\n' for i in range(40))
@@ -43,18 +58,8 @@ def test_staged_records_merge_into_files_of_the_tables_codec(tmp_path, codec, th
     stats = [decode.decode_range(r, SPEC, str(tmp_path / "staging"), io) for r in plan.ranges]
     summary = decode.summarize([{**s, "error": None} for s in stats])
     assert summary.records == 40 and len(summary.groups) == 3
-    ctx = buckets.BucketContext(
-        spec=SPEC,
-        partition_columns=("_bucket",),
-        files_by_partition={},
-        io_properties={},
-        out_dir=str(tmp_path / "data"),
-        log_dir=str(tmp_path / "log"),
-        batch_id=1,
-        commit_micros=0,
-        compression=codec,
-        threads=threads,  # the in-process path: threaded read, the changelog written beside the data file
-    )
+    # threads: the in-process path (threaded read, the changelog written beside the data file)
+    ctx = _bucket_ctx(tmp_path, threads, compression=codec)
     seen = []
     for key, group in summary.groups.items():
         task = buckets.BucketTask(
@@ -84,20 +89,6 @@ def test_staged_records_merge_into_files_of_the_tables_codec(tmp_path, codec, th
         assert "DELTA_BINARY_PACKED" in offsets.encodings  # a run of offsets costs a few bytes
     assert sorted(seen) == list(range(40))
     assert pa.types.is_timestamp(log.schema.field("_commit_timestamp").type)
-
-
-def _bucket_ctx(tmp_path, threads: bool) -> buckets.BucketContext:
-    return buckets.BucketContext(
-        spec=SPEC,
-        partition_columns=("_bucket",),
-        files_by_partition={},
-        io_properties={},
-        out_dir=str(tmp_path / "data"),
-        log_dir=str(tmp_path / "log"),
-        batch_id=1,
-        commit_micros=0,
-        threads=threads,
-    )
 
 
 def _records(keys: list[int], value: str, first_seq: int = 0) -> pa.Table:
