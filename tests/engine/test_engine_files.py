@@ -185,4 +185,4 @@ def test_kept_rows_are_bounded_and_keyed_by_files_and_schema():
     roomy.put(["c"], schema, rows)
     roomy.put(["d"], schema, rows, replaces=["c"])  # the bucket's next files: the replaced rows go at once
     assert roomy.get(["c"], schema) is None and roomy.get(["d"], schema) is rows
-    assert roomy._bytes == rows.nbytes
+    assert roomy.kept_bytes == rows.nbytes

@@ -14,6 +14,7 @@ from pyiceberg.io.pyarrow import parquet_file_to_data_file
 from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField
 
+from changelake.lru import BoundedLRU
 from changelake.storage import pyiceberg_fixes
 
 
@@ -150,8 +151,8 @@ def test_committed_manifests_are_read_once_and_give_what_a_fresh_read_gives(tabl
         return original(manifest, io, discard_deleted)
 
     monkeypatch.setattr(pyiceberg_fixes, "_ORIGINAL_FETCH", counting)
-    monkeypatch.setattr(pyiceberg_fixes, "_ENTRIES", type(pyiceberg_fixes._ENTRIES)())
-    monkeypatch.setattr(pyiceberg_fixes, "_cached_entries", 0)
+    entries = BoundedLRU(pyiceberg_fixes.MAX_CACHED_ENTRIES, size=len)
+    monkeypatch.setattr(pyiceberg_fixes, "_ENTRIES", entries)
     a = data_file(table, tmp_path / "a.parquet", [1, 2])
     b = data_file(table, tmp_path / "b.parquet", [3])
     table = overwrite(table, [], [a, b])
@@ -190,8 +191,8 @@ def test_committed_manifests_are_read_once_and_give_what_a_fresh_read_gives(tabl
     assert reads == [manifest.manifest_path]
 
     # Bounded by the entries kept: a manifest read with new keys evicts the oldest until the rest fit.
-    assert pyiceberg_fixes._cached_entries == sum(map(len, pyiceberg_fixes._ENTRIES.values())) > 2
-    monkeypatch.setattr(pyiceberg_fixes, "MAX_CACHED_ENTRIES", 2)
+    assert entries.total == sum(map(len, entries.values())) > 2
+    entries.limit = 2
     for m in table.current_snapshot().manifests(table.io):
         m.fetch_manifest_entry(table.io, discard_deleted=False)
-    assert 0 < pyiceberg_fixes._cached_entries == sum(map(len, pyiceberg_fixes._ENTRIES.values())) <= 2
+    assert 0 < entries.total == sum(map(len, entries.values())) <= 2

@@ -16,9 +16,7 @@ from __future__ import annotations
 import functools
 import json
 import os
-import threading
 import uuid
-from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -33,6 +31,7 @@ import pyarrow.parquet as pq
 
 from changelake.engine.columnar import merge_records
 from changelake.errors import ChangelakeError
+from changelake.lru import BoundedLRU
 from changelake.runtime.pyworker import lazy_zip_invalidation
 from changelake.spec import TableSpec
 
@@ -87,42 +86,28 @@ class StoredRows:
     not found and is read. Least recently used first out, at most ``max_bytes`` of Arrow buffers."""
 
     def __init__(self, max_bytes: int):
-        self.max_bytes = max_bytes
-        self._rows: OrderedDict[tuple, pa.Table] = OrderedDict()
-        self._bytes = 0
-        self._lock = threading.Lock()
+        self._rows: BoundedLRU[pa.Table] = BoundedLRU(max_bytes, size=lambda rows: rows.nbytes)
 
     @staticmethod
     def _key(files, schema: pa.Schema) -> tuple:
         return tuple(sorted(files)), schema  # the schema too: a column added since reads as nulls
 
+    @property
+    def kept_bytes(self) -> int:
+        return self._rows.total
+
     def get(self, files, schema: pa.Schema) -> pa.Table | None:
-        key = self._key(files, schema)
-        with self._lock:
-            rows = self._rows.get(key)
-            if rows is not None:
-                self._rows.move_to_end(key)
-            return rows
+        return self._rows.get(self._key(files, schema))
 
     def put(self, files, schema: pa.Schema, rows: pa.Table, replaces=()) -> None:
         """Keep ``rows`` for ``files``; forget the rows of the files they replace (``replaces``: no plan will
         name those files again once the commit lands, and a retried apply reads them from the files)."""
-        key, size = self._key(files, schema), rows.nbytes
-        with self._lock:
-            if replaces and (old := self._rows.pop(self._key(replaces, schema), None)) is not None:
-                self._bytes -= old.nbytes
-            if key in self._rows or size > self.max_bytes:
-                return
-            self._rows[key] = rows
-            self._bytes += size
-            while self._bytes > self.max_bytes:
-                _, old = self._rows.popitem(last=False)
-                self._bytes -= old.nbytes
+        if replaces:
+            self._rows.pop(self._key(replaces, schema))
+        self._rows.put(self._key(files, schema), rows)
 
     def clear(self) -> None:
-        with self._lock:
-            self._rows.clear()
-            self._bytes = 0
+        self._rows.clear()
 
 
 #: This process's :class:`StoredRows` (256 MiB: the benchmark's 156,000-row bucket takes 9 MB).

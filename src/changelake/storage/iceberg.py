@@ -36,6 +36,7 @@ from pyiceberg.types import IntegerType, LongType, NestedField, StringType, Time
 from changelake import evolution
 from changelake.config import Settings
 from changelake.errors import ChangelakeError
+from changelake.lru import BoundedLRU
 from changelake.spec import TableSpec
 from changelake.storage import (
     pyiceberg_fixes,  # noqa: F401  (imported for the fixes it installs)
@@ -88,31 +89,19 @@ def _cache_metadata(catalog: Catalog) -> Catalog:
     The catalog's row is still read on every load, so a commit by another process is seen at once; committed
     metadata goes into the cache as it is written. Other catalog types return the metadata with the table
     (REST) and are left as they are."""
-    from collections import OrderedDict
-    from threading import Lock
-
     from pyiceberg.catalog.sql import SqlCatalog
 
     if not isinstance(catalog, SqlCatalog):
         return catalog
-    cache: OrderedDict[str, TableMetadata] = OrderedDict()
-    lock = Lock()
+    cache: BoundedLRU[TableMetadata] = BoundedLRU(METADATA_CACHE_ENTRIES)
     convert, commit = catalog._convert_orm_to_iceberg, catalog.commit_table
-
-    def remember(location: str, metadata: TableMetadata) -> None:
-        with lock:
-            cache[location] = metadata
-            cache.move_to_end(location)
-            while len(cache) > METADATA_CACHE_ENTRIES:
-                cache.popitem(last=False)
 
     def cached_convert(orm_table):
         location = orm_table.metadata_location
-        with lock:
-            metadata = cache.get(location) if location else None
+        metadata = cache.get(location) if location else None
         if metadata is None or not orm_table.table_namespace or not orm_table.table_name:
             table = convert(orm_table)  # reads the file; raises as pyiceberg does for an incomplete row
-            remember(table.metadata_location, table.metadata)
+            cache.put(table.metadata_location, table.metadata)
             return table
         return Table(
             identifier=Catalog.identifier_to_tuple(orm_table.table_namespace) + (orm_table.table_name,),
@@ -124,7 +113,7 @@ def _cache_metadata(catalog: Catalog) -> Catalog:
 
     def cached_commit(table, requirements, updates):
         response = commit(table, requirements, updates)
-        remember(response.metadata_location, response.metadata)
+        cache.put(response.metadata_location, response.metadata)
         return response
 
     setattr(catalog, "_convert_orm_to_iceberg", cached_convert)  # noqa: B010 (mypy: method-assign)
