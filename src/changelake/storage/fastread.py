@@ -281,37 +281,35 @@ def check_lookup_columns(spec: TableSpec, columns: list[str], prefix: bool) -> N
         return
     physical = [k for k in pk if k not in spec.partition_keys]
     bucket = list(spec.bucket_key)
-    lookup, table = java_list(columns), spec.full_name
+    lookup = java_list(columns)
+
+    def refused(reason: str) -> ChangelakeError:
+        return ChangelakeError(f"Can not perform prefix lookup on table '{spec.full_name}', because {reason}")
+
+    def equals_primary_key(keys: list[str]) -> ChangelakeError:
+        return refused(
+            f"the lookup columns {lookup} equals the physical primary keys {java_list(keys)}. Please use primary "
+            "key lookup (Lookuper without lookupBy) instead."
+        )
+
     # Fluss's order: the lookup creation refuses the whole primary key (any order) before the prefix checks.
     if len(columns) == len(pk) and set(columns) == set(pk):
-        raise ChangelakeError(
-            f"Can not perform prefix lookup on table '{table}', because the lookup columns {lookup} equals the "
-            f"physical primary keys {java_list(pk)}. Please use primary key lookup (Lookuper without lookupBy) "
-            "instead."
-        )
+        raise equals_primary_key(pk)
     if physical[: len(bucket)] != bucket:
-        raise ChangelakeError(
-            f"Can not perform prefix lookup on table '{table}', because the bucket keys {java_list(bucket)} is "
-            f"not a prefix subset of the physical primary keys {java_list(physical)} (excluded partition fields "
-            "if present)."
+        raise refused(
+            f"the bucket keys {java_list(bucket)} is not a prefix subset of the physical primary keys "
+            f"{java_list(physical)} (excluded partition fields if present)."
         )
-    missing_parts = [p for p in spec.partition_keys if p not in columns]
-    if missing_parts:
-        raise ChangelakeError(
-            f"Can not perform prefix lookup on table '{table}', because the lookup columns {lookup} must contain "
-            f"all partition fields {java_list(spec.partition_keys)}."
+    if any(p not in columns for p in spec.partition_keys):
+        raise refused(
+            f"the lookup columns {lookup} must contain all partition fields {java_list(spec.partition_keys)}."
         )
     if [c for c in columns if c not in spec.partition_keys] != bucket:
-        raise ChangelakeError(
-            f"Can not perform prefix lookup on table '{table}', because the lookup columns {lookup} must contain "
-            f"all bucket keys {java_list(bucket)} in order."
+        raise refused(
+            f"the lookup columns {lookup} must contain all bucket keys {java_list(bucket)} in order."
         )
     if bucket == physical:
-        raise ChangelakeError(
-            f"Can not perform prefix lookup on table '{table}', because the lookup columns {lookup} equals the "
-            f"physical primary keys {java_list(physical)}. Please use primary key lookup (Lookuper without "
-            "lookupBy) instead."
-        )
+        raise equals_primary_key(physical)
 
 
 # --- Avro (Iceberg manifests and manifest lists) ----------------------------------------------------------
