@@ -79,6 +79,11 @@ def _open_catalog(name: str, props: dict[str, str]) -> Catalog:
 
 METADATA_CACHE_ENTRIES = 64
 
+#: The live data files of a snapshot, per (table uuid, snapshot id): a snapshot never changes. Bounded by the
+#: files held in all (a data file's description is ~4 kB with its column statistics).
+MAX_SNAPSHOT_FILES = 20_000
+SNAPSHOT_FILES: BoundedLRU[tuple[DataFile, ...]] = BoundedLRU(MAX_SNAPSHOT_FILES, size=len)
+
 
 def _cache_metadata(catalog: Catalog) -> Catalog:
     """Keep a SQL catalog from reading and parsing a table's metadata file again while its location is the
@@ -181,13 +186,14 @@ class Storage:
             raise ChangelakeError(
                 f"Table name {spec.table!r} may not contain '{CHANGELOG_SUFFIX}' (reserved)"
             )
-        try:
-            self.catalog.create_namespace(spec.namespace)
-        except Exception:  # already there, or a racing creator just made it
-            if spec.namespace not in {ns[0] for ns in self.catalog.list_namespaces()}:
-                raise
         spec_json = _spec_json(spec)
         existing = self._load(spec.namespace, spec.table)
+        if existing is None:  # (a table's namespace exists: no catalog round trips on every apply)
+            try:
+                self.catalog.create_namespace(spec.namespace)
+            except Exception:  # already there, or a racing creator just made it
+                if spec.namespace not in {ns[0] for ns in self.catalog.list_namespaces()}:
+                    raise
         if existing is not None:
             stored_json = existing.properties.get(summary.SPEC)
             stored = evolution.stored_spec(stored_json, spec.full_name) if stored_json else spec
@@ -375,17 +381,37 @@ class Storage:
     # --- files -----------------------------------------------------------------------------------------
     @staticmethod
     def data_files(table: Table, snapshot_id: int | None = None) -> list[DataFile]:
-        if snapshot_id is None and table.current_snapshot() is None:
-            return []
-        return [task.file for task in table.scan(snapshot_id=snapshot_id).plan_files()]
+        """The live data files of the current snapshot (or of ``snapshot_id``): planned once per snapshot, or
+        derived by :meth:`commit_batch` from the snapshot it replaced (:data:`SNAPSHOT_FILES`)."""
+        snapshot = table.current_snapshot() if snapshot_id is None else table.snapshot_by_id(snapshot_id)
+        if snapshot is None:
+            if snapshot_id is None:
+                return []
+            return [
+                task.file for task in table.scan(snapshot_id=snapshot_id).plan_files()
+            ]  # pyiceberg's error
+        key = (str(table.metadata.table_uuid), snapshot.snapshot_id)
+        files = SNAPSHOT_FILES.get(key)
+        if files is None:
+            files = tuple(task.file for task in table.scan(snapshot_id=snapshot.snapshot_id).plan_files())
+            SNAPSHOT_FILES.put(key, files)
+        return list(files)
 
     @staticmethod
     def to_data_files(table: Table, paths: list[str]) -> list[DataFile]:
         """Describe Spark-written Parquet files for Iceberg (reads only their footers, in parallel)."""
         if not paths:
             return []
+
+        def describe(path: str) -> DataFile:
+            data_file = parquet_file_to_data_file(table.io, table.metadata, path)
+            # As a planned file has it (pyiceberg's DataFile.from_args drops it): the commit that replaces
+            # this file may be given this description (SNAPSHOT_FILES).
+            data_file.spec_id = table.metadata.default_spec_id
+            return data_file
+
         with ThreadPoolExecutor(max_workers=8) as pool:
-            return list(pool.map(lambda p: parquet_file_to_data_file(table.io, table.metadata, p), paths))
+            return list(pool.map(describe, paths))
 
     def new_data_dir(self, table: Table, batch_id: int) -> str:
         """A fresh directory for one apply attempt's files (never reused, so a failed attempt is never read)."""
@@ -398,6 +424,7 @@ class Storage:
     ) -> Table:
         """Commit one snapshot replacing ``removed`` by ``added``, its summary ``batch`` stamped with the commit
         time; return the table as committed. Raises CommitFailedException on a race."""
+        base = table.current_snapshot()
         tx = table.transaction()
         props = replace(batch, committed_at_ms=int(time.time() * 1000)).to_properties()
         with tx.update_snapshot(snapshot_properties=props).overwrite() as overwrite:
@@ -405,7 +432,18 @@ class Storage:
                 overwrite.delete_data_file(f)
             for f in added:
                 overwrite.append_data_file(f)
-        return tx.commit_transaction()
+        committed = tx.commit_transaction()
+        # The new snapshot's files, from its parent's (the commit fails unless the parent is still current):
+        # the next batch's plan need not read the manifests this commit wrote.
+        table_uuid = str(table.metadata.table_uuid)
+        base_id = base.snapshot_id if base is not None else None
+        parent = () if base_id is None else SNAPSHOT_FILES.get((table_uuid, base_id))
+        snapshot = committed.current_snapshot()
+        if parent is not None and snapshot is not None and snapshot.parent_snapshot_id == base_id:
+            gone = set(removed)
+            files = tuple(f for f in parent if f not in gone) + tuple(added)
+            SNAPSHOT_FILES.put((table_uuid, snapshot.snapshot_id), files)
+        return committed
 
     @staticmethod
     def append_batch(table: Table, added: list[DataFile], changelog: ChangelogSummary) -> Table:
