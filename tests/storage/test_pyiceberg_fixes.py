@@ -196,3 +196,29 @@ def test_committed_manifests_are_read_once_and_give_what_a_fresh_read_gives(tabl
     for m in table.current_snapshot().manifests(table.io):
         m.fetch_manifest_entry(table.io, discard_deleted=False)
     assert 0 < entries.total == sum(map(len, entries.values())) <= 2
+
+
+def test_a_described_file_equals_pyicebergs_description_and_each_schema_is_checked(
+    table, tmp_path, monkeypatch
+):
+    checks = []
+    original = pyiceberg.io.pyarrow._check_pyarrow_schema_compatible
+    monkeypatch.setattr(
+        pyiceberg.io.pyarrow,
+        "_check_pyarrow_schema_compatible",
+        lambda *a, **k: checks.append(a[1]) or original(*a, **k),
+    )
+    paths = []
+    for i in range(3):
+        pq.write_table(pa.table({"k": pa.array([i, 10 * i, None], pa.int64())}), tmp_path / f"{i}.parquet")
+        paths.append(str(tmp_path / f"{i}.parquet"))
+    described = [pyiceberg_fixes.describe_parquet(table.io, table.metadata, p) for p in paths]
+    for p, d in zip(paths, described, strict=True):
+        expected = parquet_file_to_data_file(table.io, table.metadata, p)
+        assert d._data == expected._data  # path, counts, sizes, bounds, null counts, partition
+        assert d.spec_id == table.metadata.default_spec_id
+    assert len(checks) == 3 + 1  # pyiceberg's three, and this table's one Arrow schema once
+    # A file of another schema is checked (and refused) even after a compatible one was.
+    pq.write_table(pa.table({"k": pa.array([1], pa.int64()), "x": pa.array([1])}), tmp_path / "wide.parquet")
+    with pytest.raises(ValueError, match="more columns: x"):
+        pyiceberg_fixes.describe_parquet(table.io, table.metadata, str(tmp_path / "wide.parquet"))

@@ -1,4 +1,4 @@
-"""Four fixes to pyiceberg 0.12 that changelake's commits need, until a pyiceberg release has them. Without
+"""Five fixes to pyiceberg 0.12 that changelake's commits need, until a pyiceberg release has them. Without
 them an apply's commit cost grew with the number of batches the table had taken: a 20-record batch into a
 4-bucket table took 0.13 s as batch 1 and 3.3 s as batch 366 (measured, one process applying batch after
 batch, in-process merge).
@@ -48,6 +48,14 @@ callers share them; each gets its own list. Measured, one-bucket batches into th
 (in process, runs with and without the fix): planning 5.8–8.4 ms to ~4 ms, the overwrite commit 15–20 ms to
 11–12 ms.
 
+**5. Every written file's schema converted and checked again.** ``parquet_file_to_data_file`` (how a commit
+describes the files a batch wrote) spends more than half its ~1 ms per file converting the file's Arrow schema
+to an Iceberg schema and comparing it with the table's, and a batch's files all have one Arrow schema.
+:func:`describe_parquet` is the same description with that check made once per (table, schema id, format
+version, Arrow schema) -- a table's schema id always names the same schema -- and the spec id set as a planned
+file has it. Measured on the benchmark's table: 0.98 ms a file before, ~0.3 ms after; the full batch describes
+65 files.
+
 Installed only on the pyiceberg versions it was checked against (:data:`CHECKED_VERSIONS`): any other version
 keeps its own property, and ``tests/storage/test_pyiceberg_fixes.py`` fails so the fix is re-checked.
 """
@@ -55,8 +63,11 @@ keeps its own property, and ``tests/storage/test_pyiceberg_fixes.py`` fails so t
 from __future__ import annotations
 
 import pyiceberg
-from pyiceberg.manifest import UNASSIGNED_SEQ, ManifestEntry, ManifestFile
+from pyiceberg.io import FileIO
+from pyiceberg.io.pyarrow import parquet_file_to_data_file
+from pyiceberg.manifest import UNASSIGNED_SEQ, DataFile, ManifestEntry, ManifestFile
 from pyiceberg.table import Transaction
+from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.snapshots import MetadataLogEntry, Snapshot, SnapshotLogEntry
 from pyiceberg.table.update import update_table_metadata
 from pyiceberg.table.update.snapshot import _OverwriteFiles
@@ -142,6 +153,56 @@ def install() -> bool:
     if ManifestFile.__dict__["fetch_manifest_entry"] is _ORIGINAL_FETCH:
         setattr(ManifestFile, "fetch_manifest_entry", _cached_fetch_manifest_entry)  # noqa: B010
     return True
+
+
+#: (table uuid, schema id, format version, Arrow schema) of files found compatible with the table (fix 5).
+_COMPATIBLE: BoundedLRU[bool] = BoundedLRU(256)
+
+
+def describe_parquet(io: FileIO, metadata: TableMetadata, path: str) -> DataFile:
+    """``parquet_file_to_data_file(io, metadata, path)`` with its spec id set, checking the file's schema
+    against the table's once per distinct Arrow schema (fix 5; pyiceberg's own function on other versions)."""
+    if not INSTALLED:
+        data_file = parquet_file_to_data_file(io, metadata, path)
+    else:
+        import pyarrow.parquet as pq
+        from pyiceberg.io.pyarrow import (
+            _check_pyarrow_schema_compatible,
+            compute_statistics_plan,
+            data_file_statistics_from_parquet_metadata,
+            parquet_path_to_id_mapping,
+        )
+        from pyiceberg.manifest import DataFileContent, FileFormat
+
+        input_file = io.new_input(path)
+        with input_file.open() as stream:
+            footer = pq.read_metadata(stream)
+        arrow_schema = footer.schema.to_arrow_schema()
+        schema = metadata.schema()
+        key = (str(metadata.table_uuid), schema.schema_id, metadata.format_version, arrow_schema)
+        if _COMPATIBLE.get(key) is None:
+            _check_pyarrow_schema_compatible(schema, arrow_schema, format_version=metadata.format_version)
+            _COMPATIBLE.put(key, True)
+        statistics = data_file_statistics_from_parquet_metadata(
+            parquet_metadata=footer,
+            stats_columns=compute_statistics_plan(schema, metadata.properties),
+            parquet_column_mapping=parquet_path_to_id_mapping(schema),
+        )
+        data_file = DataFile.from_args(
+            content=DataFileContent.DATA,
+            file_path=path,
+            file_format=FileFormat.PARQUET,
+            partition=statistics.partition(metadata.spec(), schema),
+            file_size_in_bytes=len(input_file),
+            sort_order_id=None,
+            equality_ids=None,
+            key_metadata=None,
+            **statistics.to_serialized_dict(),
+        )
+    # As a planned file has it (DataFile.from_args drops it): a later commit may be given this description
+    # of the file to replace (changelake.storage.iceberg.SNAPSHOT_FILES).
+    data_file.spec_id = metadata.default_spec_id
+    return data_file
 
 
 INSTALLED = install()
