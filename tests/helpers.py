@@ -261,3 +261,18 @@ def running_server() -> Iterator[PostgresServer]:
         yield server
     finally:
         server.stop()
+
+
+class NoSpark:
+    """Stands in for the SparkSession where a test shows that nothing needs one."""
+
+    def __getattr__(self, name):
+        raise AssertionError(f"Spark was used (.{name})")
+
+
+def sparkless_lake(home: Path):
+    """A ChangeLake on ``home`` (specs in ``home/tables``) whose Spark session fails any use."""
+    from changelake import ChangeLake
+
+    (home / "tables").mkdir(exist_ok=True)
+    return ChangeLake(home=home, tables_dir=home / "tables", spark=NoSpark(), progress=lambda m: None)

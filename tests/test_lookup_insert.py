@@ -16,6 +16,7 @@ from changelake import ChangeLake
 from changelake.errors import ChangelakeError
 from changelake.storage.iceberg import Storage
 from changelake.storage.summary import BatchSummary
+from tests.helpers import sparkless_lake
 
 UIDS = {
     "name": "web.uid_mapping",
@@ -29,17 +30,9 @@ UIDS = {
 }
 
 
-class NoSpark:
-    """Stands in for the SparkSession where a test shows that nothing needs one."""
-
-    def __getattr__(self, name):
-        raise AssertionError(f"Spark was used (.{name})")
-
-
 @pytest.fixture
 def sparkless(tmp_path) -> ChangeLake:
-    (tmp_path / "tables").mkdir()
-    return ChangeLake(home=tmp_path, tables_dir=tmp_path / "tables", spark=NoSpark(), progress=lambda m: None)
+    return sparkless_lake(tmp_path)
 
 
 def last_batch(lake, table: str) -> int:
@@ -242,7 +235,7 @@ def test_two_processes_inserting_the_same_new_keys_get_one_id_per_key(home, cli_
     assert all("inserting them as batch 1" in err for _, err in outputs)
     assert any("another writer committed batch 1 first" in err for _, err in outputs)
 
-    lake = ChangeLake(home=home, tables_dir=home / "tables", spark=NoSpark(), progress=lambda m: None)
+    lake = sparkless_lake(home)
     assert {r["user_id"]: r["uid"] for r in lake.rows_arrow("web.uid_mapping").to_pylist()} == ids
     log = lake.changelog_arrow("web.uid_mapping").to_pylist()
     assert sorted((r["_change_type"], r["user_id"]) for r in log) == sorted(("+I", u) for u in ids)

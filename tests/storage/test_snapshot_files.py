@@ -11,6 +11,7 @@ import pytest
 from changelake import ChangeLake
 from changelake.storage import iceberg
 from changelake.storage.iceberg import SNAPSHOT_FILES, Storage
+from tests.helpers import sparkless_lake
 
 SPEC = {
     "name": "shop.orders",
@@ -20,15 +21,9 @@ SPEC = {
 }
 
 
-class NoSpark:
-    def __getattr__(self, name):
-        raise AssertionError(f"Spark was used (.{name})")
-
-
 @pytest.fixture
 def lake(tmp_path) -> ChangeLake:
-    (tmp_path / "tables").mkdir()
-    lake = ChangeLake(home=tmp_path, tables_dir=tmp_path / "tables", spark=NoSpark(), progress=lambda m: None)
+    lake = sparkless_lake(tmp_path)
     lake.create_table(SPEC)
     return lake
 
