@@ -21,7 +21,6 @@ import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from urllib.parse import urlparse
 
 from pyiceberg.catalog import Catalog, load_catalog
 from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
@@ -189,12 +188,6 @@ class Storage:
             )
         spec_json = _spec_json(spec)
         existing = self._load(spec.namespace, spec.table)
-        if existing is None:  # (a table's namespace exists: no catalog round trips on every apply)
-            try:
-                self.catalog.create_namespace(spec.namespace)
-            except Exception:  # already there, or a racing creator just made it
-                if spec.namespace not in {ns[0] for ns in self.catalog.list_namespaces()}:
-                    raise
         if existing is not None:
             stored_json = existing.properties.get(summary.SPEC)
             stored = evolution.stored_spec(stored_json, spec.full_name) if stored_json else spec
@@ -207,7 +200,12 @@ class Storage:
                     self.evolve_table(spec, name)
             else:
                 spec = evolution.with_sections(stored, spec)
-        else:
+        else:  # the namespace only now: an existing table's has one (no catalog round trips per apply)
+            try:
+                self.catalog.create_namespace(spec.namespace)
+            except Exception:  # already there, or a racing creator just made it
+                if spec.namespace not in {ns[0] for ns in self.catalog.list_namespaces()}:
+                    raise
             schema = self.pk_schema(spec)
             fields = [schema.find_field(k) for k in spec.partition_keys] + [schema.find_field("_bucket")]
             partition_spec = PartitionSpec(
@@ -385,17 +383,15 @@ class Storage:
         """The live data files of the current snapshot (or of ``snapshot_id``): planned once per snapshot, or
         derived by :meth:`commit_batch` from the snapshot it replaced (:data:`SNAPSHOT_FILES`)."""
         snapshot = table.current_snapshot() if snapshot_id is None else table.snapshot_by_id(snapshot_id)
-        if snapshot is None:
-            if snapshot_id is None:
-                return []
-            return [
-                task.file for task in table.scan(snapshot_id=snapshot_id).plan_files()
-            ]  # pyiceberg's error
-        key = (str(table.metadata.table_uuid), snapshot.snapshot_id)
-        files = SNAPSHOT_FILES.get(key)
+        if snapshot is None and snapshot_id is None:
+            return []
+        # An unknown snapshot_id is not kept: pyiceberg's planning says what it says of it.
+        key = None if snapshot is None else (str(table.metadata.table_uuid), snapshot.snapshot_id)
+        files = SNAPSHOT_FILES.get(key) if key is not None else None
         if files is None:
-            files = tuple(task.file for task in table.scan(snapshot_id=snapshot.snapshot_id).plan_files())
-            SNAPSHOT_FILES.put(key, files)
+            files = tuple(task.file for task in table.scan(snapshot_id=snapshot_id).plan_files())
+            if key is not None:
+                SNAPSHOT_FILES.put(key, files)
         return list(files)
 
     @staticmethod
@@ -405,8 +401,10 @@ class Storage:
         (2 files: 3.0 ms pooled, 2.0 ms in turn); remote ones in parallel, for their round trips."""
         if not paths:
             return []
+        from changelake.engine.buckets import TaskIO  # (loaded already: files are described after a merge)
+
         describe = functools.partial(pyiceberg_fixes.describe_parquet, table.io, table.metadata)
-        if len(paths) > 1 and any(urlparse(p).scheme not in ("", "file") for p in paths):
+        if len(paths) > 1 and any(TaskIO.local_path(p) is None for p in paths):
             with ThreadPoolExecutor(max_workers=8) as pool:
                 return list(pool.map(describe, paths))
         return [describe(p) for p in paths]
