@@ -22,7 +22,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from changelake.runtime.server import Endpoint, ViewRefresher, server_conf
+from changelake.runtime.server import WARM_DBT_SCHEMA, Endpoint, ViewRefresher, server_conf
 from tests.helpers import DEMO_TABLES, REPO, land_and_apply_demo
 
 DEMO = DEMO_TABLES
@@ -300,6 +300,12 @@ def test_endpoint_serves_dbt_sql_clients_and_new_batches(demo, spark, endpoint, 
         spark.sql("drop database if exists analytics_session cascade")
 
     cursor = _hive(endpoint).cursor()
+    # The start built the dbt project once into a scratch schema, which is gone.
+    server_log = (demo.settings.home / "spark-server" / "server.log").read_text()
+    assert f"into {WARM_DBT_SCHEMA} (dropped)" in server_log and ", exit 0; dbt parse" in server_log, (
+        server_log[-2000:]
+    )
+    assert WARM_DBT_SCHEMA not in {name for (name,) in _query(cursor, "show databases")}
     # A PK table, its changelog and a mart through a SQL client.
     orders = demo.rows("shop.orders")
     assert sorted(_query(cursor, "select order_id from global_temp.shop__orders")) == sorted(

@@ -1,12 +1,25 @@
-"""The endpoint's SQL warm-up (changelake.runtime.server.warm_sql), without Spark: which views it scans,
-which statements it sends, and that it never fails the start."""
+"""The endpoint's warm-ups without Spark: the SQL warm-up (``warm_sql``: which views it scans, which
+statements it sends) and the start's dbt build (``warm_dbt``: when it runs, into which schema, with what), and
+that neither ever fails the start."""
 
 from __future__ import annotations
 
+import json
+import sys
+import time
+from pathlib import Path
 from types import SimpleNamespace
 
 from changelake.runtime import server
-from changelake.runtime.server import warm_model_statements, warm_queries, warm_sql
+from changelake.runtime.server import (
+    WARM_DBT_SCHEMA,
+    Endpoint,
+    dbt_source_views,
+    warm_dbt,
+    warm_model_statements,
+    warm_queries,
+    warm_sql,
+)
 
 
 class _FakeSpark:
@@ -109,3 +122,109 @@ def test_a_failing_warm_up_query_is_reported_not_raised_and_the_scratch_database
     assert ran == 3  # the synthetic write, the database and the first statement; the second failed
     assert "warm-up stopped: RuntimeError: boom" in messages[0]
     assert spark.statements[-1] == DROP_DB
+
+
+# ---- the start's dbt build (warm_dbt), with a stand-in dbt executable that records how it was called ----
+
+REPO_PROJECT = Path(__file__).resolve().parents[2] / "dbt_project"
+
+FAKE_DBT = """#!{python}
+import json, os, sys, time
+command = sys.argv[1]
+with open(os.environ["FAKE_DBT_CALLS"], "a") as calls:
+    calls.write(json.dumps({{"argv": sys.argv[1:], "cwd": os.getcwd(), "env": {{
+        k: os.environ.get(k) for k in ("CHANGELAKE_DBT_SCHEMA", "SPARK_THRIFT_HOST", "SPARK_THRIFT_PORT",
+                                       "DBT_PROFILES_DIR")}}}}) + "\\n")
+if command == "build":
+    time.sleep(float(os.environ.get("FAKE_DBT_SLEEP", "0")))
+    print("1 of 1 ERROR creating sql table model x")
+    sys.exit(int(os.environ.get("FAKE_DBT_EXIT", "0")))
+"""
+
+
+def _fake_dbt(tmp_path: Path, monkeypatch, exit_code: int = 0, sleep: float = 0.0) -> tuple[Path, Path]:
+    dbt = tmp_path / "bin" / "dbt"
+    dbt.parent.mkdir()
+    dbt.write_text(FAKE_DBT.format(python=sys.executable))
+    dbt.chmod(0o755)
+    calls = tmp_path / "calls.jsonl"
+    monkeypatch.setenv("FAKE_DBT_CALLS", str(calls))
+    monkeypatch.setenv("FAKE_DBT_EXIT", str(exit_code))
+    monkeypatch.setenv("FAKE_DBT_SLEEP", str(sleep))
+    monkeypatch.delenv("CHANGELAKE_SERVER_WARM_DBT", raising=False)
+    monkeypatch.delenv("CHANGELAKE_DBT_SCHEMA", raising=False)
+    return dbt, calls
+
+
+def _calls(path: Path) -> dict[str, dict]:
+    if not path.exists():
+        return {}
+    return {c["argv"][0]: c for c in map(json.loads, path.read_text().splitlines())}
+
+
+def test_dbt_source_views_are_the_global_temp_sources_of_the_project(tmp_path):
+    views = dbt_source_views(REPO_PROJECT)
+    assert {"shop__orders", "shop__orders__changelog", "web__pageviews"} <= views
+    (tmp_path / "models" / "x").mkdir(parents=True)
+    (tmp_path / "models" / "x" / "s.yml").write_text(
+        "version: 2\nsources:\n"
+        "  - name: a\n    schema: global_temp\n    tables: [{name: t1}, {name: t2, identifier: real_t2}]\n"
+        "  - name: b\n    schema: raw\n    tables: [{name: elsewhere}]\n"
+    )
+    assert dbt_source_views(tmp_path) == {"t1", "real_t2"}
+
+
+def test_warm_dbt_builds_into_the_scratch_schema_parses_for_users_and_drops_the_schema(tmp_path, monkeypatch):
+    dbt, calls = _fake_dbt(tmp_path, monkeypatch)
+    dropped: list[str] = []
+    messages: list[str] = []
+    endpoint = Endpoint(host="127.0.0.1", thrift_port=41234, connect_port=41235)
+    views = sorted(dbt_source_views(REPO_PROJECT)) + ["other__table"]
+    code = warm_dbt(REPO_PROJECT, endpoint, views, dropped.append, messages.append, dbt=dbt)
+    assert code == 0
+    assert dropped == [WARM_DBT_SCHEMA, WARM_DBT_SCHEMA]  # a killed start's leftover, then this build's
+    got = _calls(calls)
+    build, parse = got["build"], got["parse"]
+    assert build["argv"][:3] == ["build", "--target", "thrift"]
+    target = build["argv"][build["argv"].index("--target-path") + 1]
+    assert not target.startswith(str(REPO_PROJECT)) and not Path(target).exists()  # scratch, removed
+    assert build["env"] == {
+        "CHANGELAKE_DBT_SCHEMA": WARM_DBT_SCHEMA,
+        "SPARK_THRIFT_HOST": "127.0.0.1",
+        "SPARK_THRIFT_PORT": "41234",
+        "DBT_PROFILES_DIR": str(REPO_PROJECT),
+    }
+    # The parse writes the users' partial-parse state: their schema, the project's own target/.
+    assert parse["argv"] == ["parse", "--target", "thrift"] and parse["cwd"] == str(REPO_PROJECT)
+    assert parse["env"]["CHANGELAKE_DBT_SCHEMA"] == "analytics"
+    assert parse["env"]["SPARK_THRIFT_PORT"] == "41234"
+    assert "exit 0; dbt parse" in messages[-1]
+
+
+def test_warm_dbt_waits_for_every_source_view_and_can_be_turned_off(tmp_path, monkeypatch):
+    dbt, calls = _fake_dbt(tmp_path, monkeypatch)
+    views = sorted(dbt_source_views(REPO_PROJECT))
+    messages: list[str] = []
+    assert warm_dbt(REPO_PROJECT, Endpoint(), views[1:], [].append, messages.append, dbt=dbt) is None
+    assert f"not registered ({views[0]}, ...)" in messages[0]
+    monkeypatch.setenv("CHANGELAKE_SERVER_WARM_DBT", "0")
+    assert warm_dbt(REPO_PROJECT, Endpoint(), views, [].append, messages.append, dbt=dbt) is None
+    assert len(messages) == 1 and _calls(calls) == {}
+
+
+def test_a_failing_or_hanging_warm_dbt_build_is_reported_and_the_schema_still_dropped(tmp_path, monkeypatch):
+    views = sorted(dbt_source_views(REPO_PROJECT))
+    dbt, _calls_path = _fake_dbt(tmp_path, monkeypatch, exit_code=1)
+    dropped: list[str] = []
+    messages: list[str] = []
+    assert warm_dbt(REPO_PROJECT, Endpoint(), views, dropped.append, messages.append, dbt=dbt) == 1
+    assert "dbt build exited 1: 1 of 1 ERROR creating sql table model x" in messages[0]
+    assert dropped == [WARM_DBT_SCHEMA] * 2
+
+    monkeypatch.setenv("FAKE_DBT_SLEEP", "30")
+    dropped.clear()
+    started = time.monotonic()
+    code = warm_dbt(REPO_PROJECT, Endpoint(), views, dropped.append, messages.append, dbt=dbt, timeout=1.0)
+    assert code is None and time.monotonic() - started < 10
+    assert any("dbt build stopped after 1s" in m for m in messages)
+    assert dropped == [WARM_DBT_SCHEMA] * 2
