@@ -78,9 +78,10 @@ DBT_INTRO = """\
 
 `benchmarks/bench_dbt.py` lands and applies the demo's tables, then on the same data and in one run: builds
 the dbt project with `changelake dbt build` (the `session` target: a Spark JVM, the tables' views and dbt in
-one process, into the schema `analytics_session`), starts the warm SQL endpoint, builds it with plain
-`dbt build --target thrift` from `dbt_project/` (the first build after the start, then later ones), checks
-every model equals the session build's, times point queries over PyHive (checked against a pyiceberg read),
+one process, into the schema `analytics_session`), starts the warm SQL endpoint (whose start builds the
+project once into a scratch schema and parses it into `dbt_project/target/`: [sql-endpoint.md](sql-endpoint.md#the-start-builds-the-dbt-project-once)),
+builds it with plain `dbt build --target thrift` from `dbt_project/` into its own `target/`, as a user does
+(the first build after the start, then later ones), checks every model equals the session build's, times point queries over PyHive (checked against a pyiceberg read),
 applies a batch through the warm path and times until a PyHive query sees it, and stops the endpoint
 (checked: no process or port left). Each build is a new process, timed from start to exit.
 """
