@@ -22,7 +22,13 @@ changelake scenarios (same JVM, only through the public API):
   apply 1 bucket    ``--small`` updates whose keys all live in one bucket, ``--small-runs`` batches (median)
   apply (json)      a batch of the same shape landed as changelog JSON lines
   huge (--huge)     a ``--huge-records`` batch (default 20M, keys repeating), applied last
-Every changelake scenario reports the peak RSS of the driver (this process), the JVM and its Python workers.
+The scenarios the targets compare with a peer or with each other by a single time (the initial load, the
+Parquet and JSON batches, and delta-rs's write and MERGE) run ``--reps`` times (default 3), each changelake
+run on its own copy of the table (``bench.orders``, ``bench.orders_run2``, ...) and each delta-rs run in a
+fresh process; the median is compared and every run is listed: one timing on this project's 2-core VMs
+moves by 15-30% from minute to minute.
+Every changelake scenario reports the peak RSS of the driver (this process), the JVM and its Python workers
+(the largest over its runs).
 The run checks that every peer ends with changelake's rows (count and column sums) and delta-rs's change
 feed with changelake's changelog count, and exits 1 if a check fails. Writes benchmarks/results/latest.json
 (docs/benchmarks.md is rendered from it by render_results.py) and prints a table with the targets.
@@ -102,28 +108,38 @@ def generate_data(data: Path, args: argparse.Namespace) -> dict[str, Any]:
     return json.loads((data / "meta.json").read_text())
 
 
-def run_peers(names: list[str], data: Path, work: Path, attempts: int = 2) -> dict[str, dict[str, Any]]:
-    """Each peer in a fresh process, one after another. A peer process that dies is run once more (the
-    first failure is kept in the result); one that fails every time is reported, not fatal."""
+#: The peers' times that a target compares with one of changelake's, run --reps times (median compared).
+REPEATED_PEER_TIMES = {"delta": ("write_s", "merge_cdf_s")}
+
+
+def run_peers(
+    names: list[str], data: Path, work: Path, reps: int = 1, attempts: int = 2
+) -> dict[str, dict[str, Any]]:
+    """Each peer in a fresh process, one after another; the peers of :data:`REPEATED_PEER_TIMES` ``reps``
+    times, each run in a fresh process. A peer process that dies is run once more (the first failure is
+    kept in the result); one that fails every time is reported, not fatal."""
     results: dict[str, dict[str, Any]] = {}
     for name in names:
         print(f"== peer {name}", file=sys.stderr, flush=True)
         out, peer_work = work / f"peer-{name}.json", work / f"peer-{name}"
         cmd = [sys.executable, str(HERE / "bench_peers.py"), "--peer", name, "--dir", str(data)]
         failures: list[dict[str, Any]] = []
-        for _ in range(attempts):
-            shutil.rmtree(peer_work, ignore_errors=True)
-            out.unlink(missing_ok=True)
-            proc = subprocess.run(
-                [*cmd, "--work", str(peer_work), "--out", str(out)], capture_output=True, text=True
-            )
-            if proc.returncode == 0:
-                results[name] = json.loads(out.read_text())
-                break
-            lines = proc.stderr.strip().splitlines() or ["no output"]
-            failures.append({"error": f"exit {proc.returncode}: {lines[-1]}", "stderr_tail": lines[-25:]})
-            print(f"   {name} failed: {failures[-1]['error']}", file=sys.stderr, flush=True)
-        else:
+        runs: list[dict[str, Any]] = []
+        for _run in range(reps if name in REPEATED_PEER_TIMES else 1):
+            for _ in range(attempts):
+                shutil.rmtree(peer_work, ignore_errors=True)
+                out.unlink(missing_ok=True)
+                proc = subprocess.run(
+                    [*cmd, "--work", str(peer_work), "--out", str(out)], capture_output=True, text=True
+                )
+                if proc.returncode == 0:
+                    runs.append(json.loads(out.read_text()))
+                    break
+                lines = proc.stderr.strip().splitlines() or ["no output"]
+                failures.append({"error": f"exit {proc.returncode}: {lines[-1]}", "stderr_tail": lines[-25:]})
+                print(f"   {name} failed: {failures[-1]['error']}", file=sys.stderr, flush=True)
+        results[name] = median_runs(runs, REPEATED_PEER_TIMES.get(name, ())) if runs else {}
+        if not runs:
             results[name] = {"error": failures[-1]["error"]}
         if failures:
             results[name]["failed_attempts"] = failures
@@ -134,6 +150,23 @@ def run_peers(names: list[str], data: Path, work: Path, attempts: int = 2) -> di
         )
         shutil.rmtree(peer_work, ignore_errors=True)
     return results
+
+
+def median_runs(runs: list[dict[str, Any]], keys: tuple[str, ...]) -> dict[str, Any]:
+    """The first run's result with each of ``keys`` replaced by the median over ``runs``, every run's value
+    beside it (``<key minus _s>_runs_s``), and each peak RSS (``*_peak_rss_mb``) the largest of the runs."""
+    merged = dict(runs[0])
+    for key in keys:
+        values = [run[key] for run in runs if run.get(key) is not None]
+        if values:
+            merged[key] = round(statistics.median(values), 2)
+            merged[f"{key.removesuffix('_s')}_runs_s"] = values
+    for key in [k for k in merged if k.endswith("_peak_rss_mb")]:
+        values = [run[key] for run in runs if run.get(key) is not None]
+        merged[key] = max(values) if values else None
+    if len(runs) > 1:
+        merged["runs"] = len(runs)
+    return merged
 
 
 def fingerprint(df) -> dict[str, Any]:
@@ -239,6 +272,12 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=500_000, help="records of the change batch")
     ap.add_argument("--small", type=int, default=10_000, help="records of the one-bucket batch")
     ap.add_argument("--small-runs", type=int, default=5, help="one-bucket batches applied (median reported)")
+    ap.add_argument(
+        "--reps",
+        type=int,
+        default=3,
+        help="runs of the initial load, the Parquet and JSON batches and delta-rs's write and MERGE (median)",
+    )
     ap.add_argument("--huge", action="store_true", help="also apply a --huge-records batch (opt-in)")
     ap.add_argument("--huge-records", type=int, default=20_000_000)
     ap.add_argument("--chunk", type=int, default=1_000_000, help="records per generated chunk")
@@ -254,7 +293,9 @@ def main() -> int:
     data = work / "data"
     print(f"== generating {args.rows:,}-row table and batches in {data}", file=sys.stderr, flush=True)
     meta = generate_data(data, args)
-    peers = run_peers(peer_names, data, work)
+    if args.reps < 1:
+        ap.error("--reps must be at least 1")
+    peers = run_peers(peer_names, data, work, reps=args.reps)
 
     progress_lines: dict[str, list[str]] = {}
     current: list[str] = []
@@ -285,6 +326,21 @@ def main() -> int:
             memory[name] = mem.stop()
             progress_lines[name] = list(current[-40:])
 
+    runs: dict[str, list[float]] = {}
+
+    def measure_runs(name: str, message: str, fns: list[Callable[[], Any]]) -> None:
+        """``measure`` each of ``fns`` in turn; the scenario's time is their median, every run is listed, and
+        its peak RSS is the largest of the runs."""
+        times, peaks = [], []
+        for i, fn in enumerate(fns):
+            suffix = f" (run {i + 1} of {len(fns)})" if len(fns) > 1 else ""
+            measure(name, message + suffix, fn)
+            times.append(results[f"{name}_s"])
+            peaks.append(memory[name])
+        results[f"{name}_s"] = statistics.median(times)
+        runs[name] = [round(t, 3) for t in times]
+        memory[name] = {k: max((p[k] for p in peaks if p[k] is not None), default=None) for k in peaks[0]}
+
     # JVM classes, Python workers and imports start once here, not inside the first timed scenario. A 10k-row
     # batch is applied in this process (no Spark job), so the warm-up sends it through Spark explicitly.
     import changelake.engine.apply as applier
@@ -300,11 +356,14 @@ def main() -> int:
     finally:
         applier.LOCAL_RECORDS = local_records
     table = SPEC["name"]
-    lake.create_table(SPEC)
-    measure(
+    # The first copy is the one every later scenario uses; the others repeat the initial load and the batches.
+    copies = [table] + [f"{table}_run{i}" for i in range(2, args.reps + 1)]
+    for name in copies:
+        lake.create_table({**SPEC, "name": name})
+    measure_runs(
         "initial_load",
         f"initial load: {args.rows:,} rows as batch 1",
-        lambda: lake.apply(table, file=data / "base.parquet", batch_id=1),
+        [lambda n=name: lake.apply(n, file=data / "base.parquet", batch_id=1) for name in copies],
     )
     engine_tables = {}
     for engine, options in ENGINE_OPTIONS.items():
@@ -335,14 +394,17 @@ def main() -> int:
         latest.drop("_rn", "_seq", "op").write.parquet(str(work / "naive"))
 
     measure("naive_rewrite", "naive rewrite", naive)
-    measure(
+    measure_runs(
         "apply_parquet",
         f"apply {args.batch:,} records (parquet)",
-        lambda: lake.apply(table, file=data / "batch.parquet", batch_id=2),
+        [lambda n=name: lake.apply(n, file=data / "batch.parquet", batch_id=2) for name in copies],
     )
 
     # Outside the timings: changelake's result of the batch, which every peer must match.
     lake_fp = fingerprint(lake.rows(table))
+    for name in copies[1:]:
+        copy_fp = fingerprint(lake.rows(name))
+        check(checks, f"{name} after the batch equals {table}", copy_fp == lake_fp, json.dumps(copy_fp))
     changes = lake.changelog(table, from_batch=2, to_batch=2).count()
     check(
         checks,
@@ -404,17 +466,22 @@ def main() -> int:
     )
     next_batch = 3 + args.small_runs
 
-    measure(
+    # The copies took batch 2 only (the one-bucket updates change values, not which keys exist).
+    measure_runs(
         "apply_json",
         f"apply {args.batch:,} records (json lines)",
-        lambda: lake.apply(table, file=data / "batch4.jsonl", batch_id=next_batch),
+        [
+            lambda n=name: lake.apply(n, file=data / "batch4.jsonl", batch_id=next_batch if n == table else 3)
+            for name in copies
+        ],
     )
     final_rows = lake.rows(table).count()
+    copy_rows = [lake.rows(name).count() for name in copies[1:]]
     check(
         checks,
         "changelake rows after the JSON batch",
-        final_rows == meta["rows_after_batch4"],
-        f"{final_rows} (expected {meta['rows_after_batch4']})",
+        {final_rows, *copy_rows} == {meta["rows_after_batch4"]},
+        f"{[final_rows, *copy_rows]} (expected {meta['rows_after_batch4']})",
     )
 
     huge: dict[str, Any] = {}
@@ -445,6 +512,8 @@ def main() -> int:
         "small_batch_records": len(in_bucket0),
         "small_batch_touched_buckets": touched,
         "apply_one_bucket_runs_s": one_bucket_runs,
+        "reps": args.reps,
+        "runs_s": runs,
         **{k: round(v, 2) for k, v in results.items() if k != "huge_s"},
         "apply_records_per_s": round(args.batch / d["apply_parquet_s"]),
         "apply_json_records_per_s": round(args.batch / d["apply_json_s"]),

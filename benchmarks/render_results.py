@@ -56,6 +56,10 @@ public API only, samples the peak RSS of the driver, the JVM and the JVM's Pytho
 every peer ends with changelake's table (row count and column sums) and that delta-rs's change feed has as
 many rows as changelake's changelog. Peers run with their defaults; every time includes reading the input
 files. The peers are the `bench` dependency group of `pyproject.toml` (`make test` does not install them).
+The times a target compares by themselves (changelake's initial load, Parquet batch and JSON batch;
+delta-rs's write and MERGE) run three times (`--reps`), changelake's each on its own copy of the table and
+delta-rs's each in a fresh process, and the medians are compared; every run is listed. Results written
+before `--reps` existed (no runs listed) are single runs.
 
 What each side writes: changelake writes the table and its changelog table (`+I`/`-U`/`+U`/`-D`, one row per
 change) for every batch, the initial load included; delta-rs's MERGE writes the table and a change file with
@@ -95,11 +99,23 @@ def times(value: Any) -> str:
     return "–" if value is None else f"{value:.2f}×"
 
 
+def median_of(value: Any, runs: list[float] | None) -> str:
+    """A time, and when it is the median of several runs, the runs."""
+    if not runs or len(runs) < 2:
+        return seconds(value)
+    return f"{seconds(value)} (median of {', '.join(f'{x:.2f}' for x in runs)})"
+
+
+def lake_time(r: dict[str, Any], scenario: str) -> str:
+    """A changelake scenario's time, with its runs when it was repeated (``--reps``)."""
+    return median_of(r.get(f"{scenario}_s"), (r.get("runs_s") or {}).get(scenario))
+
+
 def peer_time(peers: dict[str, Any], peer: str, key: str) -> str:
-    """A peer's time, or why there is none (skipped, failed)."""
+    """A peer's time (with its runs when it was repeated), or why there is none (skipped, failed)."""
     result = peers.get(peer, {})
     if key in result:
-        return seconds(result[key])
+        return median_of(result[key], result.get(f"{key.removesuffix('_s')}_runs_s"))
     if "skipped" in result or "error" in result:
         return "not run: " + (result.get("skipped") or result["error"]).replace("|", "/")
     return "not run"
@@ -153,14 +169,14 @@ def render_apply(r: dict[str, Any]) -> str:
         [
             [
                 "apply the batch: table + changelog",
-                seconds(r.get("apply_parquet_s")),
+                lake_time(r, "apply_parquet"),
                 f"delta-rs ({delta.get('package', 'deltalake')}) MERGE with change data feed",
                 peer_time(peers, "delta", "merge_cdf_s"),
                 times(r.get("apply_vs_delta_merge_cdf")),
             ],
             [
                 "initial load of the table",
-                seconds(r.get("initial_load_s")),
+                lake_time(r, "initial_load"),
                 "delta-rs write (feed enabled)",
                 peer_time(peers, "delta", "write_s"),
                 times(r.get("initial_load_vs_delta_write")),
@@ -198,7 +214,7 @@ def render_apply(r: dict[str, Any]) -> str:
             seconds(r.get("warmup_s")),
             "starts JVM code paths and workers",
         ],
-        ["initial load: the table as batch 1 (last-row)", seconds(r.get("initial_load_s")), ""],
+        ["initial load: the table as batch 1 (last-row)", lake_time(r, "initial_load"), ""],
         ["initial load of the versioned table", seconds(r.get("initial_load_versioned_s")), ""],
         ["initial load of the aggregation table", seconds(r.get("initial_load_aggregation_s")), ""],
         ["raw Spark copy of the table", seconds(r.get("raw_copy_s")), "the floor for rewriting every bucket"],
@@ -209,7 +225,7 @@ def render_apply(r: dict[str, Any]) -> str:
         ],
         [
             "**apply the batch, Parquet, last-row**",
-            f"**{seconds(r.get('apply_parquet_s'))}**",
+            f"**{lake_time(r, 'apply_parquet')}**",
             f"{r.get('apply_records_per_s', 0):,} records/s; apply / raw copy {times(r.get('apply_vs_raw_copy'))}",
         ],
         [
@@ -224,7 +240,7 @@ def render_apply(r: dict[str, Any]) -> str:
         ],
         [
             "a batch of the same shape as changelog JSON",
-            seconds(r.get("apply_json_s")),
+            lake_time(r, "apply_json"),
             f"{r.get('apply_json_records_per_s', 0):,} records/s; {times(r.get('json_vs_parquet'))} Parquet",
         ],
         [
