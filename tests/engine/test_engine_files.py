@@ -79,6 +79,9 @@ def test_staged_records_merge_into_files_of_the_tables_codec(tmp_path, codec, th
             encodings = {c.path_in_schema: c.encodings for c in chunks}
             assert not any("DICTIONARY" in e or "RLE_DICTIONARY" in e for e in encodings["k"])
             assert any("DICTIONARY" in e for e in encodings["_bucket"])
+            # Integer columns without a dictionary are delta-encoded, others are not.
+            assert "DELTA_BINARY_PACKED" in encodings["k"]
+            assert not any("DELTA" in e for e in encodings["v"] + encodings["_bucket"])
         log = pq.read_table(marker["_log_path"])
         assert log.column("_log_offset").to_pylist() == list(range(group.records))
         offsets = (
@@ -186,3 +189,24 @@ def test_kept_rows_are_bounded_and_keyed_by_files_and_schema():
     roomy.put(["d"], schema, rows, replaces=["c"])  # the bucket's next files: the replaced rows go at once
     assert roomy.get(["c"], schema) is None and roomy.get(["d"], schema) is rows
     assert roomy.kept_bytes == rows.nbytes
+
+
+def test_delta_encoding_goes_to_integer_stored_columns_without_a_dictionary():
+    schema = pa.schema(
+        [
+            ("id", pa.int64()),
+            ("small", pa.int16()),
+            ("day", pa.date32()),
+            ("at", pa.timestamp("us", tz="UTC")),
+            ("clock", pa.time64("us")),
+            ("amount", pa.decimal128(12, 2)),
+            ("score", pa.float64()),
+            ("name", pa.string()),
+            ("flag", pa.bool_()),
+            ("region", pa.int32()),
+            ("_bucket", pa.int32()),
+        ]
+    )
+    assert buckets.delta_columns(schema, ["region", "_bucket"]) == {
+        c: "DELTA_BINARY_PACKED" for c in ("id", "small", "day", "at", "clock")
+    }

@@ -183,22 +183,36 @@ def changelog_schema(spec: TableSpec) -> pa.Schema:
     )
 
 
-def _write(
-    io, path: str, table: pa.Table, dictionary: list[str], ctx: BucketContext, delta: tuple[str, ...] = ()
-) -> None:
+def _integer_stored(t: pa.DataType) -> bool:
+    """Whether Parquet stores a column of this type as INT32/INT64 (integers, dates, times, timestamps)."""
+    return pa.types.is_integer(t) or pa.types.is_date32(t) or pa.types.is_time(t) or pa.types.is_timestamp(t)
+
+
+def delta_columns(schema: pa.Schema, dictionary: list[str]) -> dict[str, str]:
+    """The columns a data or changelog file delta-encodes (``DELTA_BINARY_PACKED``): every column stored as
+    integers that has no dictionary. For the benchmark's bucket of 156,000 rows this wrote the file in 21 ms
+    instead of 27 ms, 13% smaller, and read it back in 5.4 ms instead of 7.7 ms: the sorted key becomes
+    small deltas, and a column of random integers is bit-packed to its width before zstd, which had spent
+    longer finding less. The log offsets count up by one: a few bytes."""
+    return {
+        f.name: "DELTA_BINARY_PACKED" for f in schema if f.name not in dictionary and _integer_stored(f.type)
+    }
+
+
+def _write(io, path: str, table: pa.Table, dictionary: list[str], ctx: BucketContext) -> None:
     """Write one Parquet file, with dictionary pages only for the columns named: a dictionary of distinct
-    values (most columns of a table) costs more to build than it saves. The ``delta`` columns (ascending
-    integers: log offsets) are delta-encoded: for a changelog file of 156k rows, 1 ms and a few bytes
-    instead of 3.7 ms and 160 kB plain (9.5 ms with a dictionary). Statistics for every column: pyiceberg
-    derives a file's partition and column metrics from them."""
+    values (most columns of a table) costs more to build than it saves. Integer columns are delta-encoded
+    (:func:`delta_columns`). Statistics for every column: pyiceberg derives a file's partition and column
+    metrics from them."""
+    dictionary = [c for c in dictionary if c in table.column_names]
     with io.open_output(path) as sink:
         pq.write_table(
             table,
             sink,
             compression=ctx.compression,
             compression_level=ctx.compression_level,
-            use_dictionary=[c for c in dictionary if c in table.column_names] or False,
-            column_encoding={c: "DELTA_BINARY_PACKED" for c in delta if c in table.column_names} or None,
+            use_dictionary=dictionary or False,
+            column_encoding=delta_columns(table.schema, dictionary) or None,
         )
 
 
@@ -330,7 +344,7 @@ def merge_and_write(task: BucketTask, stored: pa.Table, records: pa.Table, ctx: 
         log_path = f"{ctx.log_dir}/bucket-{bucket:04d}-{uuid.uuid4().hex}.parquet"
         meta = [*spec.partition_keys, "_change_type", "_batch_id", "_bucket", "_commit_timestamp"]
         numbered = numbered.cast(changelog_schema(spec))
-        writes.append(functools.partial(_write, io, log_path, numbered, meta, ctx, delta=("_log_offset",)))
+        writes.append(functools.partial(_write, io, log_path, numbered, meta, ctx))
     if ctx.threads and len(writes) > 1:  # the other files while the first is written (pyarrow lets go of the
         # GIL): 10,000 updates in a bucket of 156,000 rows wrote in ~35 ms one after the other, ~28 ms with the
         # changelog file alongside the data file, ~16 ms with the data file in two halves too
