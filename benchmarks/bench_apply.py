@@ -22,10 +22,10 @@ changelake scenarios (same JVM, only through the public API):
   apply 1 bucket    ``--small`` updates whose keys all live in one bucket, ``--small-runs`` batches (median)
   apply (json)      a batch of the same shape landed as changelog JSON lines
   huge (--huge)     a ``--huge-records`` batch (default 20M, keys repeating), applied last
-The scenarios the targets compare with a peer or with each other by a single time (the initial load, the
-Parquet and JSON batches, and delta-rs's write and MERGE) run ``--reps`` times (default 3), each changelake
-run on its own copy of the table (``bench.orders``, ``bench.orders_run2``, ...) and each delta-rs run in a
-fresh process; the median is compared and every run is listed: one timing on this project's 2-core VMs
+The scenarios the targets compare with a peer or with each other by a single time (the initial loads, the
+Parquet, versioned, aggregation and JSON batches, and delta-rs's write and MERGE) run ``--reps`` times
+(default 3), each changelake run on its own copy of the table (``bench.orders``, ``bench.orders_run2``, ...)
+and each delta-rs run in a fresh process; the median is compared and every run is listed: one timing on this project's 2-core VMs
 moves by 15-30% from minute to minute.
 Every changelake scenario reports the peak RSS of the driver (this process), the JVM and its Python workers
 (the largest over its runs).
@@ -276,7 +276,7 @@ def main() -> int:
         "--reps",
         type=int,
         default=3,
-        help="runs of the initial load, the Parquet and JSON batches and delta-rs's write and MERGE (median)",
+        help="runs of the initial loads, the full batches (every engine, JSON) and delta-rs's write and MERGE",
     )
     ap.add_argument("--huge", action="store_true", help="also apply a --huge-records batch (opt-in)")
     ap.add_argument("--huge-records", type=int, default=20_000_000)
@@ -365,16 +365,17 @@ def main() -> int:
         f"initial load: {args.rows:,} rows as batch 1",
         [lambda n=name: lake.apply(n, file=data / "base.parquet", batch_id=1) for name in copies],
     )
-    engine_tables = {}
+    engine_tables: dict[str, list[str]] = {}
     for engine, options in ENGINE_OPTIONS.items():
-        name = f"{table}_{engine}"
-        lake.create_table({**SPEC, "name": name, "options": {**SPEC["options"], **options}})
-        measure(
+        names = [f"{table}_{engine}"] + [f"{table}_{engine}_run{i}" for i in range(2, args.reps + 1)]
+        for name in names:
+            lake.create_table({**SPEC, "name": name, "options": {**SPEC["options"], **options}})
+        measure_runs(
             f"initial_load_{engine}",
             f"initial load of the {engine} table",
-            lambda n=name: lake.apply(n, file=data / "base.parquet", batch_id=1),
+            [lambda n=name: lake.apply(n, file=data / "base.parquet", batch_id=1) for name in names],
         )
-        engine_tables[engine] = name
+        engine_tables[engine] = names
 
     measure("raw_copy", "raw copy", lambda: lake.rows(table).write.parquet(str(work / "copy")))
 
@@ -420,15 +421,21 @@ def main() -> int:
     )
     check_peers(checks, peers, lake_fp, changes)
 
-    measure(
+    measure_runs(
         "apply_versioned",
         f"versioned: apply {args.batch:,} records, 30% older versions",
-        lambda: lake.apply(engine_tables["versioned"], file=data / "versioned.parquet", batch_id=2),
+        [
+            lambda n=name: lake.apply(n, file=data / "versioned.parquet", batch_id=2)
+            for name in engine_tables["versioned"]
+        ],
     )
-    measure(
+    measure_runs(
         "apply_aggregation",
         f"aggregation: apply {args.batch:,} records (sum, max, listagg)",
-        lambda: lake.apply(engine_tables["aggregation"], file=data / "batch.parquet", batch_id=2),
+        [
+            lambda n=name: lake.apply(n, file=data / "batch.parquet", batch_id=2)
+            for name in engine_tables["aggregation"]
+        ],
     )
 
     # Keys of one bucket by the documented bucket function: pmod(xxhash64(bucket key), bucket.num).
