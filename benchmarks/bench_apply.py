@@ -25,8 +25,8 @@ changelake scenarios (same JVM, only through the public API):
 The scenarios the targets compare with a peer or with each other by a single time (the initial loads, the
 Parquet, versioned, aggregation and JSON batches, and delta-rs's write and MERGE) run ``--reps`` times
 (default 3), each changelake run on its own copy of the table (``bench.orders``, ``bench.orders_run2``, ...)
-and each delta-rs run in a fresh process; the median is compared and every run is listed: one timing on this project's 2-core VMs
-moves by 15-30% from minute to minute.
+and each delta-rs run in a fresh process; the median is compared and every run is listed: one timing on
+this project's 2-core VMs moves by 15-30% from minute to minute.
 Every changelake scenario reports the peak RSS of the driver (this process), the JVM and its Python workers
 (the largest over its runs).
 The run checks that every peer ends with changelake's rows (count and column sums) and delta-rs's change
@@ -138,8 +138,9 @@ def run_peers(
                 lines = proc.stderr.strip().splitlines() or ["no output"]
                 failures.append({"error": f"exit {proc.returncode}: {lines[-1]}", "stderr_tail": lines[-25:]})
                 print(f"   {name} failed: {failures[-1]['error']}", file=sys.stderr, flush=True)
-        results[name] = median_runs(runs, REPEATED_PEER_TIMES.get(name, ())) if runs else {}
-        if not runs:
+        if runs:
+            results[name] = median_runs(runs, REPEATED_PEER_TIMES.get(name, ()))
+        else:
             results[name] = {"error": failures[-1]["error"]}
         if failures:
             results[name]["failed_attempts"] = failures

@@ -15,13 +15,13 @@ import render_results as render  # noqa: E402
 
 def test_a_repeated_peer_is_the_median_of_its_runs_with_each_run_and_the_largest_peak():
     runs = [
-        {"write_s": 1.9, "merge_cdf_s": 2.4, "write_peak_rss_mb": 900, "cdf_rows": 850},
-        {"write_s": 1.7, "merge_cdf_s": 3.1, "write_peak_rss_mb": 950, "cdf_rows": 850},
-        {"write_s": 2.6, "merge_cdf_s": 2.2, "write_peak_rss_mb": 880, "cdf_rows": 850},
+        {"write_s": 2.6, "merge_cdf_s": 3.1, "write_peak_rss_mb": 900, "cdf_rows": 850},
+        {"write_s": 1.7, "merge_cdf_s": 2.4, "write_peak_rss_mb": 950, "cdf_rows": 850},
+        {"write_s": 1.9, "merge_cdf_s": 2.2, "write_peak_rss_mb": 880, "cdf_rows": 850},
     ]
     merged = ba.median_runs(runs, ba.REPEATED_PEER_TIMES["delta"])
     assert merged["write_s"] == 1.9 and merged["merge_cdf_s"] == 2.4
-    assert merged["write_runs_s"] == [1.9, 1.7, 2.6] and merged["merge_cdf_runs_s"] == [2.4, 3.1, 2.2]
+    assert merged["write_runs_s"] == [2.6, 1.7, 1.9] and merged["merge_cdf_runs_s"] == [3.1, 2.4, 2.2]
     assert merged["write_peak_rss_mb"] == 950 and merged["runs"] == 3 and merged["cdf_rows"] == 850
     single = ba.median_runs(runs[:1], ())
     assert single == runs[0]
