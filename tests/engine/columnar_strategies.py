@@ -302,11 +302,18 @@ def build_case(
     targets: bool = False,
     auto_increment: ColumnDef | None = None,
     max_records: int = 12,
+    first_load: bool = False,
 ) -> Case:
     """A table with a random key layout plus ``value_columns`` (in a random order), stored rows of a random
-    subset of the key pool, and up to ``max_records`` records on keys of the pool with every op."""
-    layout = draw(_LAYOUT_NAMES)
-    key_columns, pool = KEY_LAYOUTS[layout]
+    subset of the key pool, and up to ``max_records`` records on keys of the pool with every op.
+
+    With ``first_load``: the first batch into an empty bucket (an initial load, a backfill), on one key column
+    of an integer-like type, every record with its own key -- in key order, shuffled, or (one time in four)
+    with one key repeated, the case the merge's fast path for distinct keys must hand back."""
+    if first_load:
+        key_columns, pool = (("k", draw(_FIRST_LOAD_KEY_TYPES)),), ()
+    else:
+        key_columns, pool = KEY_LAYOUTS[draw(_LAYOUT_NAMES)]
     keys = [ColumnDef(name, type_text, nullable=False) for name, type_text in key_columns]
     extra = [auto_increment] if auto_increment is not None else []
     unordered = [*keys, *value_columns, *extra]
@@ -338,10 +345,18 @@ def build_case(
                 row.append(draw(strategies[c.name]))
         return tuple(row)
 
-    stored = [row_for(pool[i], True) for i in draw(_subset(len(pool)))]
-    seqs = draw(_seqs(max_records))
-    keys_of_pool = _index(len(pool))
-    records = [(seq, draw(_OPS), row_for(pool[draw(keys_of_pool)], False)) for seq in seqs]
+    if first_load:
+        stored = []
+        seqs = draw(_seqs(max_records))
+        record_keys = _first_load_keys(draw, key_columns[0][1], seqs)
+        records = [
+            (seq, draw(_OPS), row_for((key,), False)) for seq, key in zip(seqs, record_keys, strict=True)
+        ]
+    else:
+        stored = [row_for(pool[i], True) for i in draw(_subset(len(pool)))]
+        seqs = draw(_seqs(max_records))
+        keys_of_pool = _index(len(pool))
+        records = [(seq, draw(_OPS), row_for(pool[draw(keys_of_pool)], False)) for seq in seqs]
 
     target = None
     if targets or auto_increment is not None:
@@ -354,9 +369,35 @@ def build_case(
     return Case(spec_dict, stored, records, target, ranges, draw(cuts), draw(cuts))
 
 
+def _first_load_keys(draw, type_text: str, seqs: list[int]) -> list:
+    """A distinct key per record (``seqs`` in table order): increasing in ``_seq`` order, shuffled, or with
+    the last one repeating the first."""
+    n = len(seqs)
+    keys = draw(_distinct_values(type_text, n))
+    order = draw(_FIRST_LOAD_ORDERS)
+    if order == "in key order":
+        by_seq = sorted(range(n), key=seqs.__getitem__)
+        ordered = sorted(keys)
+        keys = [None] * n
+        for rank, i in enumerate(by_seq):
+            keys[i] = ordered[rank]
+    elif order == "one key twice" and n > 1:
+        keys[-1] = keys[0]
+    return keys
+
+
+@functools.cache
+def _distinct_values(type_text: str, n: int) -> st.SearchStrategy[list]:
+    return st.lists(value_strategy(type_text), unique=True, min_size=n, max_size=n)
+
+
 # Strategies are built once and reused: hypothesis validates every new strategy object on its first draw,
 # which costs more than drawing from it.
 _LAYOUT_NAMES = st.sampled_from(sorted(KEY_LAYOUTS))
+_FIRST_LOAD_KEY_TYPES = st.sampled_from(
+    ("TINYINT", "INT", "BIGINT", "DATE", "TIMESTAMP(6)", "TIMESTAMP_LTZ(3)")
+)
+_FIRST_LOAD_ORDERS = st.sampled_from(("in key order", "in key order", "shuffled", "one key twice"))
 _OPS = st.sampled_from(OPS)
 _REFUSAL_KIND = st.integers(0, 29)
 

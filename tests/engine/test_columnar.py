@@ -208,15 +208,17 @@ AGG_DELETES = (None, "allow", "allow", "ignore", "disable")
 
 
 @st.composite
-def last_row_cases(draw, image: st.SearchStrategy[dict], targets: bool = False) -> Case:
+def last_row_cases(
+    draw, image: st.SearchStrategy[dict], targets: bool = False, first_load: bool = False
+) -> Case:
     options = {**draw(image), **draw(delete_options(LAST_ROW_DELETES))}
-    return draw(build_case(draw(plain_columns()), options, targets=targets))
+    return draw(build_case(draw(plain_columns()), options, targets=targets, first_load=first_load))
 
 
 @st.composite
-def first_row_cases(draw) -> Case:
+def first_row_cases(draw, first_load: bool = False) -> Case:
     options = {"table.merge-engine": "first_row", **draw(IMAGES), **draw(delete_options(KEEP_DELETES))}
-    return draw(build_case(draw(plain_columns()), options))
+    return draw(build_case(draw(plain_columns()), options, first_load=first_load))
 
 
 @functools.cache
@@ -227,7 +229,9 @@ def version_column(version_type: str) -> ColumnDef:
 
 
 @st.composite
-def versioned_cases(draw, version_type: str, deletes: st.SearchStrategy[dict] | None = None) -> Case:
+def versioned_cases(
+    draw, version_type: str, deletes: st.SearchStrategy[dict] | None = None, first_load: bool = False
+) -> Case:
     version = version_column(version_type)
     options = {
         "table.merge-engine": "versioned",
@@ -235,11 +239,13 @@ def versioned_cases(draw, version_type: str, deletes: st.SearchStrategy[dict] | 
         **draw(IMAGES),
         **draw(deletes if deletes is not None else delete_options(KEEP_DELETES)),
     }
-    return draw(build_case([version, *draw(plain_columns(max_size=2))], options))
+    return draw(build_case([version, *draw(plain_columns(max_size=2))], options, first_load=first_load))
 
 
 @st.composite
-def aggregation_cases(draw, functions, targets: bool = False, deletes=AGG_DELETES) -> Case:
+def aggregation_cases(
+    draw, functions, targets: bool = False, deletes=AGG_DELETES, first_load: bool = False
+) -> Case:
     columns, fn_options = draw(aggregation_columns(functions))
     options = {
         "table.merge-engine": "aggregation",
@@ -247,7 +253,7 @@ def aggregation_cases(draw, functions, targets: bool = False, deletes=AGG_DELETE
         **draw(FULL),
         **draw(delete_options(deletes)),
     }
-    return draw(build_case(columns, options, targets=targets))
+    return draw(build_case(columns, options, targets=targets, first_load=first_load))
 
 
 @given(case=last_row_cases(FULL))
@@ -339,7 +345,7 @@ def test_delete_behavior(behavior, data):
 
 
 @st.composite
-def auto_increment_cases(draw) -> Case:
+def auto_increment_cases(draw, first_load: bool = False) -> Case:
     """Auto-increment ``uid`` (INT or BIGINT) on last-row or aggregation tables (rarely first_row, refused)."""
     uid = ColumnDef("uid", draw(st.sampled_from(["INT", "BIGINT"])), nullable=draw(st.booleans()))
     engine = draw(
@@ -354,7 +360,7 @@ def auto_increment_cases(draw) -> Case:
         options = {**draw(IMAGES), **draw(delete_options(deletes))}
         if engine is not None:
             options["table.merge-engine"] = engine
-    return draw(build_case(columns, options, auto_increment=uid))
+    return draw(build_case(columns, options, auto_increment=uid, first_load=first_load))
 
 
 @given(case=auto_increment_cases())
@@ -362,6 +368,28 @@ def auto_increment_cases(draw) -> Case:
 def test_auto_increment(case):
     """Auto-increment INT/BIGINT ``uid``: ids to first writes only, ranges that run out or pass the maximum."""
     check(case)
+
+
+FIRST_LOADS = {
+    "last_row": last_row_cases(IMAGES, first_load=True),
+    "last_row_partial": last_row_cases(IMAGES, targets=True, first_load=True),
+    "first_row": first_row_cases(first_load=True),
+    "versioned": st.sampled_from(list(VERSION_POOLS)).flatmap(
+        lambda version_type: versioned_cases(version_type, first_load=True)
+    ),
+    "aggregation": aggregation_cases(AGG_ALL, first_load=True),
+    "aggregation_partial": aggregation_cases(AGG_ALL, targets=True, first_load=True),
+    "auto_increment": auto_increment_cases(first_load=True),
+}
+
+
+@pytest.mark.parametrize("engine", list(FIRST_LOADS))
+@given(data=st.data())
+@EXAMPLES
+def test_first_load(engine, data):
+    """The first batch into an empty bucket on one integer-like key, every record with its own key (in key
+    order, shuffled, or one key twice): the path that groups without hashing keys, under every engine."""
+    check(data.draw(FIRST_LOADS[engine], label="case"))
 
 
 @st.composite

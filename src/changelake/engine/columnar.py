@@ -92,6 +92,8 @@ class _BucketMerge:
         self.counts = merge.BatchCounts(records=records.num_rows)
         self._values: dict[int, _Values] = {}
         self.group_keys: np.ndarray | None = None  # each group's key, when found by binary search
+        self.distinct_keys = False  # found without hashing: every record's key differs (then key_order holds)
+        self.key_order: np.ndarray | None = None  # the records' key order; None when they are in it already
         self.failures: list[tuple[int, str]] = []  # (_seq, message) of records the merge refuses
 
     # --- driver ---------------------------------------------------------------------------------------
@@ -134,8 +136,11 @@ class _BucketMerge:
         first write stores the row as given), without the steps' bookkeeping."""
         n = self.n
         self.counts.inserted += n
-        keys = [self.names[i] for i in self.key_index]
-        rows = self.recs.take(pc.sort_indices(self.recs, sort_keys=[(k, "ascending") for k in keys]))
+        if self.distinct_keys:
+            rows = self.recs if self.key_order is None else self.recs.take(pa.array(self.key_order))
+        else:
+            keys = [self.names[i] for i in self.key_index]
+            rows = self.recs.take(pc.sort_indices(self.recs, sort_keys=[(k, "ascending") for k in keys]))
         change = UPDATE_AFTER if self.m.wal_shortcut else INSERT
         types = pa.DictionaryArray.from_arrays(np.full(n, change, np.int8), pa.array(CHANGE_TYPES))
         head = [pa.array(self.seq, pa.int64()), pa.array(np.zeros(n, np.int32)), types.cast(pa.string())]
@@ -145,7 +150,7 @@ class _BucketMerge:
     # --- grouping -------------------------------------------------------------------------------------
     def _group(self, H: int, n: int) -> None:
         """Group ids for stored rows and records; the records of each key, level by level."""
-        gid = self._sorted_key_ids(H) if H else None
+        gid = self._sorted_key_ids(H) if H else self._distinct_key_ids(n)
         if gid is None:
             keys = [self.names[i] for i in self.key_index]
             parts = ([self.stored.select(keys)] if self.stored is not None else []) + [self.recs.select(keys)]
@@ -190,6 +195,26 @@ class _BucketMerge:
             rgid[new] = H + encoded.indices.to_numpy().astype(np.int64)
             self.group_keys = np.concatenate([stored, encoded.dictionary.to_numpy(zero_copy_only=False)])
         return np.concatenate([np.arange(H, dtype=np.int64), rgid])
+
+    def _distinct_key_ids(self, n: int) -> np.ndarray | None:
+        """Group ids for records into an empty bucket whose one integer (or date, timestamp) key is distinct
+        in every record -- an initial load or a backfill: one group per record, numbered by position, as
+        :func:`_group_ids` would number them, found by one check of sortedness (a snapshot usually arrives in
+        key order) or one sort instead of hashing every key. None when that does not hold."""
+        if len(self.key_index) != 1 or n < 2:
+            return None
+        keys = _key_numbers(self.recs.column(self.key_index[0]))
+        if keys is None or keys.dtype.kind not in "iu":
+            return None
+        if bool(np.all(keys[1:] > keys[:-1])):
+            order = None
+        else:
+            order = np.argsort(keys, kind="stable")
+            ordered = keys[order]
+            if not bool(np.all(ordered[1:] > ordered[:-1])):
+                return None  # a key repeats: the general grouping
+        self.distinct_keys, self.key_order, self.group_keys = True, order, keys
+        return np.arange(n, dtype=np.int64)
 
     def _init_state(self) -> None:
         C = len(self.names)
