@@ -155,3 +155,18 @@ def test_chunked_columns_and_empty_tables():
         xxhash64_columns([pa.array(np.arange(3))], [_spec({"k": "BIGINT"}, ["k"]).column("k").type]).dtype
         == np.int64
     )
+
+
+@pytest.mark.parametrize("n", [1, 2, 32, 256, 3, 7, 100])
+@pytest.mark.parametrize("type_name", ["INT", "BIGINT"])
+def test_bucket_counts_that_are_powers_of_two_or_not(n, type_name):
+    """A power-of-two bucket count takes the hash's low bits instead of a division: the same buckets as the
+    lookups' reference, for hashes of both signs, and the key column is left as it was."""
+    lo, hi = (-(2**31), 2**31 - 1) if type_name == "INT" else (-(2**63), 2**63 - 1)
+    values = [lo, hi, 0, -1, 1, *np.random.default_rng(n).integers(lo, hi, 500, endpoint=True).tolist()]
+    spec = _spec({"k": type_name}, ["k"], n=n)
+    column = pa.array(values, spec.column("k").type.arrow_type())
+    got = bucket_ids(spec, pa.table({"k": column})).tolist()
+    assert got == [bucket_of(spec, {"k": v}) for v in values]
+    assert column.to_pylist() == values
+    assert {np.sign(h) for h in xxhash64_columns([column], [spec.column("k").type]).tolist()} >= {-1, 1}

@@ -512,30 +512,57 @@ _P4, _P5 = np.uint64(0x85EBCA77C2B2AE63), np.uint64(0x27D4EB2F165667C5)
 _SEED = 42
 
 
-def _rotl(x: np.ndarray, r: int) -> np.ndarray:
-    return (x << np.uint64(r)) | (x >> np.uint64(64 - r))
+def _rotl(x: np.ndarray, r: int, tmp: np.ndarray | None = None) -> np.ndarray:
+    """``x`` rotated left by ``r`` bits; with ``tmp`` (an array of x's shape) in place, into ``x``."""
+    if tmp is None:
+        return (x << np.uint64(r)) | (x >> np.uint64(64 - r))
+    np.right_shift(x, np.uint64(64 - r), out=tmp)
+    np.left_shift(x, np.uint64(r), out=x)
+    return np.bitwise_or(x, tmp, out=x)
 
 
-def _fmix(h: np.ndarray) -> np.ndarray:
-    h = h ^ (h >> np.uint64(33))
-    h = h * _P2
-    h = h ^ (h >> np.uint64(29))
-    h = h * _P3
-    return h ^ (h >> np.uint64(32))
+def _fmix(h: np.ndarray, tmp: np.ndarray | None = None) -> np.ndarray:
+    """XXH64's avalanche; with ``tmp`` in place, into ``h``."""
+    if tmp is None:
+        tmp = np.empty_like(h)
+        h = h.copy()
+    for shift, prime in ((33, _P2), (29, _P3), (32, None)):
+        np.right_shift(h, np.uint64(shift), out=tmp)
+        np.bitwise_xor(h, tmp, out=h)
+        if prime is not None:
+            np.multiply(h, prime, out=h)
+    return h
 
 
+# The column hashes below work in place on fresh arrays (a million values: 5 ms instead of 13): every
+# temporary of the plain expressions is a pass over memory.
 def _hash_int(value: np.ndarray, seed: np.ndarray) -> np.ndarray:
     """XXH64.hashInt of 32-bit values (any integer dtype; the low 32 bits count)."""
-    v = value.astype(np.int64).astype(np.uint64) & np.uint64(0xFFFFFFFF)
-    h = (seed + _P5 + np.uint64(4)) ^ (v * _P1)
-    return _fmix(_rotl(h, 23) * _P2 + _P3)
+    v = value.astype(np.int64).astype(np.uint64)  # a fresh array
+    np.bitwise_and(v, np.uint64(0xFFFFFFFF), out=v)
+    np.multiply(v, _P1, out=v)
+    h = np.add(seed, _P5 + np.uint64(4))
+    np.bitwise_xor(h, v, out=h)
+    _rotl(h, 23, tmp=v)
+    np.multiply(h, _P2, out=h)
+    np.add(h, _P3, out=h)
+    return _fmix(h, tmp=v)
 
 
 def _hash_long(value: np.ndarray, seed: np.ndarray) -> np.ndarray:
     """XXH64.hashLong of 64-bit values."""
     v = value.astype(np.int64).view(np.uint64)
-    h = (seed + _P5 + np.uint64(8)) ^ (_rotl(v * _P2, 31) * _P1)
-    return _fmix(_rotl(h, 27) * _P1 + _P4)
+    v = v.copy() if np.shares_memory(v, value) else v  # never write into the caller's values
+    tmp = np.empty_like(v)
+    np.multiply(v, _P2, out=v)
+    _rotl(v, 31, tmp)
+    np.multiply(v, _P1, out=v)
+    h = np.add(seed, _P5 + np.uint64(8))
+    np.bitwise_xor(h, v, out=h)
+    _rotl(h, 27, tmp)
+    np.multiply(h, _P1, out=h)
+    np.add(h, _P4, out=h)
+    return _fmix(h, tmp)
 
 
 class _Bytes:
@@ -704,7 +731,10 @@ def bucket_ids(spec: TableSpec, records: pa.Table) -> np.ndarray:
     :func:`changelake.storage.sparkread.bucket_expr` computes it in Spark."""
     keys = list(spec.bucket_key)
     h = xxhash64_columns([records.column(k) for k in keys], [spec.column(k).type for k in keys])
-    return np.mod(h, np.int64(spec.bucket_num)).astype(np.int32)  # numpy's mod of a positive n is pmod
+    n = spec.bucket_num
+    if n & (n - 1) == 0:  # a power of two: pmod is the low bits (two's complement), without a division
+        return np.bitwise_and(h, np.int64(n - 1)).astype(np.int32)
+    return np.mod(h, np.int64(n)).astype(np.int32)  # numpy's mod of a positive n is pmod
 
 
 def bucket_counts(markers: list[dict], names: tuple[str, ...]) -> dict[str, int]:
