@@ -94,6 +94,45 @@ def test_staged_records_merge_into_files_of_the_tables_codec(tmp_path, codec, th
     assert pa.types.is_timestamp(log.schema.field("_commit_timestamp").type)
 
 
+def test_staged_files_leave_out_columns_null_in_all_their_records(tmp_path):
+    """A decode range stages only the columns some record of it holds (the source metadata of most inputs
+    is null in all); a bucket task reads every staged column back, the left-out ones as nulls, across files
+    that left out different columns."""
+    (tmp_path / "1.jsonl").write_text("".join(f'{{"op": "+I", "data": {{"k": {i}}}}}\n' for i in range(12)))
+    (tmp_path / "2.jsonl").write_text(
+        "".join(f'{{"op": "+U", "data": {{"k": {i}, "v": "v{i}"}}}}\n' for i in range(12))
+    )
+    plan = decode.plan_batch([tmp_path / "1.jsonl", tmp_path / "2.jsonl"], SPEC, None, None)
+    io = buckets.TaskIO({})
+    stats = [decode.decode_range(r, SPEC, str(tmp_path / "staging"), io) for r in plan.ranges]
+    staged = decode.staged_schema(SPEC)
+    left_out = {f.name for f in staged} - {"_seq", "_op", "k", "v"}
+    assert left_out and "_kafka_offset" in left_out
+    names = [pa.ipc.open_file(pa.memory_map(s["staged"])).schema.names for s in stats]
+    assert names == [["_seq", "_op", "k"], ["_seq", "_op", "k", "v"]]
+    summary = decode.summarize([{**s, "error": None} for s in stats])
+    read = [buckets.read_staged(tuple(g.parts), staged, io) for g in summary.groups.values()]
+    records = pa.concat_tables(read)
+    assert all(t.schema.equals(staged) for t in read)
+    assert records.num_rows == 24
+    for name in left_out:
+        assert records.column(name).null_count == 24, name
+    by_op = {
+        op: sorted(
+            zip(
+                *(
+                    records.filter(pa.compute.equal(records.column("_op"), op)).column(c).to_pylist()
+                    for c in ("k", "v")
+                ),
+                strict=True,
+            )
+        )
+        for op in ("+I", "+U")
+    }
+    assert by_op["+I"] == [(i, None) for i in range(12)]
+    assert by_op["+U"] == [(i, f"v{i}") for i in range(12)]
+
+
 def _records(keys: list[int], value: str, first_seq: int = 0) -> pa.Table:
     return pa.table(
         {

@@ -281,15 +281,25 @@ def read_stored(
 
 def read_staged(parts: tuple[tuple[str, int], ...], schema: pa.Schema, io) -> pa.Table:
     """A bucket's staged records: its record batch of each staged file that has one (memory-mapped when
-    local: no copy)."""
+    local: no copy), in ``schema``; a column the file left out (null in all its records) as nulls."""
     batches = []
     for path, index in sorted(parts):
         local = TaskIO.local_path(path)
         if local is not None:
-            batches.append(pa.ipc.open_file(pa.memory_map(local)).get_batch(index))
+            batch = pa.ipc.open_file(pa.memory_map(local)).get_batch(index)
         else:
             with io.open_input(path) as stream:
-                batches.append(pa.ipc.open_file(pa.BufferReader(stream.read())).get_batch(index))
+                batch = pa.ipc.open_file(pa.BufferReader(stream.read())).get_batch(index)
+        if not batch.schema.equals(schema):
+            present = set(batch.schema.names)
+            batch = pa.RecordBatch.from_arrays(
+                [
+                    batch.column(f.name) if f.name in present else pa.nulls(batch.num_rows, f.type)
+                    for f in schema
+                ],
+                schema=schema,
+            )
+        batches.append(batch)
     return pa.Table.from_batches(batches, schema=schema) if batches else schema.empty_table()
 
 
