@@ -107,9 +107,13 @@ class ChangeLake:
         the spec directory obeys (:func:`changelake.spec.check_new_table`), against every table in the
         catalog and every spec file, so a table created from a spec object cannot take another table's
         view or changelog name either."""
-        if not self.storage.exists(spec):
-            check_new_table(spec, [*self._catalog_tables(), *self.specs()], f"table {spec.full_name}")
-        return self.storage.create(spec, self.progress)
+        return self.storage.create(
+            spec,
+            self.progress,
+            before_new=lambda: check_new_table(
+                spec, [*self._catalog_tables(), *self.specs()], f"table {spec.full_name}"
+            ),
+        )
 
     def _catalog_tables(self) -> list[str]:
         """Full names of the PK tables in the catalog (their changelog tables are derived names)."""

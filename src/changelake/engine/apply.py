@@ -247,8 +247,10 @@ class Applier:
     def _check_state(self, batch: BatchInput) -> tuple[Any, TableState, BatchResult | None]:
         """Steps 1 and 2: roll the changelog forward, then read the table's state; with it, the no-op result
         of a batch already committed with this input (None for the next batch)."""
-        self.roll_forward_changelog(batch.spec)
-        table = self.storage.pk_table(batch.spec)
+        # The PK table as the roll-forward read it (that step commits to the changelog table only): a batch
+        # committed by another writer since is caught by this attempt's commit, as one committed a moment
+        # after a fresh read would be.
+        table = self.roll_forward_changelog(batch.spec)
         state = Storage.state(table)
         return table, state, self._already_committed(batch, table, state.last_batch)
 
@@ -276,8 +278,9 @@ class Applier:
         self.progress(f"[{spec.full_name}] batch {batch_id} already applied (same checksum): nothing to do")
         return BatchResult.of(spec.full_name, "already-applied", committed, snap.snapshot_id)
 
-    def roll_forward_changelog(self, spec: TableSpec) -> None:
-        """Commit changelog snapshots for batches the PK table committed but the changelog lacks."""
+    def roll_forward_changelog(self, spec: TableSpec) -> Any:
+        """Commit changelog snapshots for batches the PK table committed but the changelog lacks; the PK table
+        as this read it."""
         for _attempt in range(MAX_COMMIT_ATTEMPTS):
             pk = self.storage.pk_table(spec)
             log_table = self.storage.changelog_table(spec)
@@ -287,7 +290,7 @@ class Applier:
                 (s, BatchSummary.of_batch(s)) for s in self.storage.batch_snapshots_after(pk, log_last)
             ]
             if not lagging:
-                return
+                return pk
             try:
                 for snap, batch in lagging:
                     manifest = self.storage.read_json(pk, batch.changelog_manifest)
@@ -302,7 +305,7 @@ class Applier:
                             pk_snapshot_id=snap.snapshot_id,
                         ),
                     )
-                return
+                return pk
             except CommitFailedException:
                 continue  # a concurrent applier rolled forward; re-read and check
         raise ChangelakeError(

@@ -173,7 +173,12 @@ class Storage:
         return Schema(*fields)
 
     # --- tables ----------------------------------------------------------------------------------------
-    def create(self, spec: TableSpec, progress: Callable[[str], None] | None = None) -> TableSpec:
+    def create(
+        self,
+        spec: TableSpec,
+        progress: Callable[[str], None] | None = None,
+        before_new: Callable[[], None] | None = None,
+    ) -> TableSpec:
         """Create the PK table and its changelog table, or bring existing ones to ``spec``; idempotent.
 
         An existing table keeps its stored spec unless ``spec`` differs from it only by changes Fluss's
@@ -181,6 +186,7 @@ class Storage:
         those are applied as one Iceberg schema update per table, the changelog table first and then the PK
         table, whose stored spec is the commit point (a crash in between converges on the next call).
         Returns the spec reads and writes use: the stored layout with ``spec``'s source/datagen/comment.
+        ``before_new`` runs (and may refuse) before a PK table that does not exist yet is created.
         """
         if CHANGELOG_SUFFIX in spec.table:
             raise ChangelakeError(
@@ -201,6 +207,8 @@ class Storage:
             else:
                 spec = evolution.with_sections(stored, spec)
         else:  # the namespace only now: an existing table's has one (no catalog round trips per apply)
+            if before_new is not None:
+                before_new()
             try:
                 self.catalog.create_namespace(spec.namespace)
             except Exception:  # already there, or a racing creator just made it
