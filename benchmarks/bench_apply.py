@@ -53,7 +53,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow.parquet as pq
-from bench_data import COLUMNS, UPDATE, make_records
+from bench_data import COLUMNS, UPDATE, make_records, settle
 from bench_memory import PhaseMemory, child_jvm
 from bench_report import finish, print_checks
 
@@ -318,6 +318,7 @@ def main() -> int:
         """Time ``fn`` and record the peak RSS of driver, JVM and workers while it ran."""
         print(f"== {message}", file=sys.stderr, flush=True)
         current.clear()
+        settle()  # the files of the scenarios before are written out, not inside this timing
         mem = PhaseMemory(jvm).start()
         start = time.perf_counter()
         try:

@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 from bench_apply import SPEC
-from bench_data import UPDATE, generate, make_records
+from bench_data import UPDATE, generate, make_records, settle
 
 from changelake import ChangeLake
 
@@ -92,6 +92,7 @@ def main() -> int:
 
         def timed(name: str, batch_id: int, path: Path, table: str = table, rep: int = rep) -> None:
             lines.clear()
+            settle()
             start, cpu_start = time.perf_counter(), cpu_seconds()
             lake.apply(table, file=path, batch_id=batch_id)
             if name in timings:

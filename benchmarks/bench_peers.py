@@ -28,14 +28,16 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from bench_data import COLUMNS, FINGERPRINT_COLUMNS, fingerprint
+from bench_data import COLUMNS, FINGERPRINT_COLUMNS, fingerprint, settle
 from bench_memory import PhaseMemory
 
 INSTALL_HINT = "not installed: `uv sync --group bench` (make bench does)"
 
 
 def timed_phase(fn: Callable[[], Any]) -> tuple[float, float | None, Any]:
-    """Seconds, peak RSS (MB) of this process and the result of ``fn()``."""
+    """Seconds, peak RSS (MB) of this process and the result of ``fn()``; what was written before is flushed
+    first (:func:`bench_data.settle`)."""
+    settle()
     mem = PhaseMemory(jvm=None).start()
     start = time.perf_counter()
     result = fn()

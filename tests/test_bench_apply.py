@@ -34,3 +34,17 @@ def test_the_page_lists_the_runs_of_a_repeated_time_and_not_of_a_single_one():
     peers = {"delta": {"write_s": 1.9, "write_runs_s": [1.9, 1.7, 2.6]}, "duckdb": {"skipped": "no"}}
     assert render.peer_time(peers, "delta", "write_s") == "1.90 s (median of 1.90, 1.70, 2.60)"
     assert render.peer_time(peers, "duckdb", "rewrite_s") == "not run: no"
+
+
+def test_a_peer_phase_flushes_earlier_writes_before_its_clock_starts(monkeypatch):
+    """Every timed phase starts with the files written before it flushed (bench_data.settle), so a peer's
+    merge does not pay for its own write's write-back, as changelake's scenarios do not."""
+    import bench_peers as bp
+
+    events: list[str] = []
+    monkeypatch.setattr(bp, "settle", lambda: events.append("settle"))
+    real_clock = bp.time.perf_counter
+    monkeypatch.setattr(bp.time, "perf_counter", lambda: events.append("clock") or real_clock())
+    seconds, _peak, result = bp.timed_phase(lambda: events.append("phase") or 7)
+    assert result == 7 and seconds >= 0
+    assert events[:3] == ["settle", "clock", "phase"]
