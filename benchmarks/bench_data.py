@@ -49,7 +49,7 @@ BASE_TIME = np.datetime64("2026-01-01T00:00:00", "us")
 def settle() -> None:
     """Flush the files earlier scenarios wrote before a timing starts, so that the kernel's write-back of them
     (it starts 30 s after a write, or when dirty pages pass 10% of memory) does not run on the 2 cores inside
-    the next timing. Every timed phase calls it: changelake's and each peer's. Measured here: ten one-bucket
+    the next timing. Every timed phase of bench_apply, bench_engine and bench_peers calls it. Measured here: ten one-bucket
     batches after 1.5 GB of fresh writes took 95 ms at the median, 79 ms with those writes flushed first."""
     os.sync()
 

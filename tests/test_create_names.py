@@ -58,7 +58,7 @@ def test_a_spec_file_counts_before_its_table_exists(lake):
 
 def test_a_hand_built_spec_with_a_reserved_suffix_is_refused(lake):
     spec = lake.create_table(table("shop.orders"))
-    for name in ("orders__input", "ORDERS__CHANGELOG", "x__input"):
+    for name in ("orders__input", "ORDERS__CHANGELOG", "x__input", "orders__changelog", "x__changelog"):
         with pytest.raises(SpecError, match="is reserved"):
             lake.create_table(dataclasses.replace(spec, table=name))
     assert tables_in_catalog(lake) == ["shop.orders"]

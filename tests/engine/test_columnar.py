@@ -392,6 +392,35 @@ def test_first_load(engine, data):
     check(data.draw(FIRST_LOADS[engine], label="case"))
 
 
+@pytest.mark.parametrize("order", ["sorted", "shuffled", "repeated"])
+def test_first_load_takes_the_distinct_key_path_only_for_distinct_keys(order):
+    """``test_first_load`` compares results; this pins that its batches do go the distinct-key way (and a
+    repeated key does not), so the comparison covers that path."""
+    from changelake.engine.columnar import _BucketMerge
+
+    keys = list(range(0, 50, 5))
+    if order == "shuffled":
+        keys = keys[3:] + keys[:3]
+    elif order == "repeated":
+        keys[-1] = keys[0]
+    case = Case(
+        {
+            "name": "t.first_load",
+            "columns": [{"name": "k", "type": "BIGINT", "nullable": False}, {"name": "v", "type": "STRING"}],
+            "primary_key": ["k"],
+            "options": {},
+        },
+        [],
+        [(seq, "+I", (key, f"v{seq}")) for seq, key in enumerate(keys)],
+    )
+    merge = _BucketMerge(case.spec, case.stored_table(), case.records_table(), None, None)
+    merge.run()
+    assert merge.distinct_keys == (order != "repeated")
+    if merge.distinct_keys:
+        assert (merge.key_order is None) == (order == "sorted")
+    check(case)
+
+
 @st.composite
 def refusal_cases(draw) -> Case:
     """Batches that may be refused twice over: ids that run out or pass the INT maximum, and bitmaps that are

@@ -189,6 +189,8 @@ class Storage:
         ``before_new`` runs (and may refuse) before a PK table that does not exist yet is created.
         """
         if CHANGELOG_SUFFIX in spec.table:
+            if before_new is not None:
+                before_new()  # the naming rule refuses it in its own words
             raise ChangelakeError(
                 f"Table name {spec.table!r} may not contain '{CHANGELOG_SUFFIX}' (reserved)"
             )
