@@ -561,8 +561,7 @@ def _hash_int(value: np.ndarray, seed: np.ndarray) -> np.ndarray:
 
 def _hash_long(value: np.ndarray, seed: np.ndarray) -> np.ndarray:
     """XXH64.hashLong of 64-bit values."""
-    v = value.astype(np.int64).view(np.uint64)
-    v = v.copy() if np.shares_memory(v, value) else v  # never write into the caller's values
+    v = value.astype(np.int64).view(np.uint64)  # a fresh array (astype copies): the caller's values stay
     tmp = np.empty_like(v)
     np.multiply(v, _P2, out=v)
     _rotl(v, 31, tmp)
