@@ -29,7 +29,7 @@ import pyarrow.compute as pc
 import pyarrow.ipc  # noqa: F401 - pa.ipc
 import pyarrow.parquet as pq
 
-from changelake.engine.columnar import merge_records
+from changelake.engine.columnar import increasing, merge_records
 from changelake.errors import ChangelakeError
 from changelake.lru import BoundedLRU
 from changelake.runtime.pyworker import lazy_zip_invalidation
@@ -451,7 +451,7 @@ def order_and_dedup(records: pa.Table, ctx: BucketContext) -> tuple[pa.Table, di
         records = records.sort_by([(c, "ascending") for c in (*KAFKA_COLUMNS, "_seq")])
     elif ctx.ordering != "arrival" and records.num_rows:
         records = records.sort_by([(c, "ascending") for c in (*ORDER_COLUMNS, "_seq")])
-    elif records.num_rows and not _increasing(records.column("_seq")):
+    elif records.num_rows and not increasing(records.column("_seq").to_numpy()):
         # Staged record batches arrive in file order, so arrival order usually holds already: checking costs
         # a pass over one column, sorting a gather of every column.
         records = records.sort_by("_seq")
@@ -496,11 +496,6 @@ def order_and_dedup(records: pa.Table, ctx: BucketContext) -> tuple[pa.Table, di
         source["deduplicated"] = source["redelivered"]
         records = records.filter(pa.array(~redelivered))
     return _renumber(records, ctx), source
-
-
-def _increasing(column: pa.ChunkedArray) -> bool:
-    values = column.to_numpy()
-    return bool(np.all(values[1:] > values[:-1]))
 
 
 def _renumber(records: pa.Table, ctx: BucketContext) -> pa.Table:

@@ -85,7 +85,7 @@ class _BucketMerge:
         self.stored = stored.select(self.names).cast(self.schema) if stored.num_rows else None
         seq = records.column("_seq").to_numpy()
         # The bucket task hands the records over in _seq order already: sort only if they are not.
-        self.records = records if bool(np.all(seq[1:] > seq[:-1])) else records.sort_by("_seq")
+        self.records = records if increasing(seq) else records.sort_by("_seq")
         self._stores: dict[int, tuple[pa.Array | pa.ChunkedArray, int]] = {}
         self._bases: dict[int, list[pa.Array]] = {}
         self.id_ranges = id_ranges or []
@@ -183,7 +183,7 @@ class _BucketMerge:
             return None
         i = self.key_index[0]
         stored, records = _key_numbers(self.stored.column(i)), _key_numbers(self.recs.column(i))
-        if stored is None or records is None or not bool(np.all(stored[1:] > stored[:-1])):
+        if stored is None or records is None or not increasing(stored):
             return None
         self.group_keys = stored  # a group's key, for ordering the final rows (new keys appended below)
         at = np.searchsorted(stored, records)
@@ -206,12 +206,11 @@ class _BucketMerge:
         keys = _key_numbers(self.recs.column(self.key_index[0]))
         if keys is None or keys.dtype.kind not in "iu":
             return None
-        if bool(np.all(keys[1:] > keys[:-1])):
+        if increasing(keys):
             order = None
         else:
             order = np.argsort(keys, kind="stable")
-            ordered = keys[order]
-            if not bool(np.all(ordered[1:] > ordered[:-1])):
+            if not increasing(keys[order]):
                 return None  # a key repeats: the general grouping
         self.distinct_keys, self.key_order, self.group_keys = True, order, keys
         return np.arange(n, dtype=np.int64)
@@ -567,6 +566,11 @@ def _remaining_after(ranges: list[tuple[int, int]], used: int) -> tuple[int, int
             return lo + used, hi
         used -= size
     return None
+
+
+def increasing(values: np.ndarray) -> bool:
+    """Whether every value is greater than the one before it (sorted, no value twice)."""
+    return bool(np.all(values[1:] > values[:-1]))
 
 
 def _key_numbers(column: pa.ChunkedArray) -> np.ndarray | None:

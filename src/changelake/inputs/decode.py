@@ -317,8 +317,9 @@ def _iceberg_values(column: pa.ChunkedArray) -> pa.ChunkedArray:
 
 def _stage(table: pa.Table, spec: TableSpec, io, path: str) -> list[list]:
     """Write the records as one Arrow IPC file, a record batch per (partition, bucket) in arrival order inside
-    it, without the columns that are null in every record; return ``[partition key, bucket, batch index, records]`` per group. The file is read once, by this
-    batch's bucket tasks: writing it is a copy (compressed only when it leaves the machine)."""
+    it, without the columns that are null in every record; return ``[partition key, bucket, batch index,
+    records]`` per group. The file is read once, by this batch's bucket tasks: writing it is a copy
+    (compressed only when it leaves the machine)."""
     gid, groups = bucket_groups(spec, table)
     # numpy sorts 16-bit integers by radix: 4x faster than 64-bit ones.
     order = np.argsort(gid.astype(np.int16) if len(groups) < 1 << 15 else gid, kind="stable")
