@@ -358,8 +358,12 @@ def main() -> int:
     finally:
         applier.LOCAL_RECORDS = local_records
     table = SPEC["name"]
-    # The first copy is the one every later scenario uses; the others repeat the initial load and the batches.
-    copies = [table] + [f"{table}_run{i}" for i in range(2, args.reps + 1)]
+
+    def copies_of(name: str) -> list[str]:
+        """A table and its copies, one per --reps run: the first is the one later scenarios use."""
+        return [name] + [f"{name}_run{i}" for i in range(2, args.reps + 1)]
+
+    copies = copies_of(table)
     for name in copies:
         lake.create_table({**SPEC, "name": name})
     measure_runs(
@@ -369,7 +373,7 @@ def main() -> int:
     )
     engine_tables: dict[str, list[str]] = {}
     for engine, options in ENGINE_OPTIONS.items():
-        names = [f"{table}_{engine}"] + [f"{table}_{engine}_run{i}" for i in range(2, args.reps + 1)]
+        names = copies_of(f"{table}_{engine}")
         for name in names:
             lake.create_table({**SPEC, "name": name, "options": {**SPEC["options"], **options}})
         measure_runs(
