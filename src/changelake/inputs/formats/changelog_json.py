@@ -267,7 +267,12 @@ def _temporal_converter(pattern: str, storage: pa.DataType):
                 return None
             if pc.any(pc.starts_with(values, "0000")).as_py():
                 return None  # year 0: not a date
-        text = pc.replace_substring_regex(a, "Z$", "") if pa.types.is_timestamp(storage) else a
+        # The pattern allows a "Z" only at the end (TIMESTAMP_LTZ): strip it where one is (a regex replace
+        # over every value cost 16 ms per 250,000 timestamps, more than the cast).
+        zoned = (
+            pa.types.is_timestamp(storage) and pattern.endswith("Z?") and pc.any(pc.ends_with(a, "Z")).as_py()
+        )
+        text = pc.replace_substring_regex(a, "Z$", "") if zoned else a
         parse = pa.timestamp("us") if pa.types.is_timestamp(storage) else storage
         out = text.cast(parse)
         return out.cast(storage) if parse != storage else out
