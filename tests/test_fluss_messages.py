@@ -140,3 +140,48 @@ def test_a_version_column_is_ignored_by_other_engines(engine):
     t = spec(options=options)
     assert t.merge_engine == engine  # None: the default last-row engine
     assert t.version_column is None
+
+
+@pytest.mark.parametrize(
+    "column, shown",
+    [
+        ({"name": "v", "type": "STRING"}, "STRING"),  # Fluss's FlussAdminITCase compares this one
+        ({"name": "v", "type": "STRING", "nullable": False}, "STRING NOT NULL"),
+        ({"name": "v", "type": "DECIMAL(10,2)"}, "DECIMAL(10, 2)"),
+        ({"name": "v", "type": "TIME"}, "TIME(0)"),
+        ({"name": "v", "type": "CHAR(3)"}, "CHAR(3)"),
+        ({"name": "v", "type": "DOUBLE"}, "DOUBLE"),
+    ],
+)
+def test_a_wrong_version_column_type_is_printed_as_fluss_prints_it(column, shown):
+    """Fluss prints the column's ``DataType`` (its ``toString``): a space in DECIMAL, TIME's default precision,
+    NOT NULL when the column is."""
+    message = refused(
+        TableSpec.from_dict,
+        {
+            "name": "db.t",
+            "columns": [{"name": "k", "type": "INT"}, column],
+            "primary_key": ["k"],
+            "options": {"table.merge-engine": "versioned", "table.merge-engine.versioned.ver-column": "v"},
+        },
+    )
+    assert message.endswith(
+        "The version column 'v' for versioned merge engine must be one type of "
+        f"[INT, BIGINT, TIMESTAMP, TIMESTAMP_LTZ], but got {shown}."
+    ), message
+
+
+def test_an_aggregate_functions_wrong_type_is_printed_as_fluss_prints_it():
+    message = refused(
+        TableSpec.from_dict,
+        {
+            "name": "db.t",
+            "columns": [
+                {"name": "k", "type": "INT"},
+                {"name": "v", "type": "TIMESTAMP_LTZ", "nullable": False},
+            ],
+            "primary_key": ["k"],
+            "options": {"table.merge-engine": "aggregation", "fields.v.agg": "sum"},
+        },
+    )
+    assert message.endswith("but was 'TIMESTAMP_LTZ(6) NOT NULL'."), message

@@ -682,6 +682,23 @@ def _fluss_type_root(name: str) -> str:
     return _TYPE_ROOTS.get(name, name)
 
 
+#: Fluss's precision for a type written without one (Flink's defaults).
+_FLUSS_DEFAULT_PRECISION = {"TIME": 0, "TIMESTAMP": 6, "TIMESTAMP_LTZ": 6, "CHAR": 1, "BINARY": 1}
+
+
+def fluss_type_text(column: Column, primary_key: tuple[str, ...]) -> str:
+    """A column's type as Fluss's messages print it (``DataType.toString``): ``DECIMAL(10, 2)``, ``TIME(0)``,
+    ``TIMESTAMP_LTZ(6)``, ``STRING NOT NULL`` (a primary key column is NOT NULL)."""
+    t = column.type
+    if t.name == "DECIMAL":
+        text = f"DECIMAL({t.precision}, {t.scale})"
+    elif t.name in _FLUSS_DEFAULT_PRECISION:
+        text = f"{t.name}({_FLUSS_DEFAULT_PRECISION[t.name] if t.precision is None else t.precision})"
+    else:
+        text = t.name
+    return text if column.nullable and column.name not in primary_key else f"{text} NOT NULL"
+
+
 def _validate_engine(options: dict[str, str], columns: list[Column], primary_key: tuple[str, ...]) -> None:
     """Fluss's create-time checks for merge engines, aggregate functions and delete behaviour (docs/semantics.md §3-§5).
 
@@ -689,6 +706,7 @@ def _validate_engine(options: dict[str, str], columns: list[Column], primary_key
     """
     engine = options.get("table.merge-engine")
     types = {c.name: c.type for c in columns}
+    shown = {c.name: fluss_type_text(c, primary_key) for c in columns}
     if engine in ("first_row", "versioned") and options.get("table.delete.behavior") == "allow":
         raise SpecError(
             f"Table with '{engine.upper()}' merge engine does not support delete operations. The "
@@ -707,7 +725,7 @@ def _validate_engine(options: dict[str, str], columns: list[Column], primary_key
         if types[version].name not in _VERSION_TYPES:
             raise SpecError(
                 f"The version column '{version}' for versioned merge engine must be one type of "
-                f"[INT, BIGINT, TIMESTAMP, TIMESTAMP_LTZ], but got {types[version]}."
+                f"[INT, BIGINT, TIMESTAMP, TIMESTAMP_LTZ], but got {shown[version]}."
             )
     # Any other engine ignores a version column, as Fluss's does (it reads the option for versioned only).
     if engine == "aggregation" and options.get("table.changelog.image") == "wal":
@@ -740,7 +758,7 @@ def _validate_engine(options: dict[str, str], columns: list[Column], primary_key
         if not function.accepts(types[column]):
             raise SpecError(
                 f"Invalid aggregation function for column '{column}': Data type for {fn} column must be part of "
-                f"{java_list(_fluss_type_root(t) for t in function.types or ())} but was '{types[column]}'."
+                f"{java_list(_fluss_type_root(t) for t in function.types or ())} but was '{shown[column]}'."
             )
         options[key] = fn
         functions[column] = fn

@@ -19,7 +19,7 @@ from pyroaring import BitMap, BitMap64
 from changelake.engine import merge
 from changelake.engine.aggregates import AGGREGATE_FUNCTIONS, DEFAULT_FUNCTION, of_column, scalar_fold
 from changelake.errors import SpecError
-from changelake.spec import MERGE_ENGINES, TableSpec
+from changelake.spec import MERGE_ENGINES, Column, TableSpec, fluss_type_text
 from changelake.types import INT_RANGES, parse_type
 from tests.engine.columnar_strategies import AGG_ALL, Case
 from tests.engine.test_columnar import check
@@ -108,9 +108,10 @@ def test_spec_validation_accepts_exactly_the_registrys_types(name, column_type):
             "TIMESTAMP": "TIMESTAMP_WITHOUT_TIME_ZONE",
         }
         roots["TIMESTAMP_LTZ"] = "TIMESTAMP_WITH_LOCAL_TIME_ZONE"  # Fluss's DataTypeRoot names, Java's list
+        shown = fluss_type_text(Column("c", parse_type(column_type)), ())
         message = (
             f"Invalid aggregation function for column 'c': Data type for {name} column must be part of "
-            f"[{', '.join(roots.get(t, t) for t in function.types)}] but was '{parse_type(column_type)}'."
+            f"[{', '.join(roots.get(t, t) for t in function.types)}] but was '{shown}'."
         )
         with pytest.raises(SpecError) as err:
             aggregation_spec(column_type, {"fields.c.agg": declared})

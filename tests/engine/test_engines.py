@@ -1,5 +1,6 @@
 """Merge engines (docs/semantics.md §3, §4): first_row, versioned and aggregation with the 14 functions, and their rules."""
 
+import datetime as dt
 import decimal
 import math
 
@@ -86,11 +87,25 @@ def test_versioned_keeps_newest_tie_replaces_older_is_silent():
 
 
 @pytest.mark.parametrize(
-    "stored, incoming, replaced",
-    [(5, None, False), (None, 5, True), (None, None, True), (None, -(2**63), True)],
+    "version_type, stored, incoming, replaced",
+    [
+        ("BIGINT", 5, None, False),
+        ("BIGINT", None, 5, True),
+        ("BIGINT", None, None, True),
+        # Fluss's VersionedRowMerger reads a null INT/BIGINT version as the type's MIN_VALUE: a tie either way
+        ("BIGINT", None, -(2**63), True),
+        ("BIGINT", -(2**63), None, True),
+        ("BIGINT", -(2**63) + 1, None, False),
+        ("INT", -(2**31), None, True),
+        ("INT", -(2**31) + 1, None, False),
+        ("INT", None, -(2**31), True),
+        # A null timestamp version is below every timestamp (Fluss's null is Long.MIN_VALUE milliseconds)
+        ("TIMESTAMP(6)", dt.datetime(1, 1, 1), None, False),
+        ("TIMESTAMP(6)", None, dt.datetime(1, 1, 1), True),
+    ],
 )
-def test_versioned_null_version_is_the_smallest(stored, incoming, replaced):
-    _, rows, _ = run(versioned(), [("+I", (1, stored, "first")), ("+U", (1, incoming, "second"))])
+def test_versioned_null_version_is_the_smallest(version_type, stored, incoming, replaced):
+    _, rows, _ = run(versioned(version_type), [("+I", (1, stored, "first")), ("+U", (1, incoming, "second"))])
     assert rows[(1,)][2] == ("second" if replaced else "first")
 
 

@@ -222,9 +222,10 @@ class _BucketMerge:
         self.emitted: list[tuple[np.ndarray, int, int, np.ndarray]] = []  # (seqs, sub, type, (k, C) idx rows)
         self.target = None if self.m.target is None else sorted(self.m.target)
         self.ai = self.m.auto_increment_index
-        self.version: tuple[int, _Values] | None = None  # versioned: the version column and its values
+        # versioned: the version column, its values, and what a null version compares as (merge.NULL_VERSIONS)
+        self.version: tuple[int, _Values, int | None] | None = None
         if isinstance(self.m, merge.VersionedMerger):
-            self.version = (self.m.version_index, self.values(self.m.version_index))
+            self.version = (self.m.version_index, self.values(self.m.version_index), self.m.null_version)
         self.agg = None
         if isinstance(self.m, merge.AggregationMerger):
             self.agg = {
@@ -318,10 +319,13 @@ class _BucketMerge:
             self.counts.ignored += len(r)  # first_row keeps its row; a key-only write changes nothing
             return
         if self.version is not None:
-            version_index, versions = self.version
+            version_index, versions, null_version = self.version
             old_v, old_null = versions.at(old[:, 0 if self.whole_rows else version_index])
             new_v, new_null = versions.at(self.H + r)
-            replace = np.where(new_null, old_null, old_null | (old_v <= new_v))
+            if null_version is not None:  # a null INT/BIGINT version is the type's minimum
+                replace = np.where(old_null, null_version, old_v) <= np.where(new_null, null_version, new_v)
+            else:
+                replace = np.where(new_null, old_null, old_null | (old_v <= new_v))
             self.counts.ignored += int((~replace).sum())
             r, g, old = r[replace], g[replace], old[replace]
             if not len(r):

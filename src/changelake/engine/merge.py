@@ -187,18 +187,29 @@ class FirstRowMerger(RowMerger):
         return UNCHANGED
 
 
+#: What a null INT/BIGINT version compares as: the type's minimum, as Fluss's VersionedRowMerger reads it (so a
+#: null ties with a stored minimum and replaces it). A null timestamp version is below every storable timestamp.
+NULL_VERSIONS = {"INT": -(2**31), "BIGINT": -(2**63)}
+
+
 class VersionedMerger(RowMerger):
-    """``versioned``: keep the row with the larger version; ties replace; a null version is the smallest."""
+    """``versioned``: keep the row with the larger version; ties replace; a null version is the smallest
+    (an INT/BIGINT one equal to the type's minimum: :data:`NULL_VERSIONS`)."""
 
     needs_values = True
     partial_update = False
 
     def __init__(self, spec: TableSpec, target: tuple[int, ...] | None = None, ids=None):
         super().__init__(spec, target, ids)
-        self.version_index = spec.column_names.index(spec.version_column)
+        version = spec.column(spec.version_column or "")  # a versioned spec always names it (spec.py checks)
+        self.version_index = spec.column_names.index(version.name)
+        self.null_version = NULL_VERSIONS.get(version.type.name)
 
     def merge(self, old, new):
         old_v, new_v = old[self.version_index], new[self.version_index]
+        if self.null_version is not None:
+            old_v = self.null_version if old_v is None else old_v
+            new_v = self.null_version if new_v is None else new_v
         if new_v is None:
             return new if old_v is None else UNCHANGED
         if old_v is None or old_v <= new_v:
