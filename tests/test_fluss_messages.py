@@ -185,3 +185,22 @@ def test_an_aggregate_functions_wrong_type_is_printed_as_fluss_prints_it():
         },
     )
     assert message.endswith("but was 'TIMESTAMP_LTZ(6) NOT NULL'."), message
+
+
+def test_an_unknown_aggregate_parameter_lists_the_supported_ones_as_java_prints_a_set():
+    message = refused(
+        TableSpec.from_dict,
+        {
+            "name": "db.t",
+            "columns": [{"name": "k", "type": "INT"}, {"name": "v", "type": "STRING"}],
+            "primary_key": ["k"],
+            "options": {
+                "table.merge-engine": "aggregation",
+                "fields.v.agg": "listagg",
+                "fields.v.listagg.sep": ",",
+            },
+        },
+    )
+    assert message.endswith(
+        "Parameter 'sep' is not supported for aggregation function 'listagg'. Supported parameters: [delimiter]"
+    ), message

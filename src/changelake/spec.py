@@ -777,7 +777,7 @@ def _validate_engine(options: dict[str, str], columns: list[Column], primary_key
         if param not in parameters:
             raise SpecError(
                 f"Parameter '{param}' is not supported for aggregation function '{fn}'. Supported parameters: "
-                f"{', '.join(parameters) or 'none'}"
+                f"{java_list(parameters) if parameters else 'none'}"
             )
         if options[key] == "":
             raise SpecError(f"Parameter '{param}' for aggregation function '{fn}' must be a non-empty string")

@@ -83,3 +83,15 @@ def test_small_cache_spans_segments_and_ids_stay_unique(lake):
         lake.storage.pk_table(lake.spec("web.uid_mapping")).current_snapshot()
     )
     assert summary.auto_increment.counter >= max(uids)  # ids come from segments the counter handed out
+
+
+def test_the_last_id_of_the_type_is_handed_out_then_fluss_refusal():
+    """Fluss's BoundedSegmentSequenceGenerator: the type's largest value is the last id, then the sequence
+    (named by its column) refuses, in Fluss's words (SegmentSequenceGeneratorTest)."""
+    from changelake.engine.merge import IdAllocator
+
+    ids = IdAllocator([(2**31 - 2, 2**31)], 2**31 - 1, "order_no")
+    assert [ids.next(), ids.next()] == [2**31 - 2, 2**31 - 1]
+    with pytest.raises(WriteRefusedError) as err:
+        ids.next()
+    assert str(err.value) == 'Reached maximum value of sequence "<order_no>" (2147483647).'

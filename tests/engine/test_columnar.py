@@ -87,7 +87,11 @@ def reference(case: Case) -> Expected | WriteRefusedError:
 
     def start() -> tuple[dict, IdAllocator | None]:
         rows = {tuple(r[i] for i in key_index): r for r in stored}
-        ids = IdAllocator(list(case.id_ranges or []), max_id(case)) if spec.auto_increment_column else None
+        ids = (
+            IdAllocator(list(case.id_ranges or []), max_id(case), spec.auto_increment_column)
+            if spec.auto_increment_column
+            else None
+        )
         return rows, ids
 
     rows, ids = start()

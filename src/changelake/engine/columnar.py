@@ -381,7 +381,8 @@ class _BucketMerge:
         takers = np.flatnonzero(self.takes_id)  # record order = _seq order
         over = np.flatnonzero(ids[:needed] > max_id)
         if len(over):
-            failing, message = takers[over[0]], f"Reached maximum value of sequence: {max_id}"
+            failing = takers[over[0]]
+            message = merge.sequence_overflow(self.spec.columns[self.ai].name, max_id)
         elif needed > len(ids):
             failing = takers[len(ids)]
             message = "auto-increment ids ran out for this bucket (the driver allocates too few)"

@@ -258,12 +258,18 @@ def merger_for(
     return MERGERS[spec.merge_engine](spec, check_target_columns(spec, target_columns), ids)
 
 
+def sequence_overflow(column: str, max_value: int) -> str:
+    """Fluss's refusal when an auto-increment column has handed out its type's largest value."""
+    return f'Reached maximum value of sequence "<{column}>" ({max_value}).'
+
+
 class IdAllocator:
     """Auto-increment ids of one bucket (docs/semantics.md §8): consumes the id ranges the driver handed it, in order."""
 
-    def __init__(self, ranges: list[tuple[int, int]], max_value: int):
+    def __init__(self, ranges: list[tuple[int, int]], max_value: int, column: str = ""):
         self.ranges = [list(r) for r in ranges]  # [next, last] each, inclusive
         self.max_value = max_value
+        self.column = column
 
     def next(self) -> int:
         while self.ranges and self.ranges[0][0] > self.ranges[0][1]:
@@ -274,7 +280,7 @@ class IdAllocator:
             )
         value = self.ranges[0][0]
         if value > self.max_value:
-            raise WriteRefusedError(f"Reached maximum value of sequence: {self.max_value}")
+            raise WriteRefusedError(sequence_overflow(self.column, self.max_value))
         self.ranges[0][0] += 1
         return value
 
