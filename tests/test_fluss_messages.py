@@ -151,17 +151,19 @@ def test_a_version_column_is_ignored_by_other_engines(engine):
         ({"name": "v", "type": "TIME"}, "TIME(0)"),
         ({"name": "v", "type": "CHAR(3)"}, "CHAR(3)"),
         ({"name": "v", "type": "DOUBLE"}, "DOUBLE"),
+        ({"name": "v", "type": "STRING", "primary_key": True}, "STRING NOT NULL"),  # a key column is NOT NULL
     ],
 )
 def test_a_wrong_version_column_type_is_printed_as_fluss_prints_it(column, shown):
     """Fluss prints the column's ``DataType`` (its ``toString``): a space in DECIMAL, TIME's default precision,
     NOT NULL when the column is."""
+    key = ["k", "v"] if column.pop("primary_key", False) else ["k"]
     message = refused(
         TableSpec.from_dict,
         {
             "name": "db.t",
             "columns": [{"name": "k", "type": "INT"}, column],
-            "primary_key": ["k"],
+            "primary_key": key,
             "options": {"table.merge-engine": "versioned", "table.merge-engine.versioned.ver-column": "v"},
         },
     )

@@ -289,6 +289,30 @@ def test_versioned(version_type, data):
     check(data.draw(versioned_cases(version_type), label="case"))
 
 
+@pytest.mark.parametrize("version_type, minimum", [("INT", -(2**31)), ("BIGINT", -(2**63))])
+def test_a_null_version_ties_with_the_types_minimum(version_type, minimum):
+    """Fluss reads a null INT/BIGINT version as the type's MIN_VALUE: a null over a stored minimum is a tie and
+    replaces the row, a null over the minimum + 1 does not; the columnar merge says so too, not by chance."""
+    spec_dict = {
+        "name": "t.columnar",
+        "columns": [
+            {"name": "k", "type": "INT"},
+            {"name": "ver", "type": version_type},
+            {"name": "v", "type": "STRING"},
+        ],
+        "primary_key": ["k"],
+        "options": {"table.merge-engine": "versioned", "table.merge-engine.versioned.ver-column": "ver"},
+    }
+    for stored_version, replaced in ((minimum, True), (minimum + 1, False)):
+        case = Case(
+            spec_dict=spec_dict, stored=[(1, stored_version, "a")], records=[(0, "+U", (1, None, "b"))]
+        )
+        check(case)
+        got = columnar.merge_records(case.spec, case.stored_table(), case.records_table(), None, None)
+        assert got.rows.column("v").to_pylist() == ["b" if replaced else "a"]
+        assert got.changelog.num_rows == (2 if replaced else 0)
+
+
 @pytest.mark.parametrize("group", list(AGG_GROUPS))
 @given(data=st.data())
 @EXAMPLES

@@ -78,7 +78,7 @@ class _BucketMerge:
         self.spec = spec
         # The merger is only asked for its configuration (engine flags, target indexes): one rule source. It
         # never allocates ids (its allocator has none).
-        self.m = merge.merger_for(spec, target_columns, merge.IdAllocator([], 0))
+        self.m = merge.merger_for(spec, target_columns, merge.IdAllocator([], 0, ""))
         self.schema = value_schema(spec)
         self.names = list(spec.column_names)
         self.key_index = list(self.m.key_index)

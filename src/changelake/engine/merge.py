@@ -266,7 +266,7 @@ def sequence_overflow(column: str, max_value: int) -> str:
 class IdAllocator:
     """Auto-increment ids of one bucket (docs/semantics.md §8): consumes the id ranges the driver handed it, in order."""
 
-    def __init__(self, ranges: list[tuple[int, int]], max_value: int, column: str = ""):
+    def __init__(self, ranges: list[tuple[int, int]], max_value: int, column: str):
         self.ranges = [list(r) for r in ranges]  # [next, last] each, inclusive
         self.max_value = max_value
         self.column = column
