@@ -705,8 +705,8 @@ def _validate_engine(options: dict[str, str], columns: list[Column], primary_key
     The functions, their column types and parameters are :data:`changelake.engine.aggregates.AGGREGATE_FUNCTIONS`.
     """
     engine = options.get("table.merge-engine")
-    types = {c.name: c.type for c in columns}
-    shown = {c.name: fluss_type_text(c, primary_key) for c in columns}
+    named = {c.name: c for c in columns}
+    types = {name: c.type for name, c in named.items()}
     if engine in ("first_row", "versioned") and options.get("table.delete.behavior") == "allow":
         raise SpecError(
             f"Table with '{engine.upper()}' merge engine does not support delete operations. The "
@@ -723,9 +723,10 @@ def _validate_engine(options: dict[str, str], columns: list[Column], primary_key
                 f"The version column '{version}' for versioned merge engine doesn't exist in schema."
             )
         if types[version].name not in _VERSION_TYPES:
+            shown = fluss_type_text(named[version], primary_key)  # only for the message
             raise SpecError(
                 f"The version column '{version}' for versioned merge engine must be one type of "
-                f"[INT, BIGINT, TIMESTAMP, TIMESTAMP_LTZ], but got {shown[version]}."
+                f"[INT, BIGINT, TIMESTAMP, TIMESTAMP_LTZ], but got {shown}."
             )
     # Any other engine ignores a version column, as Fluss's does (it reads the option for versioned only).
     if engine == "aggregation" and options.get("table.changelog.image") == "wal":
@@ -756,9 +757,10 @@ def _validate_engine(options: dict[str, str], columns: list[Column], primary_key
                 f"{sorted(AGGREGATE_FUNCTIONS)}"
             )
         if not function.accepts(types[column]):
+            shown = fluss_type_text(named[column], primary_key)
             raise SpecError(
                 f"Invalid aggregation function for column '{column}': Data type for {fn} column must be part of "
-                f"{java_list(_fluss_type_root(t) for t in function.types or ())} but was '{shown[column]}'."
+                f"{java_list(_fluss_type_root(t) for t in function.types or ())} but was '{shown}'."
             )
         options[key] = fn
         functions[column] = fn
