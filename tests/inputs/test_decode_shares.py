@@ -140,3 +140,36 @@ def test_88_mb_of_lines_on_two_cores_are_two_reads_of_44_mb():
         (44 * mib, 88 * mib, 44 * mib // 100 + 1),
     ]
     assert groups == [[0], [1]]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 40), st.sampled_from([b"\n", b"\r\n", b"\n\n", b""])),
+        min_size=0,
+        max_size=60,
+    ),
+    st.integers(1, 64),
+)
+def test_json_lines_are_cut_at_the_first_newline_after_every_range_of_bytes(tmp_path_factory, lines, size):
+    """plan_batch's cut of a JSON-lines file (decode._line_ranges, memory-mapped): ranges that cover the file
+    in order, each but the last ending at the first newline at or after ``size`` bytes, each numbered by the
+    lines before it; the file's bytes and newlines."""
+    text = b"".join(b"x" * n + end for n, end in lines)
+    path = tmp_path_factory.mktemp("lines") / "batch.jsonl"
+    path.write_bytes(text)
+    saved, decode.RANGE_BYTES = decode.RANGE_BYTES, size
+    try:
+        ranges, total, newlines = decode._line_ranges(path, 2, "changelog-json")
+    finally:
+        decode.RANGE_BYTES = saved
+    assert (total, newlines) == (len(text), text.count(b"\n"))
+    assert ranges[0].start == 0 and ranges[-1].end == len(text)
+    for r, after in zip(ranges, ranges[1:], strict=False):
+        assert after.start == r.end
+        cut = text.find(b"\n", r.start + size - 1)
+        assert cut >= 0 and r.end == cut + 1
+    cut = text.find(b"\n", ranges[-1].start + size - 1)  # the last range: the rest, or a cut the file ends at
+    assert cut < 0 or ranges[-1].end == cut + 1
+    assert [r.first_line for r in ranges] == [text.count(b"\n", 0, r.start) + 1 for r in ranges]
+    assert {(r.file_index, r.path, r.fmt) for r in ranges} == {(2, str(path), "changelog-json")}

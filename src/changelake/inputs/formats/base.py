@@ -126,7 +126,7 @@ class JsonLinesFormat(InputFormat):
         return None
 
     def columns(
-        self, data: bytes, first_line: int, spec: TableSpec
+        self, data: bytes | memoryview, first_line: int, spec: TableSpec
     ) -> tuple[np.ndarray, pa.Array, list[pa.Array]] | None:
         """A byte range of lines decoded column-wise: (line numbers, ops, storage-typed columns), or None to
         decode it line by line. Only a format with a column-wise path whose results equal the per-line
