@@ -1,6 +1,7 @@
 """How a batch is cut into decode tasks: one equal share of rows per core for Parquet (decode.share_rows),
 of bytes for JSON lines (decode.share_lines)."""
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -150,19 +151,21 @@ def test_88_mb_of_lines_on_two_cores_are_two_reads_of_44_mb():
         max_size=60,
     ),
     st.integers(1, 64),
+    st.integers(1, 16),
 )
-def test_json_lines_are_cut_at_the_first_newline_after_every_range_of_bytes(tmp_path_factory, lines, size):
-    """plan_batch's cut of a JSON-lines file (decode._line_ranges, memory-mapped): ranges that cover the file
-    in order, each but the last ending at the first newline at or after ``size`` bytes, each numbered by the
-    lines before it; the file's bytes and newlines."""
+def test_json_lines_are_cut_at_the_first_newline_after_every_range_of_bytes(
+    tmp_path_factory, lines, size, chunk
+):
+    """plan_batch's cut of a JSON-lines file (decode._line_ranges, read ``chunk`` bytes at a time): ranges
+    that cover the file in order, each but the last ending at the first newline at or after ``size`` bytes,
+    each numbered by the lines before it; the file's bytes and newlines."""
     text = b"".join(b"x" * n + end for n, end in lines)
     path = tmp_path_factory.mktemp("lines") / "batch.jsonl"
     path.write_bytes(text)
-    saved, decode.RANGE_BYTES = decode.RANGE_BYTES, size
-    try:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(decode, "RANGE_BYTES", size)
+        patch.setattr(decode, "PLAN_CHUNK_BYTES", chunk)
         ranges, total, newlines = decode._line_ranges(path, 2, "changelog-json")
-    finally:
-        decode.RANGE_BYTES = saved
     assert (total, newlines) == (len(text), text.count(b"\n"))
     assert ranges[0].start == 0 and ranges[-1].end == len(text)
     for r, after in zip(ranges, ranges[1:], strict=False):

@@ -1,6 +1,6 @@
 """Decoding a batch's landed files in Spark tasks, so the driver never holds the batch's records.
 
-The driver plans the files (:func:`plan_batch`): it cuts JSON-lines files (memory-mapped) into byte ranges at
+The driver plans the files (:func:`plan_batch`): it cuts JSON-lines files into byte ranges at
 line boundaries, noting each range's first line number, while a thread hashes them (the batch's checksum).
 Each range (a Parquet file is cut into ranges of rows along its row groups) becomes a task that decodes its
 lines with the per-message path of :mod:`changelake.inputs.readers` (same validation, same errors naming file,
@@ -53,6 +53,7 @@ from changelake.spec import TableSpec
 # JSON lines are planned in ranges of about RANGE_BYTES; a decode task reads the consecutive ranges of its
 # share as one, up to MAX_RANGE_BYTES (what one read and one JSON parse hold in a task's memory).
 RANGE_BYTES = int(os.environ.get("CHANGELAKE_DECODE_RANGE_BYTES", 4 << 20))
+PLAN_CHUNK_BYTES = 1 << 20  # what the planner reads of a JSON-lines file at a time
 MAX_RANGE_BYTES = int(os.environ.get("CHANGELAKE_DECODE_MAX_RANGE_BYTES", 64 << 20))
 # Rows of a Parquet file per decode task: small row groups are combined up to this many.
 RANGE_ROWS = int(os.environ.get("CHANGELAKE_DECODE_RANGE_ROWS", 1 << 20))
@@ -155,30 +156,32 @@ def plan_batch(
 
 def _line_ranges(path: Path, index: int, fmt: str) -> tuple[list[Range], int, int]:
     """A JSON-lines file cut into ranges at the first newline after every RANGE_BYTES, each with its first
-    line number; and the file's bytes and newlines. The file is memory-mapped and numpy counts its newlines:
-    88 MB planned in 17 ms, instead of 41 ms reading it in chunks and counting them in bytes."""
+    line number; and the file's bytes and newlines. The file is read once through one reused 1 MiB buffer
+    whose newlines numpy counts: 88 MB planned in 20 ms (41 ms with a new bytes object per chunk counted by
+    ``bytes.count``), and the driver's memory stays flat whatever the file's size (a memory map of the file
+    would count it all in the driver's resident set)."""
     ranges: list[Range] = []
-    start = lines = 0
+    start = offset = lines = 0
+    first_line = 1
+    chunk = bytearray(PLAN_CHUNK_BYTES)
+    view, text = memoryview(chunk), np.frombuffer(chunk, np.uint8)
     with _open_landed(path) as fh:
-        try:
-            size = os.fstat(fh.fileno()).st_size
-            mapped = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) if size else None
-        except (OSError, ValueError) as e:
-            raise ChangelakeError(f"{path}: cannot read the landed file: {e}") from None
-    if mapped is None:
-        return [Range(index, str(path), fmt, 0, 0, 1)], 0, 0
-    with mapped:
-        text = np.frombuffer(mapped, np.uint8)
-        size = len(text)
-        while (newline := mapped.find(b"\n", start + RANGE_BYTES - 1)) >= 0:
-            ranges.append(Range(index, str(path), fmt, start, newline + 1, lines + 1))
-            lines += int(np.count_nonzero(text[start : newline + 1] == 10))
-            start = newline + 1
-        if size > start or not ranges:
-            ranges.append(Range(index, str(path), fmt, start, size, lines + 1))
-        lines += int(np.count_nonzero(text[start:] == 10))
-        del text  # the map closes only when no array views it
-    return ranges, size, lines
+        while n := fh.readinto(view):
+            # Close a range at the first line boundary where it holds enough bytes (maybe several per chunk).
+            at = 0
+            while (target := start + RANGE_BYTES - 1 - offset) < n:
+                newline = chunk.find(b"\n", max(target, at), n)
+                if newline < 0:
+                    break
+                lines += int(np.count_nonzero(text[at : newline + 1] == 10))
+                at = newline + 1
+                ranges.append(Range(index, str(path), fmt, start, offset + at, first_line))
+                start, first_line = offset + at, lines + 1
+            lines += int(np.count_nonzero(text[at:n] == 10))
+            offset += n
+    if offset > start or not ranges:
+        ranges.append(Range(index, str(path), fmt, start, offset, first_line))
+    return ranges, offset, lines
 
 
 def _checksum(paths: list[Path], fmt: str | None, target_columns: list[str] | None) -> str:
