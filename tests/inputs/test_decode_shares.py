@@ -152,22 +152,27 @@ def test_88_mb_of_lines_on_two_cores_are_two_reads_of_44_mb():
     ),
     st.integers(1, 64),
     st.integers(1, 16),
+    st.one_of(st.none(), st.integers(1, 5)),
 )
 def test_json_lines_are_cut_at_the_first_newline_after_every_range_of_bytes(
-    tmp_path_factory, lines, size, chunk
+    tmp_path_factory, lines, size, chunk, short
 ):
-    """plan_batch's cut of a JSON-lines file (decode._line_ranges, read ``chunk`` bytes at a time): ranges
-    that cover the file in order, each but the last ending at the first newline at or after ``size`` bytes,
-    each numbered by the lines before it; the file's bytes and newlines."""
+    """plan_batch's cut of a JSON-lines file (decode._line_ranges, read ``chunk`` bytes at a time, or at most
+    ``short`` when the file returns short reads): ranges that cover the file in order, each but the last ending
+    at the first newline at or after ``size`` bytes, each numbered by the lines before it; the file's bytes and
+    newlines."""
     text = b"".join(b"x" * n + end for n, end in lines)
     path = tmp_path_factory.mktemp("lines") / "batch.jsonl"
     path.write_bytes(text)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(decode, "RANGE_BYTES", size)
         patch.setattr(decode, "PLAN_CHUNK_BYTES", chunk)
+        if short is not None:
+            patch.setattr(decode, "_open_landed", lambda p: _ShortReads(open(p, "rb"), short))
         ranges, total, newlines = decode._line_ranges(path, 2, "changelog-json")
     assert (total, newlines) == (len(text), text.count(b"\n"))
     assert ranges[0].start == 0 and ranges[-1].end == len(text)
+    assert all(r.end > r.start for r in ranges) or ranges == [Range(2, str(path), "changelog-json", 0, 0, 1)]
     for r, after in zip(ranges, ranges[1:], strict=False):
         assert after.start == r.end
         cut = text.find(b"\n", r.start + size - 1)
@@ -176,3 +181,19 @@ def test_json_lines_are_cut_at_the_first_newline_after_every_range_of_bytes(
     assert cut < 0 or ranges[-1].end == cut + 1
     assert [r.first_line for r in ranges] == [text.count(b"\n", 0, r.start) + 1 for r in ranges]
     assert {(r.file_index, r.path, r.fmt) for r in ranges} == {(2, str(path), "changelog-json")}
+
+
+class _ShortReads:
+    """A file whose ``readinto`` returns at most ``most`` bytes, as a pipe or a network file system may."""
+
+    def __init__(self, fh, most: int):
+        self.fh, self.most = fh, most
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.fh.close()
+
+    def readinto(self, view) -> int:
+        return self.fh.readinto(view[: self.most])
