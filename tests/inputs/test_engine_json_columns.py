@@ -183,29 +183,29 @@ def ranges(draw) -> bytes:
     return data
 
 
-def _decode(tmp_path, data: bytes, spec: TableSpec, fast: bool, first_line: int):
+def _decode(tmp_path, data: bytes, spec: TableSpec, fast: bool, first_line: int, mapped: bool = False):
+    """``mapped``: the range is memory-mapped, as a decode task maps a large one (decode.MAP_MIN_BYTES)."""
     path = tmp_path / "r.jsonl"
-    path.write_bytes(b"x\n" * 0 + data)
+    path.write_bytes(data)
     r = decode.Range(3, str(path), "changelog-json", 0, len(data), first_line)
     out = DecodedBatch(batch_arrow_schema(spec).empty_table())
-    previous = decode.FAST_JSON
-    decode.FAST_JSON = fast
-    try:
-        table = decode._decode_lines(r, spec, out)
-    except BadRecordError as e:
-        return ("error", str(e), out.messages)
-    finally:
-        decode.FAST_JSON = previous
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(decode, "FAST_JSON", fast)
+        patch.setattr(decode, "MAP_MIN_BYTES", 0 if mapped else decode.MAP_MIN_BYTES)
+        try:
+            table = decode._decode_lines(r, spec, out)
+        except BadRecordError as e:
+            return ("error", str(e), out.messages)
     return ("ok", table, out.messages, out.skipped, out.dead_letters)
 
 
 @pytest.mark.slow  # 300 examples twice, ~15 s of CPU: make test, not test-unit
 @pytest.mark.parametrize("quarantine", [False, True], ids=["fail", "quarantine"])
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(data=ranges(), first_line=st.integers(1, 1000))
-def test_column_wise_json_equals_the_per_message_path(tmp_path, quarantine, data, first_line):
+@given(data=ranges(), first_line=st.integers(1, 1000), mapped=st.booleans())
+def test_column_wise_json_equals_the_per_message_path(tmp_path, quarantine, data, first_line, mapped):
     spec = _spec(quarantine)
-    fast = _decode(tmp_path, data, spec, True, first_line)
+    fast = _decode(tmp_path, data, spec, True, first_line, mapped)
     slow = _decode(tmp_path, data, spec, False, first_line)
     if fast[0] == "ok" and slow[0] == "ok":
         # repr: NaN equals NaN, -0.0 differs from 0.0
@@ -247,3 +247,34 @@ def test_object_lines_numbers_object_lines_and_declines_the_rest(data, expected)
     for text in (data, memoryview(data)):  # a decode task passes a view of the memory-mapped file
         got = _object_lines(text, 5)
         assert (None if got is None else got.tolist()) == expected
+
+
+@pytest.mark.parametrize("start, end", [(0, 0), (0, 9), (4, 23), (23, 36), (30, 99)])
+def test_a_large_range_is_mapped_and_a_small_one_read(tmp_path, monkeypatch, start, end):
+    """decode._mapped: the range's bytes either way (a range past the end comes back short, as a read does);
+    a view of the memory-mapped file only from MAP_MIN_BYTES on."""
+    import mmap
+
+    text = b'{"op": "+I"}\n{"op": "-D"}\n{"op": "+U"}\n'
+    path = tmp_path / "r.jsonl"
+    path.write_bytes(text)
+    r = decode.Range(0, str(path), "changelog-json", start, end, 1)
+    for least, kind in ((0, mmap.mmap), (1 << 30, bytes)):
+        monkeypatch.setattr(decode, "MAP_MIN_BYTES", least)
+        view = decode._mapped(r)
+        assert bytes(view) == text[start:end]
+        assert isinstance(view.obj, kind)
+
+
+def test_plain_lines_take_the_column_wise_path_from_a_mapped_file(tmp_path, monkeypatch):
+    spec = _spec(False)
+    lines = [f'{{"op":"+I","data":{{"k":{i},"s":"s{i}","nn":{i}}}}}\n' for i in range(50)]
+    data = "".join(lines).encode()
+    path = tmp_path / "r.jsonl"
+    path.write_bytes(b"{}\n" + data)
+    r = decode.Range(0, str(path), "changelog-json", 3, 3 + len(data), 2)
+    monkeypatch.setattr(decode, "MAP_MIN_BYTES", 0)
+    mapped = decode._json_columns(decode._mapped(r), r, spec)
+    assert mapped is not None and mapped.num_rows == 50
+    assert mapped.equals(decode._json_columns(data, r, spec))
+    assert mapped.column("k").to_pylist() == list(range(50))

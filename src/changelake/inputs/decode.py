@@ -54,6 +54,7 @@ from changelake.spec import TableSpec
 # share as one, up to MAX_RANGE_BYTES (what one read and one JSON parse hold in a task's memory).
 RANGE_BYTES = int(os.environ.get("CHANGELAKE_DECODE_RANGE_BYTES", 4 << 20))
 PLAN_CHUNK_BYTES = 1 << 20  # what the planner reads of a JSON-lines file at a time
+MAP_MIN_BYTES = 4 << 20  # a decode task maps a range of lines at least this large instead of reading it
 MAX_RANGE_BYTES = int(os.environ.get("CHANGELAKE_DECODE_MAX_RANGE_BYTES", 64 << 20))
 # Rows of a Parquet file per decode task: small row groups are combined up to this many.
 RANGE_ROWS = int(os.environ.get("CHANGELAKE_DECODE_RANGE_ROWS", 1 << 20))
@@ -424,17 +425,18 @@ FAST_JSON = os.environ.get("CHANGELAKE_FAST_JSON", "1") != "0"
 
 
 def _mapped(r: Range) -> memoryview:
-    """A range's bytes as a view of its memory-mapped file, not a copy: reading 44 MB cost 27 ms, more than
-    the column-wise path's own checks of them. The mapping goes when the last view of it does."""
-    if r.end <= r.start:
-        return memoryview(b"")
+    """A range's bytes, as a view of its memory-mapped file when it is large (MAP_MIN_BYTES): reading 44 MB
+    into a copy cost 27 ms, more than the column-wise path's own checks of them. The mapping goes when the last
+    view of it does. A small range (a batch decoded in the applying process) is read: a landed file cut short
+    while mapped would stop the process with SIGBUS, where a read only comes back short."""
     with open(r.path, "rb") as fh:
-        try:
-            mapped = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-        except (OSError, ValueError):  # a file system that cannot map it: read it
-            fh.seek(r.start)
-            return memoryview(fh.read(r.end - r.start))
-    return memoryview(mapped)[r.start : r.end]
+        if r.end - r.start >= MAP_MIN_BYTES:
+            try:
+                return memoryview(mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ))[r.start : r.end]
+            except (OSError, ValueError):  # a file system that cannot map it: read it
+                pass
+        fh.seek(r.start)
+        return memoryview(fh.read(max(0, r.end - r.start)))
 
 
 def _json_columns(data: bytes | memoryview, r: Range, spec: TableSpec) -> pa.Table | None:
