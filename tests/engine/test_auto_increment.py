@@ -95,3 +95,24 @@ def test_the_last_id_of_the_type_is_handed_out_then_fluss_refusal():
     with pytest.raises(WriteRefusedError) as err:
         ids.next()
     assert str(err.value) == 'Reached maximum value of sequence "<order_no>" (2147483647).'
+
+
+def test_segments_a_batch_takes_one_after_another_stay_one_range(lake):
+    """A bucket whose batch takes more than one segment, with no other bucket taking one in between, keeps
+    what it left unused whole: a key written six times takes two segments of 5 but one id, and the next six
+    new keys go on from 2, as Fluss's bucket counts on (FlussTableITCase's single-bucket table, cache 5)."""
+    spec = {
+        **UIDS,
+        "options": {"bucket.num": 1, "auto-increment.fields": "uid", "table.auto-increment.cache-size": 5},
+    }
+    lake.create_table(spec)
+    target = ["user_id", "note"]
+    lake.apply("web.uid_mapping", [insert("a", str(i)) for i in range(6)], batch_id=1, target_columns=target)
+    lake.apply("web.uid_mapping", [insert(u) for u in "bcdefg"], batch_id=2, target_columns=target)
+    lake.apply("web.uid_mapping", [insert(u) for u in "dh"], batch_id=3, target_columns=target)
+    rows = lake.rows_arrow("web.uid_mapping").to_pylist()
+    assert {r["user_id"]: r["uid"] for r in rows} == {u: i for i, u in enumerate("abcdefgh", start=1)}
+    summary = BatchSummary.from_snapshot(
+        lake.storage.pk_table(lake.spec("web.uid_mapping")).current_snapshot()
+    )
+    assert summary.auto_increment.counter == 10  # two segments, no id given up

@@ -526,7 +526,12 @@ def _allocate_ids(
         supply = [(current[0], current[1])] if current else []
         available = current[1] - current[0] + 1 if current else 0
         while available < group.records:
-            supply.append((counter + 1, counter + size))
+            if supply and supply[-1][1] == counter:
+                # The segment continues the bucket's range (no other bucket took one in between): one range,
+                # so the part this batch leaves unused is kept whole, as Fluss's bucket goes on counting.
+                supply[-1] = (supply[-1][0], counter + size)
+            else:
+                supply.append((counter + 1, counter + size))
             counter += size
             available += size
         ranges[key] = supply
