@@ -368,14 +368,13 @@ def _decode_lines(r: Range, spec: TableSpec, out: DecodedBatch) -> pa.Table:
     """Decode the lines of one byte range: column-wise when its format can (:func:`_json_columns`), else
     through readers' per-message path (which names any problem's line)."""
     opts = spec.source_options
+    view = _mapped(r)
     if opts.ordering == "arrival" and FAST_JSON:
-        table = _json_columns(_mapped(r), r, spec)
+        table = _json_columns(view, r, spec)
         if table is not None:
             out.messages += table.num_rows
             return table
-    with open(r.path, "rb") as fh:
-        fh.seek(r.start)
-        data = fh.read(r.end - r.start)
+    data = view.tobytes()  # the per-message path splits lines of bytes
     reader = readers._JsonReader(spec, r.fmt, opts, out)
     names = spec.column_names
     seqs: list[int] = []
