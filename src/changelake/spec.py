@@ -68,6 +68,38 @@ _FLUSS_TABLE_OPTIONS: dict[str, tuple[str, ...] | str] = {
     "table.auto-partition.num-retention": "int",
     "table.statistics.columns": "string",
 }
+#: Merge-on-read or copy-on-write (Iceberg's ``write.*.mode`` values).
+WRITE_MODES = ("merge-on-read", "copy-on-write")
+# changelake's storage options: how batches are written and how the table is kept, in Iceberg's and Paimon's
+# words (docs/configuration.md#storage-and-maintenance). Value kinds as _FLUSS_TABLE_OPTIONS's.
+_STORAGE_OPTIONS: dict[str, tuple[str, ...] | str] = {
+    "write.merge.mode": WRITE_MODES,
+    "write.update.mode": WRITE_MODES,
+    "write.delete.mode": WRITE_MODES,
+    "write-only": "bool",
+    "snapshot.num-retained.min": "int",
+    "snapshot.num-retained.max": "int",
+    "snapshot.time-retained": "duration",
+    "num-sorted-run.compaction-trigger": "int",
+    "compaction.max-size-amplification-percent": "int",
+    "batch-history.num-retained": "int",
+}
+
+
+@dataclass(frozen=True)
+class StorageOptions:
+    """A table's storage options with their defaults (:data:`_STORAGE_OPTIONS`)."""
+
+    write_mode: str = "merge-on-read"  # write.merge.mode: how a batch (a MERGE of changes) is written
+    write_only: bool = False  # write-only: applies never compact or expire (a maintenance job does)
+    snapshots_min: int = 10  # snapshot.num-retained.min
+    snapshots_max: int = 50  # snapshot.num-retained.max
+    time_retained_s: float = 3600.0  # snapshot.time-retained
+    compaction_trigger: int = 5  # num-sorted-run.compaction-trigger: delta files of a partition merged at
+    max_amplification_percent: int = 50  # compaction.max-size-amplification-percent: full compaction at
+    history_retained: int = 100_000  # batch-history.num-retained: batches whose input a replay is checked against
+
+
 _KNOWN_OPTIONS = {
     "bucket.num",
     "auto-increment.fields",
@@ -80,6 +112,7 @@ _KNOWN_OPTIONS = {
     "sink.ignore-delete",
     *_PASSTHROUGH_OPTIONS,
     *_FLUSS_TABLE_OPTIONS,
+    *_STORAGE_OPTIONS,
 }
 _SPEC_KEYS = {
     "name",
@@ -190,6 +223,37 @@ class TableSpec:
     @property
     def ignore_delete(self) -> bool:
         return self.options.get("sink.ignore-delete", "false") == "true"
+
+    @property
+    def storage(self) -> StorageOptions:
+        """How batches are written and the table kept (validated when the spec loaded)."""
+        o, d = self.options, StorageOptions()
+        return StorageOptions(
+            write_mode=o.get("write.merge.mode", d.write_mode),
+            write_only=o.get("write-only", "false") == "true",
+            snapshots_min=int(o.get("snapshot.num-retained.min", d.snapshots_min)),
+            snapshots_max=int(o.get("snapshot.num-retained.max", d.snapshots_max)),
+            time_retained_s=(
+                _option_value("snapshot.time-retained", o["snapshot.time-retained"]) / 1e9  # type: ignore[operator]
+                if "snapshot.time-retained" in o
+                else d.time_retained_s
+            ),
+            compaction_trigger=int(o.get("num-sorted-run.compaction-trigger", d.compaction_trigger)),
+            max_amplification_percent=int(
+                o.get("compaction.max-size-amplification-percent", d.max_amplification_percent)
+            ),
+            history_retained=int(o.get("batch-history.num-retained", d.history_retained)),
+        )
+
+    @property
+    def write_mode(self) -> str:
+        return self.storage.write_mode
+
+    @property
+    def log_ttl_s(self) -> float:
+        """``table.log.ttl``: how long changelog records are kept (Fluss's default: 7 days)."""
+        value = self.options.get("table.log.ttl")
+        return 7 * 86_400.0 if value is None else _option_value("table.log.ttl", value) / 1e9  # type: ignore[operator]
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -531,6 +595,7 @@ def _validate_options(
                 )
             options[key] = value
     _validate_fluss_table_options(options, partition_keys)
+    _validate_storage_options(options)
     _validate_engine(options, columns, primary_key)
     _validate_auto_increment(options, columns, primary_key)
 
@@ -549,10 +614,15 @@ _DURATION_UNITS = {
 _DURATION = re.compile(r"([0-9]+)(.*)", re.DOTALL)
 
 
-def _fluss_value(key: str, value: str) -> int | bool | str | None:
+def _option_value(key: str, value: str) -> int | bool | str | None:
+    """A Fluss table option or a storage option parsed (:func:`_fluss_value`)."""
+    return _fluss_value(key, value, _STORAGE_OPTIONS.get(key))
+
+
+def _fluss_value(key: str, value: str, kind: tuple[str, ...] | str | None = None) -> int | bool | str | None:
     """Parse a Fluss table option as Fluss's ``Configuration`` does (ints, booleans, durations in
     nanoseconds, enums lower-cased); None when it cannot be parsed."""
-    kind = _FLUSS_TABLE_OPTIONS[key]
+    kind = kind or _FLUSS_TABLE_OPTIONS[key]
     if isinstance(kind, tuple):
         return value.lower() if value.lower() in kind else None
     if kind == "int":
@@ -568,6 +638,40 @@ def _fluss_value(key: str, value: str) -> int | bool | str | None:
         unit = _DURATION_UNITS.get(match.group(2).strip().lower())
         return None if unit is None or len(match.group(1)) > 18 else int(match.group(1)) * unit
     return value
+
+
+def _validate_storage_options(options: dict[str, str]) -> None:
+    """changelake's storage options (:data:`_STORAGE_OPTIONS`): each parses, and the numbers make sense."""
+    parsed: dict[str, Any] = {}
+    for key in [k for k in options if k in _STORAGE_OPTIONS]:
+        value = _option_value(key, options[key])
+        kind = _STORAGE_OPTIONS[key]
+        if value is None:
+            expected = f"one of {java_list(kind)}" if isinstance(kind, tuple) else f"a {kind}"
+            raise SpecError(
+                f"Invalid value for config '{key}'. Reason: Could not parse value '{options[key]}' for key "
+                f"'{key}'. Expected {expected}."
+            )
+        if kind in ("bool",) or isinstance(kind, tuple):
+            options[key] = str(value).lower()
+        parsed[key] = value
+    least = {
+        "snapshot.num-retained.min": 1,
+        "snapshot.num-retained.max": 1,
+        "num-sorted-run.compaction-trigger": 2,
+        "compaction.max-size-amplification-percent": 1,
+        "batch-history.num-retained": 1,
+    }
+    for key, low in least.items():
+        if key in parsed and parsed[key] < low:
+            raise SpecError(f"Option '{key}' must be at least {low}, got {parsed[key]}")
+    low = parsed.get("snapshot.num-retained.min", StorageOptions.snapshots_min)
+    high = parsed.get("snapshot.num-retained.max", StorageOptions.snapshots_max)
+    if low > high:
+        raise SpecError(
+            f"Option 'snapshot.num-retained.min' ({low}) must not be greater than 'snapshot.num-retained.max' "
+            f"({high})"
+        )
 
 
 def _validate_fluss_table_options(options: dict[str, str], partition_keys: tuple[str, ...]) -> None:

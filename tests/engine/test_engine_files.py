@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import shutil
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -65,7 +66,9 @@ def test_staged_records_merge_into_files_of_the_tables_codec(tmp_path, codec, th
         task = buckets.BucketTask(
             key=key, bucket=group.bucket, parts=tuple(group.parts), records=group.records
         )
-        marker = buckets.run_task(task, 0, ctx, decode.staged_schema(SPEC), io)
+        writer = buckets.GroupWriter(ctx, io)
+        marker = buckets.run_task(task, 0, ctx, decode.staged_schema(SPEC), io, writer)
+        (marker["_log_path"],) = writer.finish()["_log_paths"]
         (data_file,) = marker["_paths"]  # 40 rows: one file per bucket
         rows = pq.read_table(data_file)
         assert set(rows.column("_bucket").to_pylist()) == {group.bucket}
@@ -144,19 +147,34 @@ def _records(keys: list[int], value: str, first_seq: int = 0) -> pa.Table:
     )
 
 
+def _merge(ctx, io, records: pa.Table, files=(), rewrite: bool = True) -> tuple[dict, dict]:
+    """Merge ``records`` into bucket 0 whose rows are in ``files``: the bucket's marker (with ``_log_path``,
+    its changelog file) and its group's."""
+    task = buckets.BucketTask(
+        key="0",
+        bucket=0,
+        files=tuple(buckets.SourceFile(p, 0, True) for p in files),
+        rewrite=rewrite,
+    )
+    writer = buckets.GroupWriter(ctx, io)
+    marker, out = buckets.merge_bucket(task, records, ctx, io)
+    writer.add(task, out)
+    group = writer.finish()
+    marker["_log_path"] = group["_log_paths"][0] if group["_log_paths"] else None
+    return marker, group
+
+
 def test_a_large_bucket_merged_in_process_is_two_files_in_key_order(tmp_path, monkeypatch):
     """In process, a bucket of SPLIT_ROWS rows or more is written as two files of consecutive keys (one per
     core); the next merge reads them back in key order whatever order the plan lists them in, and gives what
     the one-file bucket gives."""
     monkeypatch.setattr(buckets, "SPLIT_ROWS", 100)
     io = buckets.TaskIO({})
-    task = buckets.BucketTask(key="0", bucket=0)
     keys = list(range(0, 600, 3))[::-1]  # 200 keys, arriving in descending order
     first = {}
     for threads in (True, False):
         ctx = _bucket_ctx(tmp_path / str(threads), threads)
-        empty = buckets.read_stored(SPEC, io, [])
-        first[threads] = buckets.merge_and_write(task, empty, _records(keys, "a"), ctx, io)
+        first[threads] = _merge(ctx, io, _records(keys, "a"))[0]
     split, whole = first[True]["_paths"], first[False]["_paths"]
     assert len(split) == 2 and len(whole) == 1
     halves = [pq.read_table(p).column("k").to_pylist() for p in split]
@@ -170,7 +188,8 @@ def test_a_large_bucket_merged_in_process_is_two_files_in_key_order(tmp_path, mo
         stored = buckets.read_stored(SPEC, io, paths)
         assert stored.column("k").to_pylist() == sorted(keys)
         ctx = _bucket_ctx(tmp_path / f"next-{threads}", threads)
-        marker = buckets.merge_and_write(task, stored, update, ctx, io)
+        marker = _merge(ctx, io, update, files=paths)[0]
+        assert sorted(marker["_removed"]) == sorted(paths)  # the bucket's files, replaced
         rows = buckets.read_stored(SPEC, io, marker["_paths"])
         results[threads] = (rows, pq.read_table(marker["_log_path"]), marker["_updated"], marker["_inserted"])
     assert results[True][0].equals(results[False][0])
@@ -184,50 +203,54 @@ def test_the_rows_a_process_wrote_are_kept_for_its_next_merge_of_the_bucket(tmp_
     monkeypatch.setattr(buckets, "STORED_ROWS", buckets.StoredRows(64 << 20))
     monkeypatch.setattr(buckets, "SPLIT_ROWS", 100)
     io = buckets.TaskIO({})
-    task = buckets.BucketTask(key="0", bucket=0)
     ctx = dataclasses.replace(_bucket_ctx(tmp_path / "a", threads=True), keep_rows=True)
-    empty = buckets.read_stored(SPEC, io, [])
-    written = buckets.merge_and_write(task, empty, _records(list(range(300)), "a"), ctx, io)
-    files = written["_paths"]
+    files = _merge(ctx, io, _records(list(range(300)), "a"))[0]["_paths"]
     read = buckets.read_stored(SPEC, io, files)
     kept = buckets.read_stored(SPEC, io, files[::-1], keep_rows=True)  # any order of the same files
-    assert kept is buckets.STORED_ROWS.get(files, buckets.stored_schema(SPEC))  # not read again
+    schema = buckets.row_schema(SPEC)
+    assert all(buckets.STORED_ROWS.holds(f, schema) for f in files)  # not read again
     assert kept.equals(read) and kept.schema == read.schema
 
     for f in files:  # the proof it is not read: the files are gone, the rows are still there
         (tmp_path / "gone").mkdir(exist_ok=True)
         shutil.move(f, tmp_path / "gone")
     update = _records([5, 299, 300], "b", first_seq=1000)
-    after_kept = buckets.merge_and_write(
-        task, buckets.read_stored(SPEC, io, files, keep_rows=True), update, ctx, io
-    )
-    after_read = buckets.merge_and_write(task, read, update, _bucket_ctx(tmp_path / "b", threads=True), io)
+    after_kept = _merge(ctx, io, update, files=files)[0]
+    assert not any(buckets.STORED_ROWS.holds(f, schema) for f in files)  # replaced: forgotten at once
+    with pytest.raises(FileNotFoundError):  # without keep_rows a merge reads the files
+        _merge(_bucket_ctx(tmp_path / "b", threads=True), io, update, files=files)
+    for f in files:
+        shutil.copy(tmp_path / "gone" / f.rsplit("/", 1)[1], f)
+    after_read = _merge(_bucket_ctx(tmp_path / "c", threads=True), io, update, files=files)[0]
     assert buckets.read_stored(SPEC, io, after_kept["_paths"]).equals(
         buckets.read_stored(SPEC, io, after_read["_paths"])
     )
-    with pytest.raises(FileNotFoundError):  # without keep_rows a merge reads the files
-        buckets.read_stored(SPEC, io, files)
 
 
-def test_kept_rows_are_bounded_and_keyed_by_files_and_schema():
+def test_kept_rows_are_bounded_and_keyed_by_file_and_schema():
     kept = buckets.StoredRows(max_bytes=2000)
     schema = buckets.stored_schema(SPEC)
     rows = pa.table({"k": pa.array(range(100), pa.int64()), "v": pa.array(["x"] * 100)}).cast(schema)
     assert rows.nbytes < 2000 < 2 * rows.nbytes
-    kept.put(["b", "a"], schema, rows)
-    assert kept.get(("a", "b"), schema) is rows
-    assert kept.get(["a"], schema) is None  # another set of files
+    kept.put("a", schema, rows)
+    assert kept.get("a", schema) is rows and kept.holds("a", schema)
+    assert kept.get("b", schema) is None  # another file
     wider = pa.schema([*schema, pa.field("w", pa.int32())])
-    assert kept.get(["a", "b"], wider) is None  # a column added since: read the files
-    kept.put(["c"], schema, rows)  # over the bound: the least recently used goes
-    assert kept.get(["a", "b"], schema) is None and kept.get(["c"], schema) is rows
-    kept.put(["huge"], schema, pa.concat_tables([rows] * 40))  # larger than the bound: not kept
-    assert kept.get(["huge"], schema) is None and kept.get(["c"], schema) is rows
+    assert kept.get("a", wider) is None  # a column added since: read the file
+    kept.put("c", schema, rows)  # over the bound: the least recently used goes
+    assert kept.get("a", schema) is None and kept.get("c", schema) is rows
+    kept.put("huge", schema, pa.concat_tables([rows] * 40))  # larger than the bound: not kept
+    assert kept.get("huge", schema) is None and kept.get("c", schema) is rows
     roomy = buckets.StoredRows(max_bytes=100 * rows.nbytes)
-    roomy.put(["c"], schema, rows)
-    roomy.put(["d"], schema, rows, replaces=["c"])  # the bucket's next files: the replaced rows go at once
-    assert roomy.get(["c"], schema) is None and roomy.get(["d"], schema) is rows
+    roomy.put("c", schema, rows)
+    roomy.put("d", schema, rows)
+    roomy.forget(["c"], schema)  # replaced by a commit: gone at once
+    assert roomy.get("c", schema) is None and roomy.get("d", schema) is rows
     assert roomy.kept_bytes == rows.nbytes
+    positions = {"x.parquet": np.array([1, 5], np.int64)}
+    roomy.put_deletes("d.parquet", positions)
+    assert roomy.get_deletes("d.parquet") is positions
+    assert roomy.kept_bytes > rows.nbytes
 
 
 def test_delta_encoding_goes_to_integer_stored_columns_without_a_dictionary():

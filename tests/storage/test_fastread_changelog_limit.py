@@ -2,8 +2,9 @@
 order), while reading only the row groups those records need.
 
 No Spark: the batches are small and applied in this process (``changelake.engine.apply.LOCAL_RECORDS``).
-Files are written in row groups of a few rows so that a read can stop inside a file, and one batch's files
-are rewritten out of order with tied offsets to check that the limited read never trusts their order.
+Files are written in row groups of a few rows so that a read can stop inside a file, a batch's changelog goes
+to several files (a writer flushing every few rows, as a large batch's does), and one batch's files are
+rewritten out of order with tied offsets to check that the limited read never trusts their order.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from changelake import cli
-from changelake.engine import apply
+from changelake.engine import apply, buckets
 from changelake.storage import fastread
 from changelake.storage.fastread import FastReader
 
@@ -53,6 +54,7 @@ def _build(home):
     (home / "tables").mkdir()
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(apply, "LOCAL_RECORDS", 1_000_000)  # in this process, whatever the environment says
+        mp.setattr(buckets, "FLUSH_ROWS", 16)  # a batch's changelog in several files, as a large batch's is
         mp.setattr(pq, "write_table", functools.partial(pq.write_table, row_group_size=ROW_GROUP_ROWS))
         lake = ChangeLake(home=home, tables_dir=home / "tables", progress=None)
         lake.create_table(SPEC)

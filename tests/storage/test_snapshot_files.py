@@ -1,11 +1,10 @@
-"""The live data files per snapshot (changelake.storage.iceberg.SNAPSHOT_FILES): a batch's commit derives its
-snapshot's files from its parent's, so the next batch plans without reading manifests; the derived list is
-what planning the snapshot finds; a snapshot committed by anyone else is planned; the cache is bounded."""
+"""The live files per snapshot (changelake.storage.iceberg.SNAPSHOT_FILES), data and position-delete files: a
+batch's commit derives its snapshot's files from its parent's, so the next batch plans without reading
+manifests; the derived list is what planning the snapshot finds; a snapshot committed by anyone else is read
+from its manifests; the cache is bounded."""
 
 from __future__ import annotations
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 from changelake import ChangeLake
@@ -29,8 +28,10 @@ def lake(tmp_path) -> ChangeLake:
 
 
 def planned(table) -> list:
-    """The snapshot's files as pyiceberg plans them (no cache)."""
-    return [task.file for task in table.scan().plan_files()]
+    """The snapshot's data and delete files as pyiceberg plans them (no cache)."""
+    tasks = list(table.scan().plan_files())
+    deletes = {d.file_path: d for t in tasks for d in t.delete_files}
+    return [t.file for t in tasks] + list(deletes.values())
 
 
 def key_of(table) -> tuple[str, int]:
@@ -52,22 +53,25 @@ def test_a_commit_derives_its_snapshots_files_and_they_equal_a_plan(lake, monkey
     derived = SNAPSHOT_FILES.get(key_of(table))
     assert derived is not None  # put by the commit, before anything planned this snapshot
     truth = planned(table)
-    assert sorted(f.file_path for f in derived) == sorted(f.file_path for f in truth)
+    assert any(f.content == 1 for f in truth)  # merge-on-read: the batches wrote delete files
+    assert sorted(f.path for f in derived) == sorted(f.file_path for f in truth)
     by_path = {f.file_path: f for f in truth}
     for f in derived:  # the same description: counts, sizes, partition, statistics, spec id
-        assert f._data == by_path[f.file_path]._data
-        assert f.spec_id == by_path[f.file_path].spec_id
+        assert f.data_file._data == by_path[f.path]._data
+        assert f.data_file.spec_id == by_path[f.path].spec_id
+        assert f.sequence_number is not None
     monkeypatch.setattr(type(table), "scan", lambda *a, **k: pytest.fail("planned a known snapshot"))
-    assert sorted(f.file_path for f in Storage.data_files(table)) == sorted(by_path)
-    # ... and the next batch, planned from the derived list, replaces the right files.
+    monkeypatch.setattr(
+        type(table.current_snapshot()), "manifests", lambda *a, **k: pytest.fail("read a known snapshot")
+    )
+    assert sorted(f.path for f in Storage.table_files(table)) == sorted(by_path)
+    # ... and the next batch, planned from the derived list, replaces and deletes the right rows.
     monkeypatch.undo()
     upserts(lake, 4, range(0, 40, 3))
     table = lake.storage.pk_table(spec)
-    assert sorted(f.file_path for f in Storage.data_files(table)) == sorted(
-        f.file_path for f in planned(table)
-    )
-    ids = pa.concat_tables([pq.read_table(f.file_path, columns=["id"]) for f in planned(table)])["id"]
-    assert sorted(ids.to_pylist()) == [*range(40), 100, 101, 102]  # each key once: no file left behind
+    assert sorted(f.path for f in Storage.table_files(table)) == sorted(f.file_path for f in planned(table))
+    ids = table.scan().to_arrow()["id"]  # pyiceberg's own read, deletes applied
+    assert sorted(ids.to_pylist()) == [*range(40), 100, 101, 102]  # each key once: no row left behind
 
 
 def test_a_snapshot_committed_elsewhere_is_planned(lake):
@@ -81,9 +85,9 @@ def test_a_snapshot_committed_elsewhere_is_planned(lake):
         overwrite.delete_data_file(victim)
     other = tx.commit_transaction()
     assert SNAPSHOT_FILES.get(key_of(other)) is None
-    files = Storage.data_files(lake.storage.pk_table(spec))
-    assert victim.file_path not in {f.file_path for f in files}
-    assert sorted(f.file_path for f in files) == sorted(f.file_path for f in planned(other))
+    files = Storage.table_files(lake.storage.pk_table(spec))
+    assert victim.file_path not in {f.path for f in files}
+    assert sorted(f.path for f in files) == sorted(f.file_path for f in planned(other))
 
 
 def test_the_cache_is_bounded_by_files(lake, monkeypatch):
@@ -93,6 +97,4 @@ def test_the_cache_is_bounded_by_files(lake, monkeypatch):
     cache = iceberg.SNAPSHOT_FILES
     assert cache.total <= 6
     table = lake.storage.pk_table(lake.spec("shop.orders"))
-    assert sorted(f.file_path for f in Storage.data_files(table)) == sorted(
-        f.file_path for f in planned(table)
-    )
+    assert sorted(f.path for f in Storage.table_files(table)) == sorted(f.file_path for f in planned(table))

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+from pyiceberg.exceptions import ValidationException
 
 from changelake.engine import buckets, merge
 from changelake.engine.buckets import COUNTERS, BucketContext, BucketTask
@@ -50,8 +51,9 @@ from changelake.inputs import decode
 from changelake.inputs.landing import input_record, read_manifest, scan_landing
 from changelake.spec import TableSpec
 from changelake.storage import sparkread
+from changelake.storage.files import Layout, TableFile
 from changelake.storage.iceberg import CommitFailedException, Storage, TableState
-from changelake.storage.summary import AutoIncrementState, BatchSummary, ChangelogSummary
+from changelake.storage.summary import SOURCE_COUNTERS, AutoIncrementState, BatchSummary, ChangelogSummary
 
 MAX_COMMIT_ATTEMPTS = 5
 # A batch of at most this many messages is decoded in this process, and merged here too if its buckets' files
@@ -59,6 +61,9 @@ MAX_COMMIT_ATTEMPTS = 5
 # same functions run as in the Spark tasks, on the same files. 0 sends every batch to Spark.
 LOCAL_RECORDS = int(os.environ.get("CHANGELAKE_LOCAL_APPLY_RECORDS", 10_000))
 LOCAL_STORED_BYTES = int(os.environ.get("CHANGELAKE_LOCAL_APPLY_BYTES", 64 << 20))
+# ... and merged on read here when the files it must read, beyond those this process keeps (buckets.STORED_ROWS),
+# hold at most this much: the first batch reads a bucket's files once, the next ones take the kept rows.
+LOCAL_READ_BYTES = int(os.environ.get("CHANGELAKE_LOCAL_READ_BYTES", 512 << 20))
 Progress = Callable[[str], None]
 
 
@@ -122,7 +127,7 @@ class ApplyPlan:
     previous: BatchSummary | None  # the table's last batch: Kafka offsets and ids continue from its state
     log_ends: dict[str, int]  # every bucket's log end after the previous batch (from its manifest)
     commit_ts: dt.datetime
-    data_files: list  # the table's current data files
+    files: list[TableFile]  # the table's current data and delete files
     manifest_path: str  # where the write step puts the changelog manifest
     tasks: list[BucketTask]  # one per touched bucket, in partition-key order
     context: BucketContext | None  # what every task needs; None when the batch touches no bucket
@@ -139,11 +144,22 @@ class ApplyPlan:
 
 
 @dataclass(frozen=True)
-class WrittenBatch:
-    """What the write step leaves for the commit: the data files to swap and the summary that commits them."""
+class Merged:
+    """What the merge step's tasks did: one marker per touched bucket (``partition_key`` added: the bucket's
+    key), and one per group of tasks naming the files the group wrote."""
 
-    removed: list
+    buckets: list[dict]
+    groups: list[dict]
+
+
+@dataclass(frozen=True)
+class WrittenBatch:
+    """What the write step leaves for the commit: the files to add and remove, and the summary that commits
+    them."""
+
     added: list
+    added_deletes: list
+    removed: set[str]
     summary: BatchSummary
 
 
@@ -228,12 +244,12 @@ class Applier:
                 # Batch N always follows N-1, so what it decodes to is fixed: decode once, retry commits.
                 decoded = self._decode(batch, table)
             plan = self._plan(batch, table, state, decoded)
-            markers = self._merge(plan)
+            merged = self._merge(plan)
             _fault("after-data-files")
-            written = self._write(plan, markers)
+            written = self._write(plan, merged)
             try:
                 result = self._commit(plan, written)
-            except CommitFailedException:
+            except (CommitFailedException, ValidationException):
                 self.progress(
                     f"[{spec.full_name}] batch {batch_id}: another writer committed first; re-checking"
                 )
@@ -352,14 +368,13 @@ class Applier:
         merge.check_batch_ops(spec, decoded.op_counts)  # refuses deletes on a 'disable' table up front
         commit_ts = dt.datetime.now(dt.UTC)
         log_ends = self._previous_manifest(table, state).get("log_ends", {})
-        data_files = self.storage.data_files(table)
+        files = self.storage.table_files(table)
         tasks, context, id_counter = [], None, None
         if decoded.groups:
             id_ranges, id_counter = _allocate_ids(spec, state.batch, decoded)
-            tasks = _bucket_tasks(decoded, data_files, log_ends, id_ranges)
+            tasks = _bucket_tasks(spec, Storage.layout(table), decoded, files, log_ends, id_ranges)
             context = self._bucket_context(batch, table, state.batch, commit_ts)
-        # A small batch into small buckets merges here: a Spark job costs more than its buckets' work.
-        local = decoded.records <= LOCAL_RECORDS and sum(t.stored_bytes for t in tasks) <= LOCAL_STORED_BYTES
+        local = decoded.records <= LOCAL_RECORDS and _local_work(spec, tasks, files)
         if local and context is not None:
             context = replace(context, threads=True, keep_rows=True)  # this process has the cores to itself
         return ApplyPlan(
@@ -371,7 +386,7 @@ class Applier:
             previous=state.batch,
             log_ends=log_ends,
             commit_ts=commit_ts,
-            data_files=data_files,
+            files=files,
             manifest_path=_manifest_path(table, batch.batch_id),
             tasks=tasks,
             context=context,
@@ -379,50 +394,72 @@ class Applier:
             local=local,
         )
 
-    def _merge(self, plan: ApplyPlan) -> list[dict]:
-        """Step 5: run one bucket task (:func:`changelake.engine.buckets.run_task`) per touched bucket; each
-        writes its bucket's new data file and changelog file and returns a marker saying what it did.
+    def _merge(self, plan: ApplyPlan) -> Merged:
+        """Step 5: run one bucket task (:func:`changelake.engine.buckets.run_task`) per touched bucket; each merges
+        its bucket and returns a marker saying what it did; each group of tasks (a Spark task, or this process)
+        writes the new rows, delete files and changelog of its buckets together (``GroupWriter``).
 
         The decode tasks staged every bucket's records as record batches; a task reads its own and its bucket's
-        current file with pyarrow, so the job has no shuffle and no record becomes a Spark row."""
+        current files with pyarrow, so the job has no shuffle and no record becomes a Spark row."""
         if not plan.tasks or plan.context is None:
-            return []
+            return Merged([], [])
         spec, tasks, local = plan.spec, plan.tasks, plan.local
         started = time.monotonic()
+        if local:
+            buckets.prefetch(plan.context, tasks)
         # One Spark task per core, the buckets balanced by size (largest first): a Spark task costs a Python
         # worker a round trip or more, a bucket task tens of milliseconds.
         groups = buckets.assign(tasks, 1 if local else _parallelism(self.spark))
         function = buckets.tasks_function(tasks, groups, plan.context, decode.staged_schema(spec))
-        markers = self._run(function, len(groups), buckets.task_marker_schema(), spec, local)
-        for m in markers:
+        rows = self._run(function, len(groups), buckets.task_marker_schema(), spec, local)
+        merged = Merged([m for m in rows if m["_task"] >= 0], [m for m in rows if m["_task"] < 0])
+        for m in merged.buckets:
             m["partition_key"] = tasks[m["_task"]].key
+        rewritten = sum(1 for t in tasks if t.rewrite)
+        how = (
+            f"{rewritten} rewritten, {len(tasks) - rewritten} merged on read"
+            if 0 < rewritten < len(tasks)
+            else ("rewritten" if rewritten else "merged on read")
+        )
         self.progress(
-            f"[{spec.full_name}] batch {plan.batch_id}: merged {len(markers)} of {spec.bucket_num} bucket(s) per "
-            f"partition ({sum(m['_count'] for m in markers):,} rows now in them, "
-            f"{sum(m['_log_end'] - m['_log_start'] for m in markers):,} changelog records) "
+            f"[{spec.full_name}] batch {plan.batch_id}: merged {len(tasks)} of {spec.bucket_num} bucket(s) per "
+            f"partition ({how}; {sum(m['_count'] for m in merged.buckets):,} rows now in them, "
+            f"{sum(m['_log_end'] - m['_log_start'] for m in merged.buckets):,} changelog records) "
             f"in {time.monotonic() - started:.1f}s" + (" in this process" if local else "")
         )
-        return markers
+        return merged
 
-    def _write(self, plan: ApplyPlan, markers: list[dict]) -> WrittenBatch:
+    def _write(self, plan: ApplyPlan, merged: Merged) -> WrittenBatch:
         """Step 6: the dead letters and the changelog manifest, at the paths the summary names (nothing reads
-        them before the commit), and the Iceberg descriptions of the data files the commit swaps."""
+        them before the commit), and the Iceberg descriptions of the files the commit adds."""
         dead_letter = self._write_dead_letters(plan.spec, plan.table, plan.batch_id, plan.decoded)
-        summary = _batch_summary(plan, markers, dead_letter)
+        summary = _batch_summary(plan, merged.buckets, dead_letter)
         self.storage.write_json(
-            plan.table, summary.changelog_manifest, _changelog_manifest(plan, markers, summary)
+            plan.table, summary.changelog_manifest, _changelog_manifest(plan, merged, summary)
         )
-        touched = {m["partition_key"] for m in markers}
-        removed = [
-            f for f in plan.data_files if buckets.partition_key(sparkread.partition_tuple(f)) in touched
-        ]
+        markers = merged.buckets + merged.groups
         added = self.storage.to_data_files(plan.table, sorted(p for m in markers for p in m["_paths"]))
-        return WrittenBatch(removed, added, summary)
+        by_path = {f.path: f for f in plan.files}
+        deletes = [
+            self.storage.to_delete_file(
+                plan.table,
+                d["path"],
+                d["stats"],
+                d["size"],
+                by_path[d["stats"]["path_lower"]].data_file.partition,  # the partition of the files it names
+            )
+            for m in merged.groups
+            for d in json.loads(m["_deletes"] or "[]")
+        ]
+        removed = {p for m in merged.buckets for p in m["_removed"]}
+        return WrittenBatch(added, deletes, removed, summary)
 
     def _commit(self, plan: ApplyPlan, written: WrittenBatch) -> BatchResult:
         """Step 7, the commit point: one snapshot swapping the touched buckets' files, its summary the batch's.
         Raises CommitFailedException when another writer committed first."""
-        committed = self.storage.commit_batch(plan.table, written.removed, written.added, written.summary)
+        committed = self.storage.commit_batch(
+            plan.table, written.added, written.added_deletes, written.removed, written.summary
+        )
         _fault("after-pk-commit")
         snap = committed.current_snapshot()
         return BatchResult.of(
@@ -539,25 +576,70 @@ def _allocate_ids(
 
 
 def _bucket_tasks(
-    decoded: decode.DecodeSummary, data_files: list, log_ends: dict[str, int], id_ranges: dict | None
+    spec: TableSpec,
+    layout: Layout,
+    decoded: decode.DecodeSummary,
+    files: list[TableFile],
+    log_ends: dict[str, int],
+    id_ranges: dict | None,
 ) -> list[BucketTask]:
-    """One task per touched bucket: its staged records, its current files and log end, its ids."""
-    files_by_key: dict[str, list] = {}
-    for f in data_files:
-        files_by_key.setdefault(buckets.partition_key(sparkread.partition_tuple(f)), []).append(f)
-    return [
-        BucketTask(
-            key=key,
-            bucket=group.bucket,
-            parts=tuple(group.parts),
-            files=tuple(f.file_path for f in files_by_key.get(key, [])),
-            log_start=log_ends.get(key, 0),
-            id_ranges=None if id_ranges is None else tuple(id_ranges[key]),
-            records=group.records,
-            stored_bytes=sum(f.file_size_in_bytes for f in files_by_key.get(key, [])),
+    """One task per touched bucket: its staged records, the data files that may hold its rows and the delete
+    files of its Iceberg partition, its log end and ids, and whether it is rewritten whole (copy-on-write) or
+    merged on read (:func:`_rewrites`)."""
+    by_values: dict[str, list[TableFile]] = {}
+    deletes: dict[str, list[str]] = {}
+    for f in files:
+        if f.is_delete:
+            deletes.setdefault(buckets.partition_key(f.partition), []).append(f.path)
+        else:
+            by_values.setdefault(buckets.partition_key(layout.key_values(f.partition)), []).append(f)
+    merge_on_read = spec.write_mode == "merge-on-read"
+    tasks = []
+    for key, group in sorted(decoded.groups.items()):
+        values = tuple(json.loads(key)[:-1])
+        candidates = [f for f in by_values.get(buckets.partition_key(values), []) if f.holds(group.bucket)]
+        output = buckets.partition_key(layout.partition_of(values, group.bucket))
+        tasks.append(
+            BucketTask(
+                key=key,
+                bucket=group.bucket,
+                parts=tuple(group.parts),
+                files=tuple(
+                    buckets.SourceFile(f.path, f.record_count, f.single_bucket) for f in candidates
+                ),
+                deletes=tuple(deletes.get(output, ())),
+                output=output,
+                rewrite=not merge_on_read or _rewrites(group.records, candidates),
+                log_start=log_ends.get(key, 0),
+                id_ranges=None if id_ranges is None else tuple(id_ranges[key]),
+                records=group.records,
+                stored_bytes=sum(f.size for f in candidates),
+            )
         )
-        for key, group in sorted(decoded.groups.items())
-    ]
+    return tasks
+
+
+#: A merge-on-read batch rewrites a bucket whole when its records number at least this share of the rows in the
+#: bucket's own files (or it has none): writing the rows again then costs about what the delete positions and
+#: the new rows would, and leaves nothing for readers to merge.
+REWRITE_SHARE = 0.25
+
+
+def _rewrites(records: int, candidates: list[TableFile]) -> bool:
+    own = sum(f.record_count for f in candidates if f.single_bucket)
+    return not candidates or records >= REWRITE_SHARE * own
+
+
+def _local_work(spec: TableSpec, tasks: list[BucketTask], files: list[TableFile]) -> bool:
+    """Whether the merge of a small batch runs in this process: the buckets it rewrites hold at most
+    ``LOCAL_STORED_BYTES``, and the files it must read that this process does not keep at most
+    ``LOCAL_READ_BYTES`` (a Spark job costs more than that work)."""
+    if sum(t.stored_bytes for t in tasks if t.rewrite) > LOCAL_STORED_BYTES:
+        return False
+    sizes = {f.path: f.size for f in files}
+    schema = buckets.row_schema(spec)
+    unread = {s.path for t in tasks for s in t.files if not buckets.STORED_ROWS.holds(s.path, schema)}
+    return sum(sizes.get(p, 0) for p in unread) <= LOCAL_READ_BYTES
 
 
 def _batch_summary(plan: ApplyPlan, markers: list[dict], dead_letter: str | None) -> BatchSummary:
@@ -565,6 +647,8 @@ def _batch_summary(plan: ApplyPlan, markers: list[dict], dead_letter: str | None
     the Kafka offsets and auto-increment state after it."""
     log_records = sum(m["_log_end"] - m["_log_start"] for m in markers)
     log_start = plan.previous.log_end_offset if plan.previous else 0
+    source = _source_counts(plan.decoded, markers)
+    counts = merge.BatchCounts(**buckets.bucket_counts(markers, COUNTERS)).as_dict()
     target_columns = plan.batch.target_columns
     return BatchSummary(
         batch_id=plan.batch_id,
@@ -579,19 +663,21 @@ def _batch_summary(plan: ApplyPlan, markers: list[dict], dead_letter: str | None
         auto_increment=_id_state(plan, markers),
         touched_buckets=len({m["partition_key"] for m in markers}),
         dead_letter=dead_letter,
-        source=_source_counts(plan.decoded, markers),
-        counts=merge.BatchCounts(**buckets.bucket_counts(markers, COUNTERS)).as_dict(),
+        source=source,
+        counts=counts,
+        rows=_rows_before(plan) + counts["inserted"] - counts["deleted"],
+        totals=_totals(plan, source),
     )
 
 
-def _changelog_manifest(plan: ApplyPlan, markers: list[dict], summary: BatchSummary) -> dict:
+def _changelog_manifest(plan: ApplyPlan, merged: Merged, summary: BatchSummary) -> dict:
     """The changelog manifest the summary names: the batch's changelog files for the roll-forward, and every
     bucket's log end for the next batch."""
     log_ends = dict(plan.log_ends)
-    log_ends.update({m["partition_key"]: m["_log_end"] for m in markers if m["_log_end"]})
+    log_ends.update({m["partition_key"]: m["_log_end"] for m in merged.buckets if m["_log_end"]})
     return {
         "batch_id": plan.batch_id,
-        "files": sorted(m["_log_path"] for m in markers if m["_log_path"]),
+        "files": sorted(p for m in merged.groups for p in m["_log_paths"]),
         "records": summary.changelog_records,
         "log_start_offset": summary.log_start_offset,
         "log_end_offset": summary.log_end_offset,
@@ -602,6 +688,28 @@ def _changelog_manifest(plan: ApplyPlan, markers: list[dict], summary: BatchSumm
 
 def _manifest_path(table, batch_id: int) -> str:
     return f"{table.location()}/metadata/changelake/changelog-{batch_id:012d}-{uuid.uuid4().hex[:12]}.json"
+
+
+def _rows_before(plan: ApplyPlan) -> int:
+    """The table's live rows before the batch: as the previous batch recorded them, or (a table whose batches
+    did not record them, all written copy-on-write) its data files' records."""
+    if plan.previous is not None and plan.previous.rows is not None:
+        return plan.previous.rows
+    return sum(f.record_count for f in plan.files if not f.is_delete)
+
+
+def _totals(plan: ApplyPlan, source: dict[str, int]) -> dict[str, int]:
+    """The source counters over every batch so far: the previous batch's totals plus this batch's (summed
+    once from the table's history for a table whose batches did not carry them)."""
+    totals = plan.previous.totals if plan.previous is not None else None
+    if totals is None:
+        totals = dict.fromkeys(SOURCE_COUNTERS, 0)
+        if plan.previous is not None:
+            for snap in Storage.batch_snapshots(plan.table):
+                batch = BatchSummary.of_batch(snap)
+                for name in SOURCE_COUNTERS:
+                    totals[name] += batch.source.get(name, 0)
+    return {name: totals.get(name, 0) + source.get(name, 0) for name in SOURCE_COUNTERS}
 
 
 def _source_counts(decoded: decode.DecodeSummary, markers: list[dict]) -> dict[str, int]:

@@ -45,6 +45,10 @@ class MergeResult:
     changelog: pa.Table  # _seq, _sub, _change_type, spec.column_names; in (_seq, _sub) order
     counts: merge.BatchCounts
     ids_remaining: tuple[int, int] | None = None  # unused part of the auto-increment range
+    # Merge-on-read writes only what changed: per stored row, whether it is still a row of the bucket with all
+    # its values (not deleted, not updated); per row of ``rows``, whether it is new or changed (not such a row).
+    stored_unchanged: np.ndarray | None = None
+    rows_changed: np.ndarray | None = None
 
 
 def value_schema(spec: TableSpec) -> pa.Schema:
@@ -128,7 +132,16 @@ class _BucketMerge:
         if self.failures:
             # The sequential merge stops at its first failing record: raise that record's error.
             raise WriteRefusedError(min(self.failures)[1])
-        return MergeResult(self._final_rows(), self._changelog(), counts, self.ids_remaining)
+        rows = self._final_rows()
+        unchanged = self._unchanged_groups()
+        return MergeResult(
+            rows,
+            self._changelog(),
+            counts,
+            self.ids_remaining,
+            stored_unchanged=unchanged[self.group_of_stored],
+            rows_changed=~unchanged[self._final_live],
+        )
 
     def _first_writes_only(self) -> MergeResult:
         """Every record writes a new key into an empty bucket (an initial load, a backfill): the rows are the
@@ -145,7 +158,9 @@ class _BucketMerge:
         types = pa.DictionaryArray.from_arrays(np.full(n, change, np.int8), pa.array(CHANGE_TYPES))
         head = [pa.array(self.seq, pa.int64()), pa.array(np.zeros(n, np.int32)), types.cast(pa.string())]
         changelog = pa.Table.from_arrays(head + self.recs.columns, schema=changelog_schema(self.spec))
-        return MergeResult(rows, changelog, self.counts, None)
+        return MergeResult(
+            rows, changelog, self.counts, None, np.zeros(0, bool), np.ones(rows.num_rows, bool)
+        )
 
     # --- grouping -------------------------------------------------------------------------------------
     def _group(self, H: int, n: int) -> None:
@@ -158,6 +173,7 @@ class _BucketMerge:
         self.G = int(gid.max()) + 1 if len(gid) else 0
         self.stored_of_group = np.full(self.G, -1, np.int64)
         self.stored_of_group[gid[:H]] = np.arange(H)
+        self.group_of_stored = gid[:H]
         rgid = gid[H:]
         self.rgid = rgid
         if n and int(np.bincount(rgid).max()) == 1:
@@ -466,15 +482,27 @@ class _BucketMerge:
             return table.take(pa.array(first)).columns
         return [self._take(i, idx[i]) for i in range(len(self.names))]
 
+    def _unchanged_groups(self) -> np.ndarray:
+        """Per group: its row is a stored row, alive, every column still pointing at that stored row."""
+        stored = self.stored_of_group
+        if self.whole_rows:
+            same = self.idx[0] == stored
+        else:
+            same = np.all(self.idx == stored[None, :], axis=0)
+        return (stored >= 0) & self.exists & same
+
     def _final_rows(self) -> pa.Table:
+        """The bucket's rows in key order (``self._final_live``: their groups, in that order)."""
         live = np.flatnonzero(self.exists)
         if self.group_keys is not None:
             # Stored keys increase with their group ids: merge the new keys in by binary search.
             old, new = live[live < self.H], live[live >= self.H]
             new = new[np.argsort(self.group_keys[new], kind="stable")]
             live = np.insert(old, np.searchsorted(self.group_keys[old], self.group_keys[new]), new)
+            self._final_live = live
             return pa.Table.from_arrays(self._gather(self._live_idx(live)), schema=self.schema)
         idx = self._live_idx(live)
+        self._final_live = live
         if len(live) and live[-1] < self.H and self._stored_in_key_order():
             # The first H group ids are the stored rows, in their order: with no new key alive, the live rows
             # are in key order already.
@@ -485,6 +513,7 @@ class _BucketMerge:
         else:
             key_table = pa.Table.from_arrays([self._take(i, idx[i]) for i in self.key_index], names=keys)
         order = pc.sort_indices(key_table, sort_keys=[(k, "ascending") for k in keys]).to_numpy()
+        self._final_live = live[order]
         return pa.Table.from_arrays(self._gather(idx[..., order]), schema=self.schema)
 
     def _live_idx(self, groups: np.ndarray) -> np.ndarray:

@@ -57,6 +57,14 @@ from changelake.identifiers import split_table_name
 from changelake.inputs.landing import scan_landing
 from changelake.spec import TableSpec, load_specs
 from changelake.storage import summary
+from changelake.storage.files import (
+    BUCKET_COLUMN,
+    POSITION_DELETES,
+    Layout,
+    TableFile,
+    int_bound,
+    read_position_deletes,
+)
 from changelake.storage.summary import BatchSummary
 from changelake.types import DataType, format_timestamp_nanos
 
@@ -518,24 +526,21 @@ def read_avro(data: bytes, fields: dict[str, Any] | None = None) -> list[dict[st
 # What the direct way reads of a manifest entry: the rest (column statistics) is skipped.
 _ENTRY_FIELDS = {
     "status": None,
+    "sequence_number": None,
     "data_file": {
         "content": None,
         "file_path": None,
         "file_format": None,
         "partition": None,
         "record_count": None,
+        "file_size_in_bytes": None,
+        "lower_bounds": None,
+        "upper_bounds": None,
     },
 }
 
 
 # --- the two ways to a table's metadata -------------------------------------------------------------------
-@dataclass(frozen=True)
-class _File:
-    path: str
-    partition: tuple  # identity partition values in partition-spec order, as Iceberg keeps them
-    record_count: int
-
-
 @dataclass
 class _Source:
     """One Iceberg table, read only: snapshots with their summaries, the data files of a snapshot, file access."""
@@ -543,8 +548,9 @@ class _Source:
     name: str
     properties: dict[str, str]
     columns: list[str]  # the table schema's column names
-    partition_columns: list[str]
+    partition_columns: list[str]  # the source columns of the identity partition fields, in spec order
     column_types: dict[str, str] = field(default_factory=dict)  # column -> Iceberg type, e.g. "long"
+    field_ids: dict[str, int] = field(default_factory=dict)  # column -> Iceberg field id
 
     def current(self) -> tuple[int | None, dict[str, str]]:
         raise NotImplementedError
@@ -553,7 +559,7 @@ class _Source:
         """(snapshot id, summary) of the current snapshot and its ancestors, newest first."""
         raise NotImplementedError
 
-    def files(self, snapshot_id: int | None) -> list[_File]:
+    def files(self, snapshot_id: int | None) -> list[TableFile]:
         raise NotImplementedError
 
     def open(self, path: str) -> BinaryIO | str:
@@ -561,10 +567,10 @@ class _Source:
 
     def batch_snapshots(self) -> list[tuple[int, dict[str, str]]]:
         """Snapshots of the main branch that committed a batch, oldest first (as ``Storage.batch_snapshots``)."""
-        return [s for s in reversed(self.ancestry()) if summary.BATCH_ID in s[1]]
+        return [s for s in reversed(self.ancestry()) if summary.batch_of(s[1]) is not None]
 
     def last_batch(self) -> int:
-        return summary.batch_of(self.current()[1]) or 0
+        return summary.last_batch_of(self.current()[1])
 
 
 def _local_path(location: str) -> str | None:
@@ -612,12 +618,14 @@ class _DirectSource(_Source):
         spec = next(s for s in metadata["partition-specs"] if s["spec-id"] == metadata["default-spec-id"])
         if any(f["transform"] != "identity" for f in spec["fields"]):
             raise _Unsupported("a partition transform other than identity")
+        by_id = {f["id"]: f["name"] for f in schema["fields"]}
         return cls(
             name=f"{namespace}.{name}",
             properties=metadata.get("properties", {}),
             columns=[f["name"] for f in schema["fields"]],
-            partition_columns=[f["name"] for f in spec["fields"]],
+            partition_columns=[by_id[f["source-id"]] for f in spec["fields"]],
             column_types={f["name"]: str(f["type"]) for f in schema["fields"]},
+            field_ids={f["name"]: f["id"] for f in schema["fields"]},
             metadata=metadata,
         )
 
@@ -643,34 +651,49 @@ class _DirectSource(_Source):
             snap = snapshots.get(parent) if parent is not None else None
         return out
 
-    def files(self, snapshot_id: int | None) -> list[_File]:
+    def files(self, snapshot_id: int | None) -> list[TableFile]:
         snapshot_id = self._current_id() if snapshot_id is None else snapshot_id
         if snapshot_id is None:
             return []
         snap = self._snapshots()[snapshot_id]
         if "manifest-list" not in snap:
             raise _Unsupported("a v1 snapshot with inline manifests")
+        layout = Layout(tuple(self.partition_columns))
+        bucket_id, batch_id = self.field_ids.get(BUCKET_COLUMN), self.field_ids.get("_batch_id")
         out = []
         for manifest in read_avro(self._read(snap["manifest-list"])):
             if manifest.get("added_files_count") == 0 and manifest.get("existing_files_count") == 0:
-                continue  # only entries this snapshot deleted (v2 manifest lists count them)
-            entries = read_avro(self._read(manifest["manifest_path"]), _ENTRY_FIELDS)
-            if manifest.get("content", 0) != 0:
-                if any(e["status"] != 2 for e in entries):
-                    raise _Unsupported("delete files")
-                continue
-            for entry in entries:
+                continue  # only entries deleted in an earlier snapshot (v2 manifest lists count them)
+            for entry in read_avro(self._read(manifest["manifest_path"]), _ENTRY_FIELDS):
                 if entry["status"] == 2:  # DELETED in this snapshot
                     continue
                 data_file = entry["data_file"]
-                if data_file.get("content", 0) != 0 or data_file["file_format"].upper() != "PARQUET":
-                    raise _Unsupported(f"data file {data_file['file_path']}")
+                content = data_file.get("content", 0)
+                if content not in (0, POSITION_DELETES) or data_file["file_format"].upper() != "PARQUET":
+                    raise _Unsupported(f"file {data_file['file_path']} (content {content})")
                 part = data_file["partition"]
+                partition = tuple(part[c] for c in self.partition_columns)
+                lower = {kv["key"]: kv["value"] for kv in data_file.get("lower_bounds") or []}
+                upper = {kv["key"]: kv["value"] for kv in data_file.get("upper_bounds") or []}
+                batches = None
+                if batch_id is not None and batch_id in lower and batch_id in upper:
+                    batches = (int_bound(lower[batch_id]), int_bound(upper[batch_id]))
+                sequence = entry.get("sequence_number")
                 out.append(
-                    _File(
-                        data_file["file_path"],
-                        tuple(part[c] for c in self.partition_columns),
-                        data_file["record_count"],
+                    TableFile(
+                        path=data_file["file_path"],
+                        content=content,
+                        partition=partition,
+                        record_count=data_file["record_count"],
+                        size=data_file.get("file_size_in_bytes") or 0,
+                        buckets=None
+                        if content
+                        else layout.buckets_of(
+                            partition, int_bound(lower.get(bucket_id)), int_bound(upper.get(bucket_id))
+                        ),
+                        # An entry added by its manifest's snapshot inherits the manifest's sequence number.
+                        sequence_number=manifest.get("sequence_number") if sequence is None else sequence,
+                        batches=batches,
                     )
                 )
         return out
@@ -702,12 +725,14 @@ class _IcebergSource(_Source):
             table = storage.catalog.load_table((namespace, name))
         except NoSuchTableError:
             return None
+        schema = table.schema()
         return cls(
             name=f"{namespace}.{name}",
             properties=dict(table.properties),
-            columns=[f.name for f in table.schema().fields],
-            partition_columns=[f.name for f in table.spec().fields],
-            column_types={f.name: str(f.field_type) for f in table.schema().fields},
+            columns=[f.name for f in schema.fields],
+            partition_columns=[schema.find_column_name(f.source_id) for f in table.spec().fields],
+            column_types={f.name: str(f.field_type) for f in schema.fields},
+            field_ids={f.name: f.field_id for f in schema.fields},
             table=table,
         )
 
@@ -729,20 +754,10 @@ class _IcebergSource(_Source):
             (s.snapshot_id, Storage.snapshot_summary(s)) for s in ancestors_of(current, self.table.metadata)
         ]
 
-    def files(self, snapshot_id: int | None) -> list[_File]:
-        if snapshot_id is None and self.table.current_snapshot() is None:
-            return []
-        out = []
-        for task in self.table.scan(snapshot_id=snapshot_id).plan_files():
-            if task.delete_files:
-                raise ChangelakeError(
-                    f"{self.name}: delete files are not supported (changelake never writes them)"
-                )
-            part = task.file.partition
-            out.append(
-                _File(task.file.file_path, tuple(part[i] for i in range(len(part))), task.file.record_count)
-            )
-        return out
+    def files(self, snapshot_id: int | None) -> list[TableFile]:
+        from changelake.storage.iceberg import Storage
+
+        return Storage.table_files(self.table, snapshot_id)
 
     def open(self, path: str) -> BinaryIO | str:
         return self.table.io.new_input(path).open()
@@ -815,7 +830,7 @@ class FastReader:
                 self.progress(f"[{namespace}.{name}] reading through pyiceberg ({e})")
         return _IcebergSource.load(self.storage, namespace, name)
 
-    def _files(self, source: _Source, snapshot_id: int | None) -> list[_File]:
+    def _files(self, source: _Source, snapshot_id: int | None) -> list[TableFile]:
         try:
             return source.files(snapshot_id)
         except _Unsupported as e:
@@ -874,40 +889,65 @@ class FastReader:
         raise ChangelakeError(f"{table}: batch {batch_id} is not in the table's history")
 
     # --- reading files --------------------------------------------------------------------------------
+    @staticmethod
+    def _deleted(source: _Source, files: list[TableFile]) -> dict[str, pa.Array]:
+        """The positions of data rows the position-delete files among ``files`` name, per data file (a delete
+        file applies to data files of its snapshot no newer than itself: Iceberg's sequence number rule)."""
+        deletes = [f for f in files if f.is_delete]
+        if not deletes:
+            return {}
+        sequence = {f.path: f.sequence_number for f in files if not f.is_delete}
+        parts: dict[str, list[pa.Array]] = {}
+        for d in deletes:
+            for path, positions in read_position_deletes(source.open(d.path)).items():
+                seq = sequence.get(path, -1)
+                if seq != -1 and (seq is None or d.sequence_number is None or seq <= d.sequence_number):
+                    parts.setdefault(path, []).append(positions)
+        return {path: pa.concat_arrays(p) for path, p in parts.items()}
+
     def _read(
         self,
         source: _Source,
-        files: list[_File],
+        files: list[TableFile],
         schema: pa.Schema,
         where: dict[str, Any] | None = None,
         stats: _Stats | None = None,
         label: str = "",
     ) -> pa.Table:
-        """The rows of ``files`` in ``schema``; with ``where`` (column -> storage value) only matching rows,
-        skipping row groups whose statistics exclude a value and reading other columns only where a key
-        matched."""
+        """The rows of ``files`` in ``schema``, less the rows their position-delete files name; with ``where``
+        (column -> storage value) only matching rows, skipping row groups whose statistics exclude a value and
+        reading other columns only where a key matched."""
         stats = stats or _Stats()
         parts: list[pa.Table] = []
         ticker = _Ticker(self.progress if label else None)
-        for i, f in enumerate(files, start=1):
+        deleted = self._deleted(source, files)
+        data = sorted((f for f in files if not f.is_delete), key=lambda f: f.path)  # one order both ways
+        for i, f in enumerate(data, start=1):
             pf = pq.ParquetFile(source.open(f.path))
             columns = _present(pf, schema)
             stats.files_read += 1
             groups = list(range(pf.metadata.num_row_groups))
             stats.row_groups += len(groups)
+            gone = deleted.get(f.path)
             if where:
+                starts = _group_starts(pf.metadata)
                 groups = [g for g in groups if _may_contain(pf.metadata, g, where)]
                 key_columns = list(where)
                 for g in groups:
                     keys = pf.read_row_group(g, columns=key_columns, use_threads=False)
                     stats.row_groups_read += 1
-                    hits = pc.indices_nonzero(_matches(keys, where)).to_pylist()
-                    if hits:
-                        parts.append(_conform(_rows_at(pf, g, columns, hits), schema))
+                    hits = pc.indices_nonzero(_matches(keys, where))
+                    if gone is not None and len(hits):
+                        hits = hits.filter(_live(hits, starts[g], gone))
+                    if len(hits):
+                        parts.append(_conform(_rows_at(pf, g, columns, hits.to_pylist()), schema))
             elif groups:
                 stats.row_groups_read += len(groups)
-                parts.append(_conform(pf.read_row_groups(groups, columns=columns), schema))
-            ticker.tick(functools.partial(_files_read, label, i, len(files), parts))
+                rows = pf.read_row_groups(groups, columns=columns)
+                if gone is not None:
+                    rows = rows.filter(_live(_positions(rows.num_rows), 0, gone))
+                parts.append(_conform(rows, schema))
+            ticker.tick(functools.partial(_files_read, label, i, len(data), parts))
         table = pa.concat_tables(parts) if parts else schema.empty_table()
         stats.rows += table.num_rows
         return table
@@ -928,7 +968,11 @@ class FastReader:
         shown = snapshot_id if snapshot_id is not None else source.current()[0]
         label = f"[{spec.full_name}] snapshot {shown}" + ("" if at_batch is None else f" (batch {at_batch})")
         stats = _Stats(files_planned=len(files))
-        self.progress(f"{label}: {len(files)} file(s), {sum(f.record_count for f in files):,} rows planned")
+        data = [f for f in files if not f.is_delete]
+        self.progress(
+            f"{label}: {len(data)} data file(s), {sum(f.record_count for f in data):,} rows planned"
+            + (f", {len(files) - len(data)} delete file(s)" if len(data) < len(files) else "")
+        )
         schema = view_schema(spec)
         if limit is None:
             out = self._read(source, files, schema, stats=stats, label=label)
@@ -944,7 +988,7 @@ class FastReader:
         return out
 
     def _first_rows(
-        self, spec: TableSpec, source: _Source, files: list[_File], limit: int, stats: _Stats, label: str
+        self, spec: TableSpec, source: _Source, files: list[TableFile], limit: int, stats: _Stats, label: str
     ) -> pa.Table:
         """The first ``limit`` rows by primary key: each row group's smallest keys, then the rows themselves."""
         pk = list(spec.primary_key)
@@ -954,20 +998,27 @@ class FastReader:
             return schema.empty_table()
         candidates, opened = [], []
         ticker = _Ticker(self.progress)
+        deleted = self._deleted(source, files)
+        files = [f for f in files if not f.is_delete]
         for i, f in enumerate(files):
             ticker.tick(functools.partial("{}: keys of {}/{} files read".format, label, i, len(files)))
             pf = pq.ParquetFile(source.open(f.path))
             opened.append(pf)
             stats.files_read += 1
             stats.row_groups += pf.metadata.num_row_groups
+            starts, gone = _group_starts(pf.metadata), deleted.get(f.path)
             for g in range(pf.metadata.num_row_groups):
                 keys = _unify(pf.read_row_group(g, columns=pk, use_threads=False))
+                rows = _positions(keys.num_rows)
+                if gone is not None:
+                    live = _live(rows, starts[g], gone)
+                    keys, rows = keys.filter(live), rows.filter(live)
                 index = pc.select_k_unstable(keys, k=min(limit, keys.num_rows), sort_keys=order)
                 candidates.append(
                     keys.take(index)
                     .append_column("_file", pa.array([i] * len(index), pa.int32()))
                     .append_column("_group", pa.array([g] * len(index), pa.int32()))
-                    .append_column("_row", index)
+                    .append_column("_row", rows.take(index))
                 )
         if not candidates:
             return schema.empty_table()
@@ -1003,30 +1054,27 @@ class FastReader:
             self._roll_forward(spec)
             source = self._changelog_source(spec)
         files = self._files(source, None)
-        by_batch: dict[int, list[_File]] = {}
-        batch_at = source.partition_columns.index("_batch_id")
-        for f in files:
-            batch = f.partition[batch_at]
-            if (from_batch is None or batch >= from_batch) and (to_batch is None or batch <= to_batch):
-                by_batch.setdefault(batch, []).append(f)
+        wanted = (from_batch, to_batch)
+        runs = _batch_runs(
+            [f for f in files if _overlaps(_batch_range(source, f), wanted)], lambda f: _batch_range(source, f)
+        )
         label = f"[{spec.full_name}__changelog] snapshot {source.current()[0]}"
         stats = _Stats(files_planned=len(files))
         self.progress(
-            f"{label}: {len(by_batch)} batch(es), {sum(len(v) for v in by_batch.values())} of {len(files)} "
-            f"file(s) after pruning by batch"
+            f"{label}: {sum(len(r) for r in runs)} of {len(files)} file(s) after pruning by batch"
         )
         schema = _changelog_view_schema(spec, source.columns)
         columns = changelog_order(source.columns, spec)
         order = [(c, "ascending") for c in columns]
         parts, rows = [], 0
-        for batch in sorted(by_batch):
+        for run in runs:  # files whose batches overlap, runs in batch order
             if limit is not None and rows >= limit:
                 break
-            batch_files = by_batch[batch]
-            if limit is None or limit - rows >= sum(f.record_count for f in batch_files):
-                part = self._read(source, batch_files, schema, stats=stats, label=label).sort_by(order)
+            if limit is None or limit - rows >= sum(f.record_count for f in run):
+                part = _in_batches(self._read(source, run, schema, stats=stats, label=label), wanted)
+                part = part.sort_by(order)
             else:
-                part = self._changelog_head(source, batch_files, schema, columns, limit - rows, stats)
+                part = self._changelog_head(source, run, schema, columns, limit - rows, stats, wanted)
             parts.append(part)
             rows += part.num_rows
         out = pa.concat_tables(parts) if parts else schema.empty_table()
@@ -1042,13 +1090,15 @@ class FastReader:
     def _changelog_head(
         self,
         source: _Source,
-        files: list[_File],
+        files: list[TableFile],
         schema: pa.Schema,
         columns: list[str],
         limit: int,
         stats: _Stats,
+        batches: tuple[int | None, int | None] = (None, None),
     ) -> pa.Table:
-        """The first ``limit`` records of one batch's changelog files in the order a whole read sorts them
+        """The first ``limit`` records of changelog files (of the batches in ``batches``) in the order a whole
+        read sorts them
         (``columns``, then file and row position: a stable sort of the files concatenated).
 
         Row groups are visited by the lower bound of their first record (Parquet statistics of ``columns``,
@@ -1099,6 +1149,7 @@ class FastReader:
                 .append_column("_group", pa.nulls(n, pa.int32()).fill_null(pa.scalar(g, pa.int32())))
                 .append_column("_row", _positions(n))
             )
+            keys = _in_batches(keys, batches)
             top = keys if top is None else pa.concat_tables([top, keys])
             if top.num_rows >= limit:
                 top = _first_sorted(top, limit, sort_keys)
@@ -1149,15 +1200,25 @@ class FastReader:
         spec, source = self._pk(table)
         check_lookup_columns(spec, list(key), prefix)
         values = {name: decode_lookup_value(spec, name, value) for name, value in key.items()}
-        target = tuple(partition_value(values[c]) for c in spec.partition_keys) + (bucket_of(spec, values),)
+        target = tuple(partition_value(values[c]) for c in spec.partition_keys)
+        bucket = bucket_of(spec, values)
+        layout = Layout(tuple(source.partition_columns))
         files = self._files(source, None)
-        hits = [f for f in files if f.partition == target]
+        partition = layout.partition_of(target, bucket)
+        hits = [
+            f
+            for f in files
+            if (f.partition == partition if f.is_delete else layout.key_values(f.partition) == target)
+            and (f.is_delete or f.holds(bucket))
+        ]
         stats = _Stats(files_planned=len(files))
-        found = self._read(source, hits, view_schema(spec), where=values, stats=stats)
+        # The bucket too: a file shared by buckets (a merge-on-read batch's) skips row groups of others.
+        where = {**values, BUCKET_COLUMN: bucket}
+        found = self._read(source, hits, view_schema(spec), where=where, stats=stats)
         out = found.sort_by([(k, "ascending") for k in spec.primary_key])
         self.last_stats = stats
         self.progress(
-            f"[{spec.full_name}] lookup: partition/bucket {target}: {len(hits)} of {len(files)} file(s), "
+            f"[{spec.full_name}] lookup: partition/bucket {(*target, bucket)}: {len(hits)} of {len(files)} file(s), "
             f"{stats.row_groups_read} of {stats.row_groups} row group(s) read, {out.num_rows} row(s)"
         )
         return to_pylist(out)
@@ -1192,7 +1253,9 @@ class FastReader:
             head = BatchSummary.from_properties(current) if summary.BATCH_ID in current else None
             last = head.batch_id if head else 0
             batches = [BatchSummary.from_properties(s) for _, s in source.batch_snapshots()]
-            rows = current.get("total-records")
+            # Live rows: as the batch recorded them (data files hold deleted rows too), else (a table written
+            # only copy-on-write) its files' records.
+            rows = head.rows if head is not None and head.rows is not None else current.get("total-records")
             out.append(
                 {
                     "table": name,
@@ -1266,6 +1329,70 @@ def _check_stored_types(spec: TableSpec, source: _Source) -> None:
                 "the table was created before changelake kept TIMESTAMP(7..9)/TIMESTAMP_LTZ(7..9) to the "
                 "nanosecond. Recreate the table (drop it, create it, apply its batches again) to keep nanoseconds"
             )
+
+
+def _batch_range(source: _Source, f: TableFile) -> tuple[int | None, int | None]:
+    """A changelog file's batches: its ``_batch_id`` bounds, or its partition (a table partitioned by batch)."""
+    if f.batches is not None:
+        return f.batches
+    if "_batch_id" in source.partition_columns:
+        b = f.partition[source.partition_columns.index("_batch_id")]
+        return (b, b)
+    return (None, None)
+
+
+def _overlaps(have: tuple[int | None, int | None], wanted: tuple[int | None, int | None]) -> bool:
+    lo, hi = have
+    return (wanted[0] is None or hi is None or hi >= wanted[0]) and (
+        wanted[1] is None or lo is None or lo <= wanted[1]
+    )
+
+
+def _batch_runs(files: list[TableFile], batches: Callable[[TableFile], tuple]) -> list[list[TableFile]]:
+    """Files grouped into runs whose batch ranges overlap, runs in batch order (no batch is in two runs)."""
+    ordered = sorted(files, key=lambda f: (batches(f)[0] is not None, batches(f)[0] or 0))
+    runs: list[list[TableFile]] = []
+    high: int | None = None
+    for f in ordered:
+        lo, hi = batches(f)
+        if runs and (lo is None or high is None or lo <= high):
+            runs[-1].append(f)
+            high = None if hi is None or high is None else max(high, hi)
+        else:
+            runs.append([f])
+            high = hi
+    return runs
+
+
+def _in_batches(table: pa.Table, batches: tuple[int | None, int | None]) -> pa.Table:
+    """The changelog rows of the batches ``from..to`` (both optional)."""
+    low, high = batches
+    if (low is None and high is None) or not table.num_rows:
+        return table
+    column = table.column("_batch_id")
+    mask = None
+    if low is not None:
+        mask = pc.greater_equal(column, pa.scalar(low, pa.int64()))
+    if high is not None:
+        upper = pc.less_equal(column, pa.scalar(high, pa.int64()))
+        mask = upper if mask is None else pc.and_(mask, upper)
+    return table.filter(mask)
+
+
+def _live(positions: pa.Array, start: int, gone: pa.Array) -> pa.Array:
+    """A mask of the rows at ``positions`` (within a row group starting at file position ``start``) that no
+    delete names."""
+    at = pc.add(positions.cast(pa.int64()), pa.scalar(start, pa.int64())) if start else positions
+    return pc.invert(pc.is_in(at, value_set=gone))
+
+
+def _group_starts(metadata: pq.FileMetaData) -> list[int]:
+    """The file position of each row group's first row."""
+    starts, at = [], 0
+    for g in range(metadata.num_row_groups):
+        starts.append(at)
+        at += metadata.row_group(g).num_rows
+    return starts
 
 
 def _may_contain(metadata: pq.FileMetaData, group: int, where: dict[str, Any]) -> bool:

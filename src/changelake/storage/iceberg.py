@@ -21,6 +21,7 @@ import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
+from typing import Any
 
 from pyiceberg.catalog import Catalog, load_catalog
 from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
@@ -30,6 +31,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.snapshots import Snapshot, ancestors_of
+from pyiceberg.table.sorting import UNSORTED_SORT_ORDER, SortField, SortOrder
 from pyiceberg.transforms import IdentityTransform
 from pyiceberg.types import IntegerType, LongType, NestedField, StringType, TimestamptzType
 
@@ -42,9 +44,17 @@ from changelake.storage import (
     pyiceberg_fixes,  # its fixes are installed on import
     summary,
 )
+from changelake.storage.files import FILE_PATH_ID, POS_ID, Layout, TableFile, int_bound
+from changelake.storage.rowdelta import commit_row_delta
 from changelake.storage.summary import BatchSummary, ChangelogSummary
 
 CHANGELOG_SUFFIX = "__changelog"
+#: Iceberg's own properties that keep a table's metadata files few: each commit writes a new metadata file and
+#: deletes those older than the last ten (readers hold a location for milliseconds, not ten commits).
+METADATA_RETENTION = {
+    "write.metadata.delete-after-commit.enabled": "true",
+    "write.metadata.previous-versions-max": "10",
+}
 
 __all__ = ["Storage", "TableState", "CommitFailedException"]
 
@@ -79,10 +89,10 @@ def _open_catalog(name: str, props: dict[str, str]) -> Catalog:
 
 METADATA_CACHE_ENTRIES = 64
 
-#: The live data files of a snapshot, per (table uuid, snapshot id): a snapshot never changes. Bounded by the
+#: The live files of a snapshot, per (table uuid, snapshot id): a snapshot never changes. Bounded by the
 #: files held in all (a data file's description is ~4 kB with its column statistics).
 MAX_SNAPSHOT_FILES = 20_000
-SNAPSHOT_FILES: BoundedLRU[tuple[DataFile, ...]] = BoundedLRU(MAX_SNAPSHOT_FILES, size=len)
+SNAPSHOT_FILES: BoundedLRU[tuple[TableFile, ...]] = BoundedLRU(MAX_SNAPSHOT_FILES, size=len)
 
 
 def _cache_metadata(catalog: Catalog) -> Catalog:
@@ -217,25 +227,31 @@ class Storage:
                 if spec.namespace not in {ns[0] for ns in self.catalog.list_namespaces()}:
                     raise
             schema = self.pk_schema(spec)
-            fields = [schema.find_field(k) for k in spec.partition_keys] + [schema.find_field("_bucket")]
+            # Partitioned by the partition keys only: the bucket is a sorted column, so a merge-on-read batch
+            # writes one delete file and one data file per partition however many buckets it touches
+            # (storage/files.py). Tables created before kept _bucket as a partition column and still work.
+            fields = [schema.find_field(k) for k in spec.partition_keys]
             partition_spec = PartitionSpec(
                 *[
                     PartitionField(f.field_id, 1000 + i, IdentityTransform(), f.name)
                     for i, f in enumerate(fields)
                 ]
             )
-            self._create(spec, spec.table, schema, partition_spec, spec_json)
+            order = ["_bucket", *spec.primary_key]
+            self._create(spec, spec.table, schema, partition_spec, spec_json, _sort_order(schema, order))
         if self._load(spec.namespace, spec.table + CHANGELOG_SUFFIX) is None:
             self._create_changelog(spec)
         return spec
 
     def _create_changelog(self, spec: TableSpec) -> None:
+        # Unpartitioned, sorted by batch: maintenance merges the small files of consecutive batches, and readers
+        # prune files by their _batch_id bounds. (Tables created before are partitioned by _batch_id: one file
+        # or more per batch, which readers prune the same way.)
         schema = self.changelog_schema(spec)
-        batch_field = schema.find_field("_batch_id")
-        partition_spec = PartitionSpec(
-            PartitionField(batch_field.field_id, 1000, IdentityTransform(), "_batch_id")
+        order = ["_batch_id", *spec.partition_keys, "_bucket", "_log_offset"]
+        self._create(
+            spec, spec.table + CHANGELOG_SUFFIX, schema, PartitionSpec(), _spec_json(spec), _sort_order(schema, order)
         )
-        self._create(spec, spec.table + CHANGELOG_SUFFIX, schema, partition_spec, _spec_json(spec))
 
     def evolve_table(self, spec: TableSpec, name: str) -> None:
         """Bring table ``name`` (``spec.table`` or its changelog table) to ``spec`` in one commit: add the
@@ -278,7 +294,13 @@ class Storage:
         raise ChangelakeError(f"Could not alter table {spec.namespace}.{name}: lost 3 commit races; retry")
 
     def _create(
-        self, spec: TableSpec, name: str, schema: Schema, partition_spec: PartitionSpec, spec_json: str
+        self,
+        spec: TableSpec,
+        name: str,
+        schema: Schema,
+        partition_spec: PartitionSpec,
+        spec_json: str,
+        sort_order: SortOrder | None = None,
     ) -> None:
         # No automatic commit retries: after a conflict the applier re-reads state and decides (exactly-once).
         # Data files carry no Iceberg field ids: readers resolve columns by name. The schemas above number
@@ -289,10 +311,15 @@ class Storage:
             summary.SPEC: spec_json,
             "format-version": "2",
             "schema.name-mapping.default": schema.name_mapping.model_dump_json(),
+            **METADATA_RETENTION,
         }
         try:
             table = self.catalog.create_table(
-                (spec.namespace, name), schema, partition_spec=partition_spec, properties=props
+                (spec.namespace, name),
+                schema,
+                partition_spec=partition_spec,
+                sort_order=sort_order or UNSORTED_SORT_ORDER,
+                properties=props,
             )
         except Exception as e:  # a racing creator
             if self._load(spec.namespace, name) is not None:
@@ -389,20 +416,39 @@ class Storage:
 
     # --- files -----------------------------------------------------------------------------------------
     @staticmethod
-    def data_files(table: Table, snapshot_id: int | None = None) -> list[DataFile]:
-        """The live data files of the current snapshot (or of ``snapshot_id``): planned once per snapshot, or
-        derived by :meth:`commit_batch` from the snapshot it replaced (:data:`SNAPSHOT_FILES`)."""
+    def layout(table: Table) -> Layout:
+        """The table's identity partition columns (a PK table's partition keys, and ``_bucket`` for one
+        created before merge-on-read)."""
+        schema = table.schema()
+        return Layout(tuple(schema.find_column_name(f.source_id) for f in table.spec().fields))
+
+    @staticmethod
+    def table_files(table: Table, snapshot_id: int | None = None) -> list[TableFile]:
+        """The live files of the current snapshot (or of ``snapshot_id``), data and position-delete files:
+        read from its manifests once per snapshot, or derived by :meth:`commit_files` from the snapshot it
+        replaced (:data:`SNAPSHOT_FILES`)."""
         snapshot = table.current_snapshot() if snapshot_id is None else table.snapshot_by_id(snapshot_id)
-        if snapshot is None and snapshot_id is None:
+        if snapshot is None:
+            if snapshot_id is not None:
+                raise ChangelakeError(f"{'.'.join(table.name())}: no snapshot {snapshot_id}")
             return []
-        # An unknown snapshot_id is not kept: pyiceberg's planning says what it says of it.
-        key = None if snapshot is None else (str(table.metadata.table_uuid), snapshot.snapshot_id)
-        files = SNAPSHOT_FILES.get(key) if key is not None else None
+        key = (str(table.metadata.table_uuid), snapshot.snapshot_id)
+        files = SNAPSHOT_FILES.get(key)
         if files is None:
-            files = tuple(task.file for task in table.scan(snapshot_id=snapshot_id).plan_files())
-            if key is not None:
-                SNAPSHOT_FILES.put(key, files)
+            describe = _file_describer(table)
+            files = tuple(
+                describe(entry)
+                for manifest in snapshot.manifests(table.io)
+                if manifest.added_files_count or manifest.existing_files_count
+                for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True)
+            )
+            SNAPSHOT_FILES.put(key, files)
         return list(files)
+
+    @staticmethod
+    def data_files(table: Table, snapshot_id: int | None = None) -> list[TableFile]:
+        """The live data files of a snapshot (:meth:`table_files` without the delete files)."""
+        return [f for f in Storage.table_files(table, snapshot_id) if not f.is_delete]
 
     @staticmethod
     def to_data_files(table: Table, paths: list[str]) -> list[DataFile]:
@@ -411,13 +457,45 @@ class Storage:
         (2 files: 3.0 ms pooled, 2.0 ms in turn); remote ones in parallel, for their round trips."""
         if not paths:
             return []
-        from changelake.engine.buckets import TaskIO  # (loaded already: files are described after a merge)
-
         describe = functools.partial(pyiceberg_fixes.describe_parquet, table.io, table.metadata)
-        if len(paths) > 1 and any(TaskIO.local_path(p) is None for p in paths):
+        if len(paths) > 1 and any(_local_path(p) is None for p in paths):
             with ThreadPoolExecutor(max_workers=8) as pool:
                 return list(pool.map(describe, paths))
         return [describe(p) for p in paths]
+
+    @staticmethod
+    def to_delete_file(table: Table, path: str, stats: dict[str, Any], size: int, partition: Any) -> DataFile:
+        """Describe a written position-delete file for Iceberg from what its writer knew (:func:`delete_stats`),
+        in the Iceberg ``partition`` (a pyiceberg Record) of the data files it names."""
+        from pyiceberg.conversions import to_bytes
+        from pyiceberg.manifest import DataFileContent, FileFormat
+        from pyiceberg.types import LongType, StringType
+
+        lower = {
+            FILE_PATH_ID: to_bytes(StringType(), stats["path_lower"]),
+            POS_ID: to_bytes(LongType(), stats["pos_lower"]),
+        }
+        upper = {
+            FILE_PATH_ID: to_bytes(StringType(), stats["path_upper"]),
+            POS_ID: to_bytes(LongType(), stats["pos_upper"]),
+        }
+        data_file = DataFile.from_args(
+            content=DataFileContent.POSITION_DELETES,
+            file_path=path,
+            file_format=FileFormat.PARQUET,
+            partition=partition,
+            record_count=stats["records"],
+            file_size_in_bytes=size,
+            value_counts={FILE_PATH_ID: stats["records"], POS_ID: stats["records"]},
+            null_value_counts={FILE_PATH_ID: 0, POS_ID: 0},
+            lower_bounds=lower,
+            upper_bounds=upper,
+            sort_order_id=None,
+            equality_ids=None,
+            key_metadata=None,
+        )
+        data_file.spec_id = table.metadata.default_spec_id
+        return data_file
 
     def new_data_dir(self, table: Table, batch_id: int) -> str:
         """A fresh directory for one apply attempt's files (never reused, so a failed attempt is never read)."""
@@ -425,20 +503,20 @@ class Storage:
 
     # --- commits ---------------------------------------------------------------------------------------
     @staticmethod
-    def commit_batch(
-        table: Table, removed: list[DataFile], added: list[DataFile], batch: BatchSummary
+    def commit_files(
+        table: Table,
+        added: list[DataFile],
+        added_deletes: list[DataFile],
+        removed: set[str],
+        properties: dict[str, str],
+        operation: Any = None,
     ) -> Table:
-        """Commit one snapshot replacing ``removed`` by ``added``, its summary ``batch`` stamped with the commit
-        time; return the table as committed. Raises CommitFailedException on a race."""
+        """Commit one snapshot adding data and position-delete files and removing files by path
+        (:mod:`changelake.storage.rowdelta`); return the table as committed. Raises CommitFailedException
+        when another writer committed first, ValidationException when a removed file is gone (nothing is
+        committed either way)."""
         base = table.current_snapshot()
-        tx = table.transaction()
-        props = replace(batch, committed_at_ms=int(time.time() * 1000)).to_properties()
-        with tx.update_snapshot(snapshot_properties=props).overwrite() as overwrite:
-            for f in removed:
-                overwrite.delete_data_file(f)
-            for f in added:
-                overwrite.append_data_file(f)
-        committed = tx.commit_transaction()
+        committed = commit_row_delta(table, added, added_deletes, removed, properties, operation)
         # The new snapshot's files, from its parent's (the commit fails unless the parent is still current):
         # the next batch's plan need not read the manifests this commit wrote.
         table_uuid = str(table.metadata.table_uuid)
@@ -446,19 +524,29 @@ class Storage:
         parent = () if base_id is None else SNAPSHOT_FILES.get((table_uuid, base_id))
         snapshot = committed.current_snapshot()
         if parent is not None and snapshot is not None and snapshot.parent_snapshot_id == base_id:
-            gone = set(removed)
-            files = tuple(f for f in parent if f not in gone) + tuple(added)
+            describe = _file_describer(committed)
+            new = tuple(describe(_added_entry(f, snapshot.sequence_number)) for f in [*added, *added_deletes])
+            files = tuple(f for f in parent if f.path not in removed) + new
             SNAPSHOT_FILES.put((table_uuid, snapshot.snapshot_id), files)
         return committed
 
     @staticmethod
+    def commit_batch(
+        table: Table,
+        added: list[DataFile],
+        added_deletes: list[DataFile],
+        removed: set[str],
+        batch: BatchSummary,
+    ) -> Table:
+        """Commit a batch: :meth:`commit_files` with the batch's summary stamped with the commit time."""
+        props = replace(batch, committed_at_ms=int(time.time() * 1000)).to_properties()
+        return Storage.commit_files(table, added, added_deletes, removed, props)
+
+    @staticmethod
     def append_batch(table: Table, added: list[DataFile], changelog: ChangelogSummary) -> Table:
-        """Commit one snapshot appending a batch's changelog files ``added``; return the table as committed."""
-        tx = table.transaction()
-        with tx.update_snapshot(snapshot_properties=changelog.to_properties()).fast_append() as append:
-            for f in added:
-                append.append_data_file(f)
-        return tx.commit_transaction()
+        """Commit one snapshot appending a batch's changelog files ``added``; return the table as committed
+        (its manifests merged as a PK table's are, so planning the changelog does not grow with batches)."""
+        return Storage.commit_files(table, added, [], set(), changelog.to_properties())
 
     def write_json(self, table: Table, path: str, payload: dict) -> None:
         with table.io.new_output(path).create(overwrite=True) as out:
@@ -467,6 +555,58 @@ class Storage:
     def read_json(self, table: Table, path: str) -> dict:
         with table.io.new_input(path).open() as stream:
             return json.loads(stream.read())
+
+
+def _file_describer(table: Table) -> Callable[[Any], TableFile]:
+    """A function from a pyiceberg manifest entry of ``table`` to its :class:`TableFile` (the bucket range of
+    a PK table's data file, the batch range of a changelog file)."""
+    layout = Storage.layout(table)
+    schema = table.schema()
+    bucket = schema.find_field("_bucket").field_id
+    batch = schema.find_field("_batch_id").field_id if "_batch_id" in schema.column_names else None
+
+    def describe(entry) -> TableFile:
+        df = entry.data_file
+        part = tuple(df.partition[i] for i in range(len(df.partition)))
+        lower, upper = df.lower_bounds or {}, df.upper_bounds or {}
+        content = int(df.content)
+        buckets = batches = None
+        if content == 0:
+            buckets = layout.buckets_of(part, int_bound(lower.get(bucket)), int_bound(upper.get(bucket)))
+            if batch is not None and batch in lower and batch in upper:
+                batches = (int_bound(lower[batch]), int_bound(upper[batch]))
+        return TableFile(
+            path=df.file_path,
+            content=content,
+            partition=part,
+            record_count=df.record_count,
+            size=df.file_size_in_bytes,
+            buckets=buckets,
+            sequence_number=entry.sequence_number,
+            batches=batches,
+            data_file=df,
+        )
+
+    return describe
+
+
+def _added_entry(data_file: DataFile, sequence_number: int):
+    """The manifest entry a committed snapshot holds for a file it added (its sequence number assigned)."""
+    from pyiceberg.manifest import ManifestEntry, ManifestEntryStatus
+
+    return ManifestEntry.from_args(
+        status=ManifestEntryStatus.ADDED, snapshot_id=None, sequence_number=sequence_number, data_file=data_file
+    )
+
+
+def _local_path(location: str) -> str | None:
+    """The local path of a ``file:`` URI or a plain path, else None (as pyiceberg's PyArrowFileIO parses it)."""
+    from urllib.parse import urlparse
+
+    uri = urlparse(location)
+    if not uri.scheme:
+        return location
+    return f"{uri.netloc}{uri.path}" if uri.scheme == "file" else None
 
 
 def _column_fields(spec: TableSpec) -> list[NestedField]:
@@ -495,6 +635,13 @@ def check_stored_types(table: Table, spec: TableSpec) -> None:
                 "microsecond values. Recreate the table (drop it, create it, apply its batches again) to keep "
                 "nanoseconds"
             )
+
+
+def _sort_order(schema: Schema, columns: list[str]) -> SortOrder:
+    """The order changelake writes a table's files in, declared for other engines (Iceberg sort order)."""
+    return SortOrder(
+        *[SortField(source_id=schema.find_field(c).field_id, transform=IdentityTransform()) for c in columns]
+    )
 
 
 def _spec_json(spec: TableSpec) -> str:

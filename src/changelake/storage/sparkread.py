@@ -76,19 +76,47 @@ def iceberg_partition_value(value):
     return value
 
 
-def partition_tuple(data_file) -> tuple:
-    part = data_file.partition
-    return tuple(part[i] for i in range(len(part)))
-
-
 def rows_df(spark, storage: Storage, spec: TableSpec, snapshot_id: int | None = None, files=None):
-    """Rows of the PK table (storage types, with ``_bucket``) at a snapshot, or of the given DataFiles."""
+    """Rows of the PK table (storage types, with ``_bucket``) at a snapshot, or of the given files
+    (:class:`changelake.storage.files.TableFile`): the data files' rows less those their position-delete
+    files name (:func:`without_deleted`)."""
     table = storage.pk_table(spec)
     if files is None:
-        files = storage.data_files(table, snapshot_id)
-    return read_parquet(spark, storage_struct(spec), [f.file_path for f in files])
+        files = storage.table_files(table, snapshot_id)
+    data = read_parquet(spark, storage_struct(spec), [f.path for f in files if not f.is_delete])
+    return without_deleted(spark, data, [f.path for f in files if f.is_delete])
+
+
+def without_deleted(spark, data, delete_paths: list[str]):
+    """``data`` (read from Parquet files) without the rows that Iceberg position-delete files name: an anti-join
+    on (file, row position), Spark's Parquet reader giving both as ``_metadata.file_path`` and
+    ``_metadata.row_index`` (no Iceberg runtime needed). Spark writes a local path as ``file:/x`` where Iceberg
+    metadata holds ``file:///x``: both sides are compared in one form."""
+    if not delete_paths:
+        return data
+    from pyspark.sql import functions as F
+
+    deleted = (
+        spark.read.parquet(*delete_paths)
+        .select(_same_path(F.col("file_path")).alias("_deleted_file"), F.col("pos").alias("_deleted_pos"))
+        .distinct()
+    )
+    located = data.select(
+        "*",
+        _same_path(F.col("_metadata.file_path")).alias("_row_file"),
+        F.col("_metadata.row_index").alias("_row_pos"),
+    )
+    condition = (F.col("_row_file") == F.col("_deleted_file")) & (F.col("_row_pos") == F.col("_deleted_pos"))
+    return located.join(deleted, condition, "left_anti").drop("_row_file", "_row_pos")
+
+
+def _same_path(column):
+    """A file location in one form: ``file:`` URIs as plain absolute paths."""
+    from pyspark.sql import functions as F
+
+    return F.regexp_replace(column, r"^file:/+", "/")
 
 
 def changelog_df(spark, storage: Storage, spec: TableSpec):
     table = storage.changelog_table(spec)
-    return read_parquet(spark, changelog_struct(spec), [f.file_path for f in storage.data_files(table)])
+    return read_parquet(spark, changelog_struct(spec), [f.path for f in storage.data_files(table)])

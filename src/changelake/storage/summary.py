@@ -41,9 +41,14 @@ AUTO_INCREMENT = PREFIX + "auto-increment"  # the id counter and each bucket's u
 TOUCHED_BUCKETS = PREFIX + "touched-buckets"
 DEAD_LETTER = PREFIX + "dead-letter"
 COMMITTED_AT_MS = PREFIX + "committed-at-ms"
+ROWS = PREFIX + "rows"  # the table's live rows after the batch (data files minus deleted rows)
+#: "batch" (the default) or "compact": a compaction's snapshot carries the state of the batch before it.
+OPERATION = PREFIX + "operation"
 #: What the source held: messages read, skipped, quarantined, redelivered and dropped as duplicates.
 SOURCE_COUNTERS = ("messages", "skipped", "quarantined", "redelivered", "deduplicated")
 SOURCE_KEYS = {name: f"{PREFIX}source.{name}" for name in SOURCE_COUNTERS}
+#: The same counters summed over every batch the table took (carried forward, so status reads one snapshot).
+TOTAL_KEYS = {name: f"{PREFIX}total.{name}" for name in SOURCE_COUNTERS}
 #: What the merge did (:class:`changelake.engine.merge.BatchCounts`, in its order).
 COUNTERS = ("records", "inserted", "updated", "deleted", "ignored", "dropped_update_before")
 COUNT_KEYS = {name: PREFIX + name for name in COUNTERS}
@@ -82,11 +87,13 @@ class BatchSummary:
     source: dict[str, int] = field(default_factory=lambda: dict.fromkeys(SOURCE_COUNTERS, 0))
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(COUNTERS, 0))
     committed_at_ms: int | None = None
+    rows: int | None = None  # live rows after the batch (None: committed before it was recorded)
+    totals: dict[str, int] | None = None  # source counters over all batches so far (None: not recorded)
 
     def __post_init__(self) -> None:
         # Every counter is stored, in a fixed order: a name outside it would be silently lost.
-        for name, known in (("source", SOURCE_COUNTERS), ("counts", COUNTERS)):
-            unknown = set(getattr(self, name)) - set(known)
+        for name, known in (("source", SOURCE_COUNTERS), ("counts", COUNTERS), ("totals", SOURCE_COUNTERS)):
+            unknown = set(getattr(self, name) or ()) - set(known)
             if unknown:
                 raise ValueError(f"BatchSummary.{name}: unknown counter(s) {sorted(unknown)}")
 
@@ -115,6 +122,10 @@ class BatchSummary:
         props.update({COUNT_KEYS[k]: str(self.counts.get(k, 0)) for k in COUNTERS})
         if self.committed_at_ms is not None:
             props[COMMITTED_AT_MS] = str(self.committed_at_ms)
+        if self.rows is not None:
+            props[ROWS] = str(self.rows)
+        if self.totals is not None:
+            props.update({TOTAL_KEYS[k]: str(self.totals.get(k, 0)) for k in SOURCE_COUNTERS})
         return props
 
     @classmethod
@@ -138,6 +149,12 @@ class BatchSummary:
             source={k: r.integer(SOURCE_KEYS[k]) for k in SOURCE_COUNTERS},
             counts={k: r.integer(COUNT_KEYS[k]) for k in COUNTERS},
             committed_at_ms=r.optional_integer(COMMITTED_AT_MS),
+            rows=r.optional_integer(ROWS),
+            totals=(
+                {k: r.integer(TOTAL_KEYS[k]) for k in SOURCE_COUNTERS}
+                if TOTAL_KEYS[SOURCE_COUNTERS[0]] in props
+                else None
+            ),
         )
 
     @classmethod
@@ -194,10 +211,22 @@ def properties(snapshot: Any) -> dict[str, str]:
     return dict(snapshot.summary.additional_properties) if snapshot and snapshot.summary else {}
 
 
+def last_batch_of(props: Mapping[str, str]) -> int:
+    """The last batch a snapshot's table state includes (a batch's snapshot or a compaction's after it; 0:
+    none yet)."""
+    return _Reader(props).optional_integer(BATCH_ID) or 0
+
+
+def is_compaction(props: Mapping[str, str]) -> bool:
+    """Whether a snapshot is a compaction's (it carries the state of the batch before it, and commits none)."""
+    return props.get(OPERATION) == "compact"
+
+
 def batch_of(props: Mapping[str, str]) -> int | None:
     """The batch id a snapshot's summary (PK or changelog table) says it committed, None if it committed
-    none: all the readers that only follow the batch sequence need."""
-    return _Reader(props).optional_integer(BATCH_ID)
+    none (a compaction's snapshot carries the last batch's state but commits no batch): all the readers that
+    only follow the batch sequence need."""
+    return None if is_compaction(props) else _Reader(props).optional_integer(BATCH_ID)
 
 
 class _Reader:

@@ -1,0 +1,149 @@
+"""The files of a table snapshot as changelake plans with them, and Iceberg v2 position-delete files.
+
+A PK table's snapshot holds two kinds of files (:class:`TableFile`):
+
+* **data files**, each sorted by ``(_bucket, primary key)``. A file written for one bucket (a batch's
+  rewrite of the bucket, a compaction, an initial load) holds that bucket only; a merge-on-read batch writes
+  one file per Iceberg partition holding the new rows of every bucket it touched.
+* **position-delete files** (Iceberg v2, ``content = 1``): rows ``(file_path, pos)`` naming the rows of data
+  files that a later batch replaced or deleted, sorted by path and position, as the Iceberg spec requires.
+  Every Iceberg reader drops those rows without knowing the key (no equality deletes).
+
+A delete file applies only to data files of its own Iceberg partition (the spec's scan-planning rule), so a
+table partitioned by the hidden ``_bucket`` column (tables created before merge-on-read) needs one delete
+file per touched bucket; tables created since are partitioned by their partition keys only and keep the
+bucket as a sorted column, so a batch writes one delete file per partition however many buckets it touches.
+A file's buckets are its ``_bucket`` partition value or the column's lower and upper bounds.
+
+This module is light (pyarrow only, not even numpy): the JVM-free read commands use it.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+DATA, POSITION_DELETES = 0, 1
+BUCKET_COLUMN = "_bucket"
+#: Field ids of a position-delete file's columns (reserved by the Iceberg spec).
+FILE_PATH_ID, POS_ID = 2147483546, 2147483545
+POSITION_DELETE_SCHEMA = pa.schema(
+    [
+        pa.field("file_path", pa.string(), nullable=False, metadata={"PARQUET:field_id": str(FILE_PATH_ID)}),
+        pa.field("pos", pa.int64(), nullable=False, metadata={"PARQUET:field_id": str(POS_ID)}),
+    ]
+)
+
+
+@dataclass(frozen=True)
+class TableFile:
+    """One live file of a snapshot: a data file or a position-delete file."""
+
+    path: str
+    content: int  # DATA or POSITION_DELETES
+    partition: tuple  # the Iceberg partition values, in partition-spec order
+    record_count: int
+    size: int
+    buckets: tuple[int, int] | None = None  # the lowest and highest _bucket of a data file's rows
+    sequence_number: int | None = None  # the data sequence number (None: not known, e.g. not committed yet)
+    batches: tuple[int, int] | None = None  # a changelog file's lowest and highest _batch_id
+    data_file: Any = field(default=None, compare=False, repr=False)  # pyiceberg's DataFile, when read by it
+
+    @property
+    def is_delete(self) -> bool:
+        return self.content == POSITION_DELETES
+
+    def holds(self, bucket: int) -> bool:
+        """Whether this data file may hold rows of ``bucket`` (unknown bounds: it may)."""
+        return self.buckets is None or self.buckets[0] <= bucket <= self.buckets[1]
+
+    @property
+    def single_bucket(self) -> bool:
+        return self.buckets is not None and self.buckets[0] == self.buckets[1]
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where a table's rows go: its Iceberg identity partition columns, in spec order (the spec's partition
+    keys, then ``_bucket`` for a table partitioned by bucket)."""
+
+    partition_columns: tuple[str, ...]
+
+    @property
+    def bucket_partitioned(self) -> bool:
+        return BUCKET_COLUMN in self.partition_columns
+
+    def partition_of(self, values: tuple, bucket: int) -> tuple:
+        """The Iceberg partition of a bucket's rows: its partition key values (and the bucket, when the table
+        is partitioned by it)."""
+        return (*values, bucket) if self.bucket_partitioned else tuple(values)
+
+    def key_values(self, partition: tuple) -> tuple:
+        """The partition key values of an Iceberg partition tuple (without the bucket)."""
+        return tuple(v for c, v in zip(self.partition_columns, partition, strict=True) if c != BUCKET_COLUMN)
+
+    def buckets_of(self, partition: tuple, lower: Any, upper: Any) -> tuple[int, int] | None:
+        """A data file's bucket range: its partition value, else its ``_bucket`` bounds (None: unknown)."""
+        if self.bucket_partitioned:
+            b = partition[self.partition_columns.index(BUCKET_COLUMN)]
+            return (b, b)
+        if lower is None or upper is None:
+            return None
+        return (lower, upper)
+
+
+def int_bound(value: bytes | None) -> int | None:
+    """An Iceberg single-value serialization of an int (4 bytes) or long (8 bytes), little-endian."""
+    if value is None:
+        return None
+    return struct.unpack("<i" if len(value) == 4 else "<q", value)[0]
+
+
+# --- position-delete files ----------------------------------------------------------------------------------
+def delete_stats(table: pa.Table) -> dict[str, Any]:
+    """What an Iceberg manifest records of a position-delete file's rows: count and the bounds of its two
+    columns (full paths: readers match a delete file to a data file by its path bounds)."""
+    if not table.num_rows:
+        return {"records": 0}
+    paths = table.column("file_path")
+    bounds = pc.min_max(table.column("pos"))
+    return {
+        "records": table.num_rows,
+        "path_lower": paths[0].as_py(),  # sorted by path
+        "path_upper": paths[-1].as_py(),
+        "pos_lower": bounds["min"].as_py(),
+        "pos_upper": bounds["max"].as_py(),
+    }
+
+
+def write_position_deletes(sink, table: pa.Table, compression: str = "zstd") -> None:
+    """Write a position-delete file (Parquet, the spec's field ids, both columns required), its rows sorted
+    by path and position."""
+    pq.write_table(
+        table.cast(POSITION_DELETE_SCHEMA),
+        sink,
+        compression=compression,
+        use_dictionary=["file_path"],
+        column_encoding={"pos": "DELTA_BINARY_PACKED"},
+    )
+
+
+def read_position_deletes(source) -> dict[str, pa.Array]:
+    """A position-delete file's positions per data file path (int64 arrays). pyarrow only: the CLI's read
+    commands run without numpy."""
+    table = pq.read_table(source, columns=["file_path", "pos"])
+    if not table.num_rows:
+        return {}
+    paths = table.column("file_path")
+    if pa.types.is_dictionary(paths.type):
+        paths = paths.cast(pa.string())
+    pos = table.column("pos")
+    out: dict[str, pa.Array] = {}
+    for path in pc.unique(paths).to_pylist():
+        out[path] = pos.filter(pc.equal(paths, pa.scalar(path, pa.string()))).combine_chunks()
+    return out
