@@ -32,6 +32,11 @@ REPO = Path(__file__).resolve().parents[1]
 CLI = [sys.executable, "-m", "changelake.cli"]
 
 
+def local(location: str) -> str:
+    """The local path of a warehouse file's ``file:`` location."""
+    return location[len("file://") :] if location.startswith("file://") else location
+
+
 def rows_of(df, order_by=None) -> list[tuple]:
     """Rows of a DataFrame as tuples, sorted for order-independent comparison."""
     return (

@@ -3,11 +3,12 @@
 import json
 
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pytest
 
 from changelake.errors import BadRecordError, BatchRefusedError, ChangelakeError, WriteRefusedError
 from changelake.storage.summary import BatchSummary
-from tests.helpers import changelog_of, rows_of
+from tests.helpers import changelog_of, local, rows_of
 
 pytestmark = pytest.mark.integration
 
@@ -144,19 +145,31 @@ def test_wal_image(lake):
     assert [c[1] for c in changelog_of(lake, "t.kv")] == ["+U", "+U", "-D", "+U"]
 
 
-def test_only_touched_buckets_are_rewritten(lake):
-    lake.create_table({**KV, "options": {"bucket.num": 8}})
+@pytest.mark.parametrize("mode", ["copy-on-write", "merge-on-read"])
+def test_only_touched_buckets_are_written(lake, mode):
+    """Copy-on-write replaces the touched bucket's file alone; merge-on-read replaces none, adds one data file
+    with the new row and one delete file naming the old row."""
+    lake.create_table({**KV, "options": {"bucket.num": 8, "write.merge.mode": mode}})
     lake.apply("t.kv", [ins(k, float(k), "x") for k in range(200)], batch_id=1)
     table = lake.storage.pk_table(lake.spec("t.kv"))
-    before = {f.file_path: f.partition[0] for f in lake.storage.data_files(table)}
-    assert len(set(before.values())) == 8  # every bucket holds rows
+    before = {f.path: f.buckets for f in lake.storage.table_files(table)}
+    assert {b for b in before.values()} == {(b, b) for b in range(8)}  # a file per bucket
     lake.apply("t.kv", [ins(5, 50.0, "y", "+U")], batch_id=2)
     table = lake.storage.pk_table(lake.spec("t.kv"))
-    after = {f.file_path: f.partition[0] for f in lake.storage.data_files(table)}
-    changed_buckets = {b for p, b in before.items() if p not in after} | {
-        b for p, b in after.items() if p not in before
-    }
-    assert len(changed_buckets) == 1
+    files = lake.storage.table_files(table)
+    after = {f.path: f.buckets for f in files if not f.is_delete}
+    gone, new = set(before) - set(after), set(after) - set(before)
+    if mode == "copy-on-write":
+        assert len(gone) == len(new) == 1 and before[gone.pop()] == after[new.pop()]
+        assert not any(f.is_delete for f in files)
+    else:
+        assert not gone and len(new) == 1
+        (delta,) = [f for f in files if not f.is_delete and f.path not in before]
+        (deletes,) = [f for f in files if f.is_delete]
+        assert delta.record_count == deletes.record_count == 1
+        (old,) = pq.read_table(local(deletes.path)).to_pylist()
+        assert before[old["file_path"]] == delta.buckets  # the replaced row is in the bucket's own file
+        assert pq.read_table(local(old["file_path"])).slice(old["pos"], 1).column("k").to_pylist() == [5]
     assert BatchSummary.from_snapshot(table.current_snapshot()).touched_buckets == 1
     assert rows_of(lake.rows("t.kv").filter("k = 5")) == [(5, 50.0, "y")]
     assert lake.rows("t.kv").count() == 200

@@ -17,7 +17,7 @@ from changelake.errors import BadRecordError
 from changelake.inputs import decode
 from changelake.inputs.readers import read_batch
 from changelake.storage import sparkread
-from tests.helpers import changelog_of, rows_of
+from tests.helpers import changelog_of, local, rows_of
 
 pytestmark = pytest.mark.integration
 
@@ -121,11 +121,16 @@ def test_many_decode_tasks_apply_as_one(lake, spark, home, monkeypatch):
     expected = F.pmod(F.xxhash64(*spec.bucket_key), F.lit(spec.bucket_num)).cast("int")
     assert stored.filter(stored["_bucket"] != expected).count() == 0
     assert stored.select("_bucket").distinct().count() > 1
-    # Each data file holds one (partition, bucket): its rows' day and bucket are the file's partition.
+    # Each data file holds one partition (its rows' day is the file's partition), its buckets within the
+    # file's bucket range, in (bucket, key) order.
     for f in lake.storage.data_files(lake.storage.pk_table(spec)):
-        got = pq.read_table(f.file_path, columns=["day", "_bucket"]).to_pylist()
-        day, bucket = sparkread.partition_tuple(f)
-        assert {((r["day"] - dt.date(1970, 1, 1)).days, r["_bucket"]) for r in got} == {(day, bucket)}
+        key = list(spec.primary_key)
+        got = pq.read_table(local(f.path), columns=["_bucket", *key]).to_pylist()
+        (day,) = f.partition
+        assert {(r["day"] - dt.date(1970, 1, 1)).days for r in got} == {day}
+        assert {r["_bucket"] for r in got} <= set(range(f.buckets[0], f.buckets[1] + 1))
+        order = [(r["_bucket"], *(r[k] for k in key)) for r in got]
+        assert order == sorted(order)
 
 
 @pytest.mark.parametrize("row_group", [6, 40], ids=["ranges of row groups", "one row group cut"])

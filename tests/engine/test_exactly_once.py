@@ -105,7 +105,7 @@ from changelake.storage.iceberg import Storage
 
 barrier, commit, waited = Path(sys.argv[1]), Storage.commit_batch, []
 
-def commit_batch(table, removed, added, summary):
+def commit_batch(table, added, added_deletes, removed, summary):
     if not waited:
         waited.append(True)
         marker = barrier / f"{os.getpid()}.tmp"
@@ -114,7 +114,7 @@ def commit_batch(table, removed, added, summary):
         deadline = time.monotonic() + 300
         while len(list(barrier.glob("*.reached"))) < 2 and time.monotonic() < deadline:
             time.sleep(0.02)
-    return commit(table, removed, added, summary)
+    return commit(table, added, added_deletes, removed, summary)
 
 Storage.commit_batch = staticmethod(commit_batch)
 sys.exit(main(sys.argv[2:]))

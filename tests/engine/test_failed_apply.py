@@ -73,7 +73,7 @@ def table_state(lake, name: str) -> tuple:
     landing = lake.settings.landing_dir / name
     return (
         Storage.state(pk).snapshot_id,
-        sorted(f.file_path for f in Storage.data_files(pk)),
+        sorted(f.path for f in Storage.data_files(pk)),
         log.current_snapshot().snapshot_id if log.current_snapshot() else None,
         sorted((p.name, p.read_bytes()) for p in landing.iterdir()),
     )

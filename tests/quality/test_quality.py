@@ -160,7 +160,7 @@ def test_quality_app_fails_on_a_hand_corrupted_table_and_reports_the_keys(lake, 
 
     # By hand: commit the first batch's data file again, so every key in it is stored twice.
     table = lake.storage.pk_table(SPEC)
-    first = lake.storage.data_files(table)[0]
+    first = lake.storage.data_files(table)[0].data_file
     with table.transaction() as tx, tx.update_snapshot().fast_append() as append:
         append.append_data_file(first)
     messages.clear()

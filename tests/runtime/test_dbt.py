@@ -97,7 +97,7 @@ def test_a_duplicated_key_fails_dbt_test(demo, spark):
     """Corrupt web.pageviews by hand: commit one of its data files a second time (every row twice)."""
     build(demo)
     table = demo.storage.pk_table(demo.spec("web.pageviews"))
-    first = demo.storage.data_files(table)[0]
+    first = demo.storage.data_files(table)[0].data_file
     with table.transaction() as tx:
         with tx.update_snapshot().fast_append() as append:
             append.append_data_file(first)

@@ -34,7 +34,7 @@ def stored(home, tables) -> tuple[list, list]:
     rows = storage.pk_table(spec).scan().to_arrow().drop_columns(["_bucket"]).to_pylist()
     log = storage.changelog_table(spec).scan().to_arrow().drop_columns(["_commit_timestamp"]).to_pylist()
     key = lambda r: sorted((k, str(v)) for k, v in r.items())  # noqa: E731
-    return sorted(rows, key=key), sorted(log, key=lambda r: r["_log_offset"])
+    return sorted(rows, key=key), sorted(log, key=lambda r: (r["_batch_id"], r["_bucket"], r["_log_offset"]))
 
 
 def submit(env, master: str) -> str:

@@ -225,7 +225,7 @@ def delta_columns(schema: pa.Schema, dictionary: list[str]) -> dict[str, str]:
     }
 
 
-def _write(io, path: str, table: pa.Table, dictionary: list[str], ctx: BucketContext) -> None:
+def write_file(io, path: str, table: pa.Table, dictionary: list[str], ctx: BucketContext) -> None:
     """Write one Parquet file, with dictionary pages only for the columns named: a dictionary of distinct
     values (most columns of a table) costs more to build than it saves. Integer columns are delta-encoded
     (:func:`delta_columns`). Statistics for every column: pyiceberg derives a file's partition and column
@@ -331,6 +331,15 @@ def merge_positions(parts: list) -> np.ndarray:
     if not arrays:
         return np.zeros(0, np.int64)
     return np.unique(np.concatenate(arrays)) if len(arrays) > 1 else np.sort(arrays[0])
+
+
+def live_mask(num_rows: int, deleted: np.ndarray | None) -> np.ndarray | None:
+    """A boolean mask of a data file's rows that no delete names (None: all of them live)."""
+    if deleted is None or not len(deleted):
+        return None
+    mask = np.ones(num_rows, bool)
+    mask[deleted[deleted < num_rows]] = False
+    return mask
 
 
 def position_deletes(paths: list[str], positions: list[np.ndarray]) -> pa.Table:
@@ -502,7 +511,7 @@ def merge_bucket(task: BucketTask, records: pa.Table, ctx: BucketContext, io) ->
             for part_number, start in enumerate(range(0, rows.num_rows, step)):
                 paths.append(f"{name}-{part_number:03d}.parquet")  # in key order by name, as pieces are read
                 part = rows.slice(start, step)
-                writes.append(functools.partial(_write, io, paths[-1], part, data_dictionary(spec), ctx))
+                writes.append(functools.partial(write_file, io, paths[-1], part, data_dictionary(spec), ctx))
                 if ctx.keep_rows:
                     STORED_ROWS.put(paths[-1], row_schema(spec), part)
     else:
@@ -672,7 +681,7 @@ class GroupWriter:
             rows = pa.concat_tables([t for _, t in sorted(parts, key=lambda p: p[0])])
             path = f"{ctx.out_dir}/data/delta-{uuid.uuid4().hex}.parquet"
             self.paths.append(path)
-            writes.append(functools.partial(_write, self.io, path, rows, data_dictionary(spec), ctx))
+            writes.append(functools.partial(write_file, self.io, path, rows, data_dictionary(spec), ctx))
             if ctx.keep_rows:
                 STORED_ROWS.put(path, row_schema(spec), rows)
         for output, by_path in self.deletes.items():
@@ -685,7 +694,7 @@ class GroupWriter:
             path = f"{ctx.log_dir}/changelog-{uuid.uuid4().hex}.parquet"
             self.log_paths.append(path)
             meta = [*spec.partition_keys, "_change_type", "_batch_id", "_bucket", "_commit_timestamp"]
-            writes.append(functools.partial(_write, self.io, path, log, meta, ctx))
+            writes.append(functools.partial(write_file, self.io, path, log, meta, ctx))
         _run_writes(writes, ctx)
         self.deltas, self.deletes, self.logs, self.rows = {}, {}, [], 0
 

@@ -1,0 +1,347 @@
+"""Compaction: fold a table's delete files and its batches' small data files back into few sorted files.
+
+A merge-on-read batch adds, per Iceberg partition, a data file of its new rows and a position-delete file
+(:mod:`changelake.storage.files`). Readers merge them as they read, at a cost that grows with their number and
+size. Per partition (Paimon's vocabulary, documented defaults in docs/configuration.md):
+
+* **minor** -- when the partition holds ``num-sorted-run.compaction-trigger`` delta files or delete files
+  (5): its delta files' live rows become one delta file (sorted by bucket, then key), and its delete files one
+  delete file naming only rows of the remaining bucket files. Cost: the deltas and deletes, not the table.
+* **full** -- when the rows readers skip or merge (delta rows plus deleted positions) reach
+  ``compaction.max-size-amplification-percent`` of the rows in the bucket files (50%), or when asked: every
+  bucket of the partition is rewritten as one file sorted by key, and no delta or delete file is left.
+
+A compaction is one optimistic Iceberg commit (``replace``) on the snapshot it read, carrying the table's
+state (the last batch's summary) so that state stays in the latest snapshot. A batch committed meanwhile makes
+it fail: its files are removed and the next run tries again (a batch's commit, conversely, re-checks the files
+it relies on: :meth:`changelake.engine.apply.Applier._commit_after_race`). A kill at any point leaves at most
+unreferenced files (the orphan sweep removes them).
+
+The changelog table is compacted too: its small files (one or a few per batch) are merged into one file sorted
+by (batch, partition, bucket, offset), and files whose every record is older than ``table.log.ttl`` are removed.
+A changelog table partitioned by batch (created before this) only has its old files removed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyiceberg.exceptions import CommitFailedException, ValidationException
+from pyiceberg.table.snapshots import Operation
+
+from changelake.engine import buckets
+from changelake.engine.buckets import BucketContext, BucketTask, SourceFile, TaskIO
+from changelake.spec import TableSpec
+from changelake.storage import summary
+from changelake.storage.files import TableFile, int_bound
+from changelake.storage.iceberg import Storage
+from changelake.storage.maintenance import delete_files
+
+#: A full compaction run after a commit (not by ``changelake compact``) leaves partitions whose bucket files
+#: hold more than this to the maintenance job: it rewrites the whole partition.
+INLINE_FULL_BYTES = 256 << 20
+#: Changelog files smaller than this are merged, once there are CHANGELOG_MERGE_AT of them.
+CHANGELOG_SMALL_BYTES = 32 << 20
+CHANGELOG_MERGE_AT = 10
+
+
+@dataclass
+class Compaction:
+    """What a compaction did to one table."""
+
+    table: str
+    full: int = 0  # partitions rewritten whole
+    minor: int = 0  # partitions whose deltas and deletes were merged
+    files_added: int = 0
+    files_removed: int = 0
+    rows_written: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.files_added or self.files_removed)
+
+
+def is_delta(f: TableFile) -> bool:
+    """A merge-on-read batch's (or a minor compaction's) data file, as opposed to a bucket's own file."""
+    return os.path.basename(f.path).startswith("delta-")
+
+
+def amplification(data: list[TableFile], deletes: list[TableFile]) -> float:
+    """Rows readers merge or skip (delta rows, deleted positions) per row of the bucket files, in percent."""
+    base = sum(f.record_count for f in data if not is_delta(f))
+    extra = sum(f.record_count for f in data if is_delta(f)) + sum(f.record_count for f in deletes)
+    return 100.0 * extra / base if base else (100.0 if extra else 0.0)
+
+
+def compact_table(
+    storage: Storage,
+    spec: TableSpec,
+    *,
+    full: bool = False,
+    inline: bool = False,
+    progress: Callable[[str], None] = lambda _m: None,
+) -> Compaction:
+    """Compact the PK table's partitions that are due (every partition with deltas or deletes, with ``full``)
+    in one commit. ``inline`` (after a batch's commit) leaves large full compactions to the maintenance job."""
+    table = storage.pk_table(spec)
+    out = Compaction(spec.full_name)
+    snapshot = table.current_snapshot()
+    if snapshot is None:
+        return out
+    files = storage.table_files(table)
+    options = spec.storage
+    partitions: dict[tuple, tuple[list[TableFile], list[TableFile]]] = {}
+    for f in files:
+        data, deletes = partitions.setdefault(f.partition, ([], []))
+        (deletes if f.is_delete else data).append(f)
+    plans = []
+    for partition, (data, deletes) in sorted(partitions.items(), key=lambda p: json.dumps(p[0], default=str)):
+        deltas = [f for f in data if is_delta(f)]
+        if not deltas and not deletes:
+            continue
+        if full or amplification(data, deletes) >= options.max_amplification_percent:
+            base_bytes = sum(f.size for f in data if not is_delta(f))
+            if inline and base_bytes > INLINE_FULL_BYTES:
+                out.notes.append(
+                    f"partition {list(partition)} is due for a full compaction ({base_bytes:,} bytes): left to "
+                    "`changelake maintain`"
+                )
+            else:
+                plans.append(("full", partition, data, deletes))
+                continue
+        if len(deltas) >= options.compaction_trigger or len(deletes) >= options.compaction_trigger:
+            plans.append(("minor", partition, data, deletes))
+    if not plans:
+        return out
+    started = time.monotonic()
+    ctx = _context(storage, spec, table)
+    io = TaskIO(ctx.io_properties)
+    written: list[str] = []
+    added_deletes: list[tuple[str, dict, TableFile]] = []
+    removed: set[str] = set()
+    try:
+        for kind, _partition, data, deletes in plans:
+            if kind == "full":
+                written += _rewrite_partition(ctx, io, data, deletes, out)
+                out.full += 1
+            else:
+                paths, delete_file = _merge_deltas(ctx, io, data, deletes, out)
+                written += paths
+                if delete_file is not None:
+                    added_deletes.append(delete_file)
+                out.minor += 1
+            removed |= {f.path for f in data if kind == "full" or is_delta(f)} | {f.path for f in deletes}
+        added = storage.to_data_files(table, sorted(written))
+        described = [
+            storage.to_delete_file(table, path, stats, io.size(path), ref.data_file.partition)
+            for path, stats, ref in added_deletes
+        ]
+        props = {**_state(snapshot), summary.OPERATION: "compact"}
+        storage.commit_files(table, added, described, removed, props, Operation.REPLACE)
+    except (CommitFailedException, ValidationException):
+        delete_files(table.io, written + [p for p, _, _ in added_deletes])
+        out.notes.append("another writer committed first: nothing compacted (the next run tries again)")
+        out.files_added = out.files_removed = out.rows_written = 0
+        return out
+    except BaseException:
+        delete_files(table.io, written + [p for p, _, _ in added_deletes])
+        raise
+    out.files_added, out.files_removed = len(written) + len(added_deletes), len(removed)
+    progress(
+        f"[{spec.full_name}] compacted {out.full} partition(s) whole and {out.minor} by merging their deltas: "
+        f"{out.files_removed} file(s) replaced by {out.files_added}, {out.rows_written:,} rows written in "
+        f"{time.monotonic() - started:.1f}s"
+    )
+    return out
+
+
+def _state(snapshot) -> dict[str, str]:
+    """The changelake properties of a snapshot: the table's state a compaction's snapshot carries on."""
+    return {k: v for k, v in summary.properties(snapshot).items() if k.startswith(summary.PREFIX)}
+
+
+def _context(storage: Storage, spec: TableSpec, table) -> BucketContext:
+    codec, level = buckets.compression_of(dict(table.properties))
+    return BucketContext(
+        spec=spec,
+        partition_columns=(*spec.partition_keys,),
+        files_by_partition={},
+        io_properties=dict(table.io.properties),
+        out_dir=f"{table.location()}/data/compact-{uuid.uuid4().hex[:12]}",
+        log_dir="",
+        batch_id=0,
+        commit_micros=0,
+        compression=codec,
+        compression_level=level,
+        threads=True,
+        keep_rows=True,
+    )
+
+
+def _rewrite_partition(
+    ctx: BucketContext, io: TaskIO, data: list[TableFile], deletes: list[TableFile], out: Compaction
+) -> list[str]:
+    """Every bucket of a partition as one file of its live rows sorted by key; the files' paths."""
+    spec = ctx.spec
+    present: set[int] = set()
+    for f in data:
+        lo, hi = f.buckets if f.buckets is not None else (0, spec.bucket_num - 1)
+        present.update(range(lo, hi + 1))
+    delete_paths = tuple(f.path for f in deletes)
+
+    def bucket_file(bucket: int) -> tuple[str | None, int]:
+        task = BucketTask(
+            key="",
+            bucket=bucket,
+            files=tuple(SourceFile(f.path, f.record_count, f.single_bucket) for f in data if f.holds(bucket)),
+            deletes=delete_paths,
+        )
+        pieces = buckets.bucket_pieces(task, ctx, io)
+        parts = [p.live_rows() for p in pieces]
+        rows = pa.concat_tables(parts) if parts else None
+        if rows is None or not rows.num_rows:
+            return None, 0
+        rows = rows.take(pc.sort_indices(rows, sort_keys=[(k, "ascending") for k in spec.primary_key]))
+        path = f"{ctx.out_dir}/data/bucket-{bucket:04d}-{uuid.uuid4().hex}-000.parquet"
+        buckets.write_file(io, path, rows, buckets.data_dictionary(spec), ctx)
+        buckets.STORED_ROWS.put(path, buckets.row_schema(spec), rows)
+        return path, rows.num_rows
+
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="changelake-compact") as pool:
+        results = list(pool.map(bucket_file, sorted(present)))
+    out.rows_written += sum(n for _, n in results)
+    return [p for p, _ in results if p is not None]
+
+
+def _merge_deltas(
+    ctx: BucketContext, io: TaskIO, data: list[TableFile], deletes: list[TableFile], out: Compaction
+) -> tuple[list[str], tuple[str, dict, TableFile] | None]:
+    """A partition's delta files as one (their live rows, sorted by bucket and key) and its delete files as one
+    naming only rows of its bucket files: the new data file's path, and the delete file (path, stats, a file it
+    names) if any row of a bucket file is deleted."""
+    spec = ctx.spec
+    positions = buckets.deleted_positions(io, [f.path for f in deletes], keep_rows=True)
+    paths: list[str] = []
+    parts = []
+    for f in (f for f in data if is_delta(f)):
+        rows = buckets.file_rows(spec, io, f.path, keep_rows=True)
+        mask = buckets.live_mask(rows.num_rows, positions.get(f.path))
+        parts.append(rows if mask is None else rows.filter(pa.array(mask)))
+    rows = pa.concat_tables(parts) if parts else None
+    if rows is not None and rows.num_rows:
+        order = [("_bucket", "ascending")] + [(k, "ascending") for k in spec.primary_key]
+        rows = rows.take(pc.sort_indices(rows, sort_keys=order))
+        path = f"{ctx.out_dir}/data/delta-{uuid.uuid4().hex}.parquet"
+        buckets.write_file(io, path, rows, buckets.data_dictionary(spec), ctx)
+        buckets.STORED_ROWS.put(path, buckets.row_schema(spec), rows)
+        paths.append(path)
+        out.rows_written += rows.num_rows
+    kept = {f.path: f for f in data if not is_delta(f)}
+    named = sorted(p for p in positions if p in kept and len(positions[p]))
+    if not named:
+        return paths, None
+    table = buckets.position_deletes(named, [positions[p] for p in named])
+    path = f"{ctx.out_dir}/data/deletes-{uuid.uuid4().hex}.parquet"
+    with io.open_output(path) as sink:
+        buckets.write_position_deletes(sink, table, ctx.compression)
+    return paths, (path, buckets.delete_stats(table), kept[named[0]])
+
+
+# --- the changelog table -------------------------------------------------------------------------------------
+def compact_changelog(
+    storage: Storage,
+    spec: TableSpec,
+    *,
+    force: bool = False,
+    now_s: float | None = None,
+    progress: Callable[[str], None] = lambda _m: None,
+) -> Compaction:
+    """Merge the changelog table's small files (once there are CHANGELOG_MERGE_AT of them, or any two with
+    ``force``) and remove the files whose records are all older than ``table.log.ttl``, in one commit."""
+    table = storage.changelog_table(spec)
+    out = Compaction(spec.full_name + "__changelog")
+    snapshot = table.current_snapshot()
+    if snapshot is None:
+        return out
+    now_s = time.time() if now_s is None else now_s
+    files = [f for f in storage.table_files(table) if not f.is_delete]
+    schema = table.schema()
+    ts_id = schema.find_field("_commit_timestamp").field_id
+    cutoff_us = int((now_s - spec.log_ttl_s) * 1_000_000)
+    old = [f for f in files if _upper(f, ts_id) is not None and _upper(f, ts_id) < cutoff_us]
+    gone = {f.path for f in old}
+    merge: list[TableFile] = []
+    if not Storage.layout(table).partition_columns:  # a table partitioned by batch cannot merge batches
+        small = [f for f in files if f.path not in gone and f.size < CHANGELOG_SMALL_BYTES]
+        if len(small) >= (2 if force else CHANGELOG_MERGE_AT):
+            merge = small
+    if not old and not merge:
+        return out
+    started = time.monotonic()
+    io = TaskIO(dict(table.io.properties))
+    written: list[str] = []
+    try:
+        if merge:
+            rows = pa.concat_tables(
+                [_changelog_rows(spec, io, f.path) for f in sorted(merge, key=lambda f: f.batches or (0, 0))]
+            )
+            order = ["_batch_id", *spec.partition_keys, "_bucket", "_log_offset"]
+            rows = rows.take(pc.sort_indices(rows, sort_keys=[(c, "ascending") for c in order]))
+            path = f"{table.location()}/data/compact-{uuid.uuid4().hex[:12]}/changelog-{uuid.uuid4().hex}.parquet"
+            codec, level = buckets.compression_of(dict(table.properties))
+            ctx = _context(storage, spec, table)
+            meta = [*spec.partition_keys, "_change_type", "_batch_id", "_bucket", "_commit_timestamp"]
+            from dataclasses import replace
+
+            buckets.write_file(io, path, rows, meta, replace(ctx, compression=codec, compression_level=level))
+            written.append(path)
+            out.rows_written = rows.num_rows
+        removed = gone | {f.path for f in merge}
+        props = {**_state(snapshot), summary.OPERATION: "compact"}
+        storage.commit_files(table, storage.to_data_files(table, written), [], removed, props, Operation.REPLACE)
+    except (CommitFailedException, ValidationException):
+        delete_files(table.io, written)
+        out.notes.append("another writer committed first: nothing compacted (the next run tries again)")
+        return out
+    except BaseException:
+        delete_files(table.io, written)
+        raise
+    out.files_added, out.files_removed = len(written), len(removed)
+    out.minor = 1 if merge else 0
+    progress(
+        f"[{out.table}] {len(merge)} small file(s) merged into {len(written)}, {len(old)} file(s) older than "
+        f"table.log.ttl removed in {time.monotonic() - started:.1f}s"
+    )
+    return out
+
+
+def _upper(f: TableFile, field_id: int) -> int | None:
+    bounds = (f.data_file.upper_bounds or {}) if f.data_file is not None else {}
+    return int_bound(bounds.get(field_id))
+
+
+def _changelog_rows(spec: TableSpec, io: TaskIO, path: str) -> pa.Table:
+    """A changelog file's rows in the changelog schema (columns a file written before a column was added lacks
+    read as nulls)."""
+    import pyarrow.parquet as pq
+
+    schema = buckets.changelog_schema(spec)
+    with io.open_input(path) as stream:
+        table = pq.read_table(stream)
+    return pa.table(
+        {
+            f.name: table.column(f.name).cast(f.type) if f.name in table.column_names else pa.nulls(table.num_rows, f.type)
+            for f in schema
+        }
+    )
+
+

@@ -1,0 +1,125 @@
+"""Table maintenance: compaction, snapshot expiry and orphan-file removal, after each batch or on demand.
+
+After every committed batch the applier runs the cheap, bounded part (:func:`maintain` with ``inline``):
+compactions that are due (a full one only for partitions up to ``compact.INLINE_FULL_BYTES``), and snapshot
+expiry once at least ten snapshots are due -- so a table that takes a batch a minute stays bounded with no job
+to schedule (Paimon's writers compact and expire the same way). ``write-only: true`` turns that off for tables
+whose maintenance runs elsewhere. ``changelake maintain`` and the Airflow ``changelake_maintenance`` DAG run
+everything: every due compaction whatever its size, every due expiry, and the orphan sweep (files older than a
+day by default), which lists the table's directory and so is not run after each batch.
+
+Every step is its own optimistic commit; a step that loses a race to a batch leaves the table as it was and is
+tried again by the next run.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from pyiceberg.exceptions import CommitFailedException
+
+from changelake.engine import compact
+from changelake.spec import TableSpec
+from changelake.storage import maintenance
+from changelake.storage.iceberg import Storage
+from changelake.storage.summary import ChangelogSummary
+
+#: The orphan sweep's default safety age: files younger than this may be an apply's not yet committed.
+ORPHANS_OLDER_THAN_S = 86_400.0
+
+
+@dataclass
+class Report:
+    """What maintenance did to one table (its PK table and its changelog table)."""
+
+    table: str
+    compacted: list[compact.Compaction] = field(default_factory=list)
+    expired: list[maintenance.Outcome] = field(default_factory=list)
+    orphans: list[maintenance.Outcome] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict:
+        return {
+            "table": self.table,
+            "compacted": [
+                {
+                    "table": c.table,
+                    "full": c.full,
+                    "minor": c.minor,
+                    "files_added": c.files_added,
+                    "files_removed": c.files_removed,
+                    "rows_written": c.rows_written,
+                }
+                for c in self.compacted
+            ],
+            "expired_snapshots": sum(o.expired_snapshots for o in self.expired),
+            "retained_snapshots": {o.table: o.retained_snapshots for o in self.expired},
+            "history_batches": sum(o.history_batches for o in self.expired),
+            "files_deleted": sum(o.files_deleted for o in self.expired + self.orphans),
+            "bytes_deleted": sum(o.bytes_deleted for o in self.expired + self.orphans),
+            "orphans_deleted": sum(o.files_deleted for o in self.orphans),
+            "notes": self.notes + [n for c in self.compacted for n in c.notes],
+            "seconds": round(self.seconds, 3),
+        }
+
+
+def maintain(
+    storage: Storage,
+    spec: TableSpec,
+    roll_forward: Callable[[TableSpec], object],
+    *,
+    inline: bool = False,
+    compaction: bool = True,
+    expiry: bool = True,
+    full: bool = False,
+    orphans_older_than_s: float | None = None,
+    progress: Callable[[str], None] = lambda _m: None,
+) -> Report:
+    """Maintain one table: compactions due (``full``: every partition with deltas or deletes), expiry of the
+    snapshots its retention lets go (after a batch, ``inline``, once at least ten are due), and, with
+    ``orphans_older_than_s``, the orphan sweep. ``roll_forward`` first commits a committed batch's changelog
+    (no snapshot of a batch whose changelog is not committed is ever expired)."""
+    started = time.monotonic()
+    report = Report(spec.full_name)
+    roll_forward(spec)
+    if compaction:
+        report.compacted.append(compact.compact_table(storage, spec, full=full, inline=inline, progress=progress))
+        report.compacted.append(compact.compact_changelog(storage, spec, force=full, progress=progress))
+    if expiry:
+        options = spec.storage
+        at_least = maintenance.EXPIRE_AT_LEAST if inline else 1
+        log_table = storage.changelog_table(spec)
+        logged = ChangelogSummary.from_snapshot(log_table.current_snapshot())
+        for table, with_history in ((storage.pk_table(spec), True), (log_table, False)):
+            try:
+                _, outcome = maintenance.expire(
+                    table,
+                    options,
+                    keep_after_batch=(logged.batch_id if logged else 0) if with_history else None,
+                    at_least=at_least,
+                    with_history=with_history,
+                )
+            except CommitFailedException:
+                report.notes.append(f"{'.'.join(table.name())}: another writer committed first; expiry skipped")
+                continue
+            report.expired.append(outcome)
+            if outcome.expired_snapshots:
+                progress(
+                    f"[{outcome.table}] expired {outcome.expired_snapshots} snapshot(s), "
+                    f"{outcome.retained_snapshots} retained; {outcome.files_deleted} file(s), "
+                    f"{outcome.bytes_deleted:,} bytes deleted"
+                )
+    if orphans_older_than_s is not None:
+        for table in (storage.pk_table(spec), storage.changelog_table(spec)):
+            outcome = maintenance.remove_orphans(table, orphans_older_than_s)
+            report.orphans.append(outcome)
+            if outcome.files_deleted:
+                progress(
+                    f"[{outcome.table}] {outcome.files_deleted} orphan file(s) older than "
+                    f"{orphans_older_than_s:g}s deleted ({outcome.bytes_deleted:,} bytes)"
+                )
+    report.seconds = time.monotonic() - started
+    return report

@@ -1,0 +1,286 @@
+"""Keeping a table's history bounded: snapshot expiry with file cleanup, and orphan-file removal.
+
+**Expiry** follows Paimon's retention rule over the main branch's snapshots, newest first: the newest
+``snapshot.num-retained.min`` are always kept, at most ``snapshot.num-retained.max`` are kept, and between the
+two a snapshot is kept while it is younger than ``snapshot.time-retained``. Before a PK table's batch snapshots
+go, their summaries go to the table's batch history (:mod:`changelake.storage.history`); one metadata commit
+removes the snapshots and points the table at the new history, and requires the branch head not to have moved
+(a racing writer makes it fail: nothing is removed). Only then are files deleted: those the expired snapshots
+reached (manifest lists, manifests, data and delete files, changelake's changelog manifests) that no retained
+snapshot reaches. A crash in between leaves unreachable files for the orphan sweep; it never deletes a file a
+retained snapshot reads. Iceberg's own ``write.metadata.delete-after-commit.enabled`` keeps the metadata files
+few (:data:`changelake.storage.iceberg.METADATA_RETENTION`).
+
+**Orphan files** are files under the table's location that no snapshot, metadata file, history chunk or dead
+letter reaches: what a crashed or killed apply, compaction or expiry left. Only those older than a safety age
+(a day by default) are removed, so a file a running apply has written but not yet committed is never touched.
+Symbolic links are neither followed nor removed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlparse
+
+from pyiceberg.table import Table
+from pyiceberg.table.snapshots import Snapshot, ancestors_of
+from pyiceberg.table.update import AssertRefSnapshotId
+from pyiceberg.table.update.snapshot import ExpireSnapshots
+
+from changelake.spec import StorageOptions
+from changelake.storage import history, summary
+
+MAINTENANCE = summary.PREFIX + "maintenance"  # table property: when maintenance last changed the table, and what
+#: Expiry waits until this many snapshots are due (one metadata commit per ten batches, not one per batch),
+#: unless it is asked to expire everything due (``changelake maintain``).
+EXPIRE_AT_LEAST = 10
+
+
+@dataclass
+class Outcome:
+    """What a maintenance step did to one table."""
+
+    table: str
+    expired_snapshots: int = 0
+    retained_snapshots: int = 0
+    files_deleted: int = 0
+    bytes_deleted: int = 0
+    history_batches: int = 0  # batches the history holds after the step
+    notes: list[str] = field(default_factory=list)
+
+    def add(self, other: Outcome) -> None:
+        self.expired_snapshots += other.expired_snapshots
+        self.files_deleted += other.files_deleted
+        self.bytes_deleted += other.bytes_deleted
+        self.notes += other.notes
+
+
+def retained_snapshots(table: Table, options: StorageOptions, now_ms: int, keep_after_batch: int | None = None):
+    """(retained, expired) snapshots of the table under its retention options. ``keep_after_batch`` keeps
+    every batch snapshot above that batch (their changelog is not committed yet)."""
+    current = table.current_snapshot()
+    if current is None:
+        return [], []
+    ancestry = list(ancestors_of(current, table.metadata))  # newest first
+    cutoff = now_ms - options.time_retained_s * 1000
+    young = sum(1 for s in ancestry if s.timestamp_ms >= cutoff)
+    keep = min(len(ancestry), options.snapshots_max, max(options.snapshots_min, young))
+    if keep_after_batch is not None:
+        for i, snap in enumerate(ancestry):
+            batch = summary.batch_of(summary.properties(snap))
+            if batch is not None and batch > keep_after_batch:
+                keep = max(keep, i + 1)
+    retained = ancestry[:keep]
+    ids = {s.snapshot_id for s in retained}
+    return retained, [s for s in table.metadata.snapshots if s.snapshot_id not in ids]
+
+
+def reachable(table: Table, snapshots: Iterable[Snapshot], live_only: bool = True) -> set[str]:
+    """Every file the snapshots reach: their manifest lists, manifests, data and delete files, and the
+    changelog manifests their summaries name. ``live_only=False`` also counts the files an expired snapshot's
+    manifests list as deleted."""
+    out: set[str] = set()
+    seen: set[str] = set()
+    for snap in snapshots:
+        out.add(snap.manifest_list)
+        manifest = summary.properties(snap).get(summary.CHANGELOG_MANIFEST)
+        if manifest:
+            out.add(manifest)
+        for m in snap.manifests(table.io):
+            out.add(m.manifest_path)
+            if m.manifest_path in seen:
+                continue
+            seen.add(m.manifest_path)
+            for entry in m.fetch_manifest_entry(table.io, discard_deleted=live_only):
+                out.add(entry.data_file.file_path)
+    return out
+
+
+def expire(
+    table: Table,
+    options: StorageOptions,
+    *,
+    keep_after_batch: int | None = None,
+    at_least: int = EXPIRE_AT_LEAST,
+    now_ms: int | None = None,
+    with_history: bool = True,
+) -> tuple[Table, Outcome]:
+    """Expire the snapshots the retention options let go, when at least ``at_least`` are due; keep their
+    batches in the history (a PK table: ``with_history``); delete the files only they reached. Raises
+    CommitFailedException when another writer committed first (nothing removed)."""
+    from changelake.storage.iceberg import METADATA_RETENTION
+
+    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    name = ".".join(table.name())
+    retained, expired = retained_snapshots(table, options, now_ms, keep_after_batch)
+    outcome = Outcome(name, retained_snapshots=len(retained))
+    if not expired or len(expired) < at_least:
+        return table, outcome
+    props: dict[str, str] = {}
+    dropped: list[str] = []  # files the history no longer names once this commits
+    if with_history:
+        props[history.HISTORY], dropped, outcome.history_batches = _history_after(table, expired, options)
+    props[MAINTENANCE] = json.dumps(
+        {"at_ms": now_ms, "expired": len(expired), "retained": len(retained)}, sort_keys=True
+    )
+    props.update({k: v for k, v in METADATA_RETENTION.items() if table.properties.get(k) != v})
+    current = table.current_snapshot()
+    tx = table.transaction()
+    ExpireSnapshots(tx).by_ids([s.snapshot_id for s in expired]).commit()
+    tx.set_properties(props)
+    tx._apply((), (AssertRefSnapshotId(snapshot_id=current.snapshot_id if current else None, ref="main"),))
+    committed = tx.commit_transaction()
+    gone = reachable(table, expired, live_only=False) - reachable(committed, retained) | set(dropped)
+    outcome.expired_snapshots = len(expired)
+    outcome.files_deleted, outcome.bytes_deleted = delete_files(committed.io, gone)
+    return committed, outcome
+
+
+def _history_after(table: Table, expired: list[Snapshot], options: StorageOptions) -> tuple[str, list[str], int]:
+    """The history property once the expired batch snapshots are in it, the files it then no longer names
+    (merged chunks, dead letters of batches beyond its window), and how many batches it holds."""
+    batches = sorted(
+        ((s.snapshot_id, summary.properties(s)) for s in expired if summary.batch_of(summary.properties(s))),
+        key=lambda e: summary.batch_of(e[1]) or 0,
+    )
+    chunks = history.chunks(table.properties)
+    dropped: list[str] = []
+    if batches:
+        chunks.append(_write_chunk(table, batches))
+    if len(chunks) > history.MAX_CHUNKS:
+        entries = [e for c in chunks for e in history.decode(_read(table, c.path))]
+        latest = max(e.batch.batch_id for e in entries)
+        kept = [e for e in entries if e.batch.batch_id > latest - options.history_retained]
+        dropped = [c.path for c in chunks] + [
+            e.batch.dead_letter for e in entries if e not in kept and e.batch.dead_letter
+        ]
+        chunks = [_write_chunk(table, [(e.snapshot_id, e.batch.to_properties()) for e in kept])] if kept else []
+    return history.chunks_property(chunks), dropped, sum(c.count for c in chunks)
+
+
+def _write_chunk(table: Table, entries: list[tuple[int, dict[str, str]]]) -> history.Chunk:
+    first, last = summary.batch_of(entries[0][1]) or 0, summary.batch_of(entries[-1][1]) or 0
+    path = f"{table.location()}/metadata/changelake/history-{first:012d}-{last:012d}-{uuid.uuid4().hex[:12]}.json.gz"
+    with table.io.new_output(path).create(overwrite=False) as out:
+        out.write(history.encode(entries))
+    return history.Chunk(path, first, last, len(entries))
+
+
+def _read(table: Table, path: str) -> bytes:
+    with table.io.new_input(path).open() as stream:
+        return stream.read()
+
+
+def delete_files(io: Any, paths: Iterable[str]) -> tuple[int, int]:
+    """Delete files (a missing one is fine: a crashed run may have deleted it); (count, bytes) deleted."""
+    count = size = 0
+    for path in sorted(paths):
+        local = _local_path(path)
+        try:
+            if local is not None:
+                if os.path.islink(local):
+                    continue
+                size += os.path.getsize(local)
+                os.remove(local)
+            else:
+                size += len(io.new_input(path))
+                io.delete(path)
+            count += 1
+        except FileNotFoundError:
+            continue
+    return count, size
+
+
+def remove_orphans(table: Table, older_than_s: float, now: float | None = None) -> Outcome:
+    """Delete the files under the table's location that nothing of the table reaches, older than
+    ``older_than_s`` seconds (and then the empty directories). Local warehouses only; other file systems are
+    listed with pyarrow's."""
+    now = time.time() if now is None else now
+    outcome = Outcome(".".join(table.name()))
+    keep = reachable(table, table.metadata.snapshots) | referenced_outside_snapshots(table)
+    keep = {_canonical(p) for p in keep}
+    orphans = [
+        path
+        for path, mtime in list_files(table.location())
+        if _canonical(path) not in keep and mtime < now - older_than_s
+    ]
+    outcome.files_deleted, outcome.bytes_deleted = delete_files(table.io, orphans)
+    remove_empty_dirs(table.location(), older_than_s, now)
+    return outcome
+
+
+def referenced_outside_snapshots(table: Table) -> set[str]:
+    """Files of a table that no manifest names: its metadata files, the history's chunks, the dead letters
+    the history and the snapshots name."""
+    out = {table.metadata_location} | {e.metadata_file for e in table.metadata.metadata_log}
+    for chunk in history.chunks(table.properties):
+        out.add(chunk.path)
+        for entry in history.decode(_read(table, chunk.path)):
+            if entry.batch.dead_letter:
+                out.add(entry.batch.dead_letter)
+    for snap in table.metadata.snapshots:
+        dead_letter = summary.properties(snap).get(summary.DEAD_LETTER)
+        if dead_letter:
+            out.add(dead_letter)
+    return out
+
+
+def list_files(location: str) -> list[tuple[str, float]]:
+    """(location, modification time) of every regular file under ``location``; symbolic links are not
+    followed (nor listed)."""
+    local = _local_path(location)
+    if local is None:
+        from pyarrow import fs
+
+        filesystem, root = fs.FileSystem.from_uri(location)
+        prefix = location[: len(location) - len(root)] if location.endswith(root) else ""
+        infos = filesystem.get_file_info(fs.FileSelector(root, recursive=True, allow_not_found=True))
+        return [
+            (prefix + i.path, i.mtime.timestamp() if i.mtime else 0.0) for i in infos if i.type == fs.FileType.File
+        ]
+    out = []
+    base = location.rstrip("/")
+    for directory, dirs, files in os.walk(local, followlinks=False):
+        rel = os.path.relpath(directory, local)
+        for name in files:
+            full = os.path.join(directory, name)
+            st = os.lstat(full)
+            if not os.path.islink(full):
+                out.append((base + ("" if rel == "." else "/" + rel) + "/" + name, st.st_mtime))
+        dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(directory, d))]
+    return out
+
+
+def remove_empty_dirs(location: str, older_than_s: float = 0.0, now: float | None = None) -> None:
+    """Remove the empty directories under ``location`` (not itself), deepest first, left unchanged for
+    ``older_than_s`` (an apply attempt's fresh directory may not hold its files yet)."""
+    local = _local_path(location)
+    if local is None:
+        return
+    now = time.time() if now is None else now
+    for directory, dirs, files in os.walk(local, topdown=False, followlinks=False):
+        if directory == local or files or dirs and any(os.path.exists(os.path.join(directory, d)) for d in dirs):
+            continue
+        try:
+            if os.lstat(directory).st_mtime < now - older_than_s:
+                os.rmdir(directory)
+        except OSError:
+            continue
+
+
+def _canonical(location: str) -> str:
+    local = _local_path(location)
+    return os.path.normpath(local) if local is not None else location
+
+
+def _local_path(location: str) -> str | None:
+    uri = urlparse(location)
+    if not uri.scheme:
+        return location
+    return f"{uri.netloc}{uri.path}" if uri.scheme == "file" else None
