@@ -93,11 +93,13 @@ class StorageOptions:
     write_mode: str = "merge-on-read"  # write.merge.mode: how a batch (a MERGE of changes) is written
     write_only: bool = False  # write-only: applies never compact or expire (a maintenance job does)
     snapshots_min: int = 10  # snapshot.num-retained.min
-    snapshots_max: int = 50  # snapshot.num-retained.max
+    snapshots_max: int = 30  # snapshot.num-retained.max
     time_retained_s: float = 3600.0  # snapshot.time-retained
     compaction_trigger: int = 5  # num-sorted-run.compaction-trigger: delta files of a partition merged at
     max_amplification_percent: int = 50  # compaction.max-size-amplification-percent: full compaction at
-    history_retained: int = 100_000  # batch-history.num-retained: batches whose input a replay is checked against
+    history_retained: int = (
+        100_000  # batch-history.num-retained: batches whose input a replay is checked against
+    )
 
 
 _KNOWN_OPTIONS = {

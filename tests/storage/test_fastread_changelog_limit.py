@@ -34,7 +34,8 @@ SPEC = {
     "primary_key": ["day", "region", "k"],
     "partition_keys": ["day", "region"],
     "bucket_key": ["k"],
-    "options": {"bucket.num": 3},
+    # Maintenance left to the tests (the compacted fixture): the files stay as the batches wrote them.
+    "options": {"bucket.num": 3, "write-only": "true"},
 }
 TABLE = SPEC["name"]
 ROW_GROUP_ROWS = 4
@@ -79,6 +80,22 @@ def table(tmp_path_factory):
     return _build(tmp_path_factory.mktemp("changelog-limit"))
 
 
+@pytest.fixture(scope="module")
+def compacted(tmp_path_factory):
+    """The same table after a full maintenance run: its changelog files merged into one across batches."""
+    from changelake.engine.maintain import maintain
+
+    lake = _build(tmp_path_factory.mktemp("changelog-limit-compacted"))
+    spec = lake.spec(TABLE)
+    before = len(lake.storage.data_files(lake.storage.changelog_table(spec)))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(pq, "write_table", functools.partial(pq.write_table, row_group_size=ROW_GROUP_ROWS))
+        maintain(lake.storage, spec, lake.applier.roll_forward_changelog, full=True)
+    (merged,) = lake.storage.data_files(lake.storage.changelog_table(spec))
+    assert before > 4 and merged.batches == (1, 4)
+    return lake
+
+
 def _limits(total: int) -> list[int]:
     return sorted({-1, 0, 1, 2, 3, 4, 5, 7, 8, 9, 13, 30, 50, total - 1, total, total + 3})
 
@@ -105,6 +122,22 @@ def test_a_limited_changelog_is_the_first_records_of_the_whole_one(table, direct
     positions = list(zip(*(log.column(c).to_pylist() for c in order), strict=True))
     assert positions == sorted(positions) and len(set(positions)) == len(positions)
     assert len({p[:4] for p in positions}) > 10
+    _assert_limited_reads_are_prefixes(reader)
+
+
+@pytest.mark.parametrize("direct", [True, False], ids=["direct", "pyiceberg"])
+def test_a_limited_changelog_of_merged_batches_is_the_first_records_of_the_whole_one(
+    table, compacted, direct
+):
+    """One file holding every batch (a compacted changelog): the same records, whole or limited, as the
+    table read before the merge."""
+    reader = FastReader(compacted.settings, direct=direct)
+    before = FastReader(table.settings, direct=direct)
+    for lo, hi in ((None, None), (2, 2), (2, 3), (4, None)):
+        got, want = (
+            r.changelog_arrow(TABLE, lo, hi).drop_columns(["_commit_timestamp"]) for r in (reader, before)
+        )
+        assert got.to_pylist() == want.to_pylist() and got.num_rows
     _assert_limited_reads_are_prefixes(reader)
 
 

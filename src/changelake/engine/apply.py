@@ -161,6 +161,7 @@ class WrittenBatch:
     added_deletes: list
     removed: set[str]
     summary: BatchSummary
+    referenced: set[str] = field(default_factory=set)  # the data files the added delete files name
 
 
 def _fault(point: str) -> None:
@@ -250,10 +251,12 @@ class Applier:
             try:
                 result = self._commit(plan, written)
             except (CommitFailedException, ValidationException):
-                self.progress(
-                    f"[{spec.full_name}] batch {batch_id}: another writer committed first; re-checking"
-                )
-                continue
+                result = self._commit_after_race(plan, written)
+                if result is None:
+                    self.progress(
+                        f"[{spec.full_name}] batch {batch_id}: another writer committed first; re-checking"
+                    )
+                    continue
             return self._finish(plan, result, started)
         raise ChangelakeError(
             f"{spec.full_name}: batch {batch_id} lost {MAX_COMMIT_ATTEMPTS} commit races; retry later"
@@ -282,9 +285,22 @@ class Applier:
                 )
             return None
         snap = self.storage.snapshot_for_batch(table, batch_id)
-        if snap is None:
-            raise BatchRefusedError(f"{spec.full_name}: batch {batch_id} is not in the table's history")
-        committed = BatchSummary.of_batch(snap)
+        if snap is not None:
+            committed, snapshot_id = BatchSummary.of_batch(snap), snap.snapshot_id
+        elif (entry := self.storage.expired_batch(table, batch_id)) is not None:
+            committed, snapshot_id = (
+                entry.batch,
+                entry.snapshot_id,
+            )  # its snapshot expired: the history has it
+        else:
+            # Batch ids go 1, 2, 3...: every id up to the last was applied, this one before the history's window
+            # (batch-history.num-retained). It is not applied again; its input can no longer be checked.
+            self.progress(
+                f"[{spec.full_name}] batch {batch_id} was applied before the oldest batch the table's history "
+                "keeps (batch-history.num-retained): nothing to do, and its input cannot be checked against "
+                "what was applied"
+            )
+            return BatchResult(spec.full_name, batch_id, "already-applied")
         checksum = batch.ranges.checksum
         if committed.checksum != checksum:
             raise BatchRefusedError(
@@ -292,7 +308,7 @@ class Applier:
                 f"(checksum {committed.checksum[:12]}…, this input {checksum[:12]}…); refusing"
             )
         self.progress(f"[{spec.full_name}] batch {batch_id} already applied (same checksum): nothing to do")
-        return BatchResult.of(spec.full_name, "already-applied", committed, snap.snapshot_id)
+        return BatchResult.of(spec.full_name, "already-applied", committed, snapshot_id)
 
     def roll_forward_changelog(self, spec: TableSpec) -> Any:
         """Commit changelog snapshots for batches the PK table committed but the changelog lacks; the PK table
@@ -452,7 +468,8 @@ class Applier:
             for d in json.loads(m["_deletes"] or "[]")
         ]
         removed = {p for m in merged.buckets for p in m["_removed"]}
-        return WrittenBatch(added, deletes, removed, summary)
+        referenced = {p for m in merged.groups for d in json.loads(m["_deletes"] or "[]") for p in d["files"]}
+        return WrittenBatch(added, deletes, removed, summary, referenced)
 
     def _commit(self, plan: ApplyPlan, written: WrittenBatch) -> BatchResult:
         """Step 7, the commit point: one snapshot swapping the touched buckets' files, its summary the batch's.
@@ -466,8 +483,32 @@ class Applier:
             plan.spec.full_name, "applied", written.summary, snap.snapshot_id if snap else None
         )
 
+    def _commit_after_race(self, plan: ApplyPlan, written: WrittenBatch) -> BatchResult | None:
+        """After a lost commit race: when the winner committed no batch (a compaction, an expiry) and left every
+        file this batch replaces or deletes rows of, the batch's files are still right -- commit them on the
+        new snapshot without merging again. None when the batch must go back to the state check."""
+        spec = plan.spec
+        for _attempt in range(MAX_COMMIT_ATTEMPTS):
+            table = self.storage.pk_table(spec)
+            if Storage.state(table).last_batch != (plan.previous.batch_id if plan.previous else 0):
+                return None  # another batch: exactly-once decides (already applied, or merge again)
+            live = {f.path for f in self.storage.table_files(table)}
+            if not (written.removed | written.referenced) <= live:
+                return None  # a compaction replaced files this batch names: merge again
+            try:
+                result = self._commit(replace(plan, table=table), written)
+            except (CommitFailedException, ValidationException):
+                continue
+            self.progress(
+                f"[{spec.full_name}] batch {plan.batch_id}: committed after another writer's maintenance commit, "
+                "without merging again"
+            )
+            return result
+        return None
+
     def _finish(self, plan: ApplyPlan, result: BatchResult, started: float) -> BatchResult:
-        """Step 8 (the changelog commit), then the staged records dropped and the batch reported."""
+        """Step 8 (the changelog commit), then the staged records dropped, the batch reported, and the table's
+        maintenance that is due (:func:`changelake.engine.maintain.maintain`, unless ``write-only``)."""
         self.roll_forward_changelog(plan.spec)
         self._drop_staging(plan.table, plan.decoded)
         result.seconds = time.monotonic() - started
@@ -478,7 +519,20 @@ class Applier:
             f"{c['deleted']:,}, ignored {c['ignored']:,}, dropped -U {c['dropped_update_before']:,}; "
             f"{result.changelog_records:,} changelog records"
         )
+        if not plan.spec.storage.write_only:
+            self.maintain_inline(plan.spec)
         return result
+
+    def maintain_inline(self, spec: TableSpec) -> None:
+        """The maintenance due after a batch: compactions and expiry (bounded; see engine/maintain.py). The
+        batch is committed whatever happens here: a failure is reported, and the next batch tries again."""
+        from changelake.engine.maintain import maintain
+
+        _fault("before-maintenance")
+        try:
+            maintain(self.storage, spec, self.roll_forward_changelog, inline=True, progress=self.progress)
+        except Exception as e:  # noqa: BLE001 - the batch is committed; maintenance is retried next time
+            self.progress(f"[{spec.full_name}] maintenance after the batch failed, to be tried again: {e}")
 
     # --- helpers of the steps -------------------------------------------------------------------------
     def _run(self, function, n: int, schema: pa.Schema, spec: TableSpec, local: bool) -> list[dict]:
@@ -604,9 +658,7 @@ def _bucket_tasks(
                 key=key,
                 bucket=group.bucket,
                 parts=tuple(group.parts),
-                files=tuple(
-                    buckets.SourceFile(f.path, f.record_count, f.single_bucket) for f in candidates
-                ),
+                files=tuple(buckets.SourceFile(f.path, f.record_count, f.single_bucket) for f in candidates),
                 deletes=tuple(deletes.get(output, ())),
                 output=output,
                 rewrite=not merge_on_read or _rewrites(group.records, candidates),

@@ -418,7 +418,9 @@ def prefetch(ctx: BucketContext, tasks: list[BucketTask]) -> None:
     if len(data) + len(deletes) < 2:
         return
     io = TaskIO(ctx.io_properties)
-    with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 2), thread_name_prefix="changelake-read") as pool:
+    with ThreadPoolExecutor(
+        max_workers=min(4, os.cpu_count() or 2), thread_name_prefix="changelake-read"
+    ) as pool:
         jobs = [pool.submit(file_rows, ctx.spec, io, p, False, True) for p in data]
         jobs += [pool.submit(deleted_positions, io, [p], True) for p in deletes]
         for job in jobs:
@@ -688,7 +690,9 @@ class GroupWriter:
             table = position_deletes(list(by_path), [merge_positions(v) for v in by_path.values()])
             path = f"{ctx.out_dir}/data/deletes-{uuid.uuid4().hex}.parquet"
             writes.append(functools.partial(self._write_deletes, path, table))
-            self.delete_files.append({"path": path, "output": output, "stats": delete_stats(table)})
+            self.delete_files.append(
+                {"path": path, "output": output, "stats": delete_stats(table), "files": sorted(by_path)}
+            )
         if self.logs:
             log = pa.concat_tables(self.logs)
             path = f"{ctx.log_dir}/changelog-{uuid.uuid4().hex}.parquet"
@@ -730,7 +734,9 @@ def task_marker_schema() -> pa.Schema:
     return pa.schema(
         [
             pa.field("_task", pa.int64()),
-            pa.field("_paths", pa.list_(pa.string())),  # data files written (a rewritten bucket's; the group's)
+            pa.field(
+                "_paths", pa.list_(pa.string())
+            ),  # data files written (a rewritten bucket's; the group's)
             pa.field("_removed", pa.list_(pa.string())),  # data files a rewritten bucket replaces
             pa.field("_log_paths", pa.list_(pa.string())),  # the group's changelog files
             pa.field("_deletes", pa.string()),  # the group's delete files: JSON [{path, output, stats, size}]

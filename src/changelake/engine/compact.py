@@ -4,9 +4,10 @@ A merge-on-read batch adds, per Iceberg partition, a data file of its new rows a
 (:mod:`changelake.storage.files`). Readers merge them as they read, at a cost that grows with their number and
 size. Per partition (Paimon's vocabulary, documented defaults in docs/configuration.md):
 
-* **minor** -- when the partition holds ``num-sorted-run.compaction-trigger`` delta files or delete files
-  (5): its delta files' live rows become one delta file (sorted by bucket, then key), and its delete files one
-  delete file naming only rows of the remaining bucket files. Cost: the deltas and deletes, not the table.
+* **minor** -- when ``num-sorted-run.compaction-trigger`` (5) delta files, or delete files, of one size tier
+  are in the partition (:func:`due_tier`): those delta files' live rows become one delta file (sorted by
+  bucket, then key), those delete files one delete file naming only rows of the files that stay. Cost: the
+  files merged, not the table; tiers keep a row from being rewritten at every merge.
 * **full** -- when the rows readers skip or merge (delta rows plus deleted positions) reach
   ``compaction.max-size-amplification-percent`` of the rows in the bucket files (50%), or when asked: every
   bucket of the partition is rewritten as one file sorted by key, and no delta or delete file is left.
@@ -25,6 +26,7 @@ A changelog table partitioned by batch (created before this) only has its old fi
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 import uuid
@@ -116,10 +118,12 @@ def compact_table(
                     "`changelake maintain`"
                 )
             else:
-                plans.append(("full", partition, data, deletes))
+                plans.append(("full", partition, data, deletes, deltas, deletes))
                 continue
-        if len(deltas) >= options.compaction_trigger or len(deletes) >= options.compaction_trigger:
-            plans.append(("minor", partition, data, deletes))
+        merge_deltas = due_tier(deltas, options.compaction_trigger)
+        merge_deletes = due_tier(deletes, options.compaction_trigger)
+        if merge_deltas or merge_deletes:
+            plans.append(("minor", partition, data, deletes, merge_deltas, merge_deletes))
     if not plans:
         return out
     started = time.monotonic()
@@ -129,17 +133,18 @@ def compact_table(
     added_deletes: list[tuple[str, dict, TableFile]] = []
     removed: set[str] = set()
     try:
-        for kind, _partition, data, deletes in plans:
+        for kind, _partition, data, deletes, merged_data, merged_deletes in plans:
             if kind == "full":
                 written += _rewrite_partition(ctx, io, data, deletes, out)
+                removed |= {f.path for f in data} | {f.path for f in deletes}
                 out.full += 1
             else:
-                paths, delete_file = _merge_deltas(ctx, io, data, deletes, out)
+                paths, delete_file = _merge_deltas(ctx, io, data, deletes, merged_data, merged_deletes, out)
                 written += paths
                 if delete_file is not None:
                     added_deletes.append(delete_file)
+                removed |= {f.path for f in merged_data} | {f.path for f in merged_deletes}
                 out.minor += 1
-            removed |= {f.path for f in data if kind == "full" or is_delta(f)} | {f.path for f in deletes}
         added = storage.to_data_files(table, sorted(written))
         described = [
             storage.to_delete_file(table, path, stats, io.size(path), ref.data_file.partition)
@@ -223,16 +228,23 @@ def _rewrite_partition(
 
 
 def _merge_deltas(
-    ctx: BucketContext, io: TaskIO, data: list[TableFile], deletes: list[TableFile], out: Compaction
+    ctx: BucketContext,
+    io: TaskIO,
+    data: list[TableFile],
+    deletes: list[TableFile],
+    merged_data: list[TableFile],
+    merged_deletes: list[TableFile],
+    out: Compaction,
 ) -> tuple[list[str], tuple[str, dict, TableFile] | None]:
-    """A partition's delta files as one (their live rows, sorted by bucket and key) and its delete files as one
-    naming only rows of its bucket files: the new data file's path, and the delete file (path, stats, a file it
-    names) if any row of a bucket file is deleted."""
+    """Merge some delta files of a partition into one (their live rows under every delete file of the
+    partition, sorted by bucket and key), and some delete files into one (their positions in the partition's
+    data files that stay). The new data file's path, and the delete file (path, stats, a file it names) if it
+    names any row."""
     spec = ctx.spec
     positions = buckets.deleted_positions(io, [f.path for f in deletes], keep_rows=True)
     paths: list[str] = []
     parts = []
-    for f in (f for f in data if is_delta(f)):
+    for f in merged_data:
         rows = buckets.file_rows(spec, io, f.path, keep_rows=True)
         mask = buckets.live_mask(rows.num_rows, positions.get(f.path))
         parts.append(rows if mask is None else rows.filter(pa.array(mask)))
@@ -245,15 +257,32 @@ def _merge_deltas(
         buckets.STORED_ROWS.put(path, buckets.row_schema(spec), rows)
         paths.append(path)
         out.rows_written += rows.num_rows
-    kept = {f.path: f for f in data if not is_delta(f)}
-    named = sorted(p for p in positions if p in kept and len(positions[p]))
+    if not merged_deletes:
+        return paths, None
+    staying = {f.path: f for f in data if f not in merged_data}
+    named_by = buckets.deleted_positions(io, [f.path for f in merged_deletes], keep_rows=True)
+    named = sorted(p for p in named_by if p in staying and len(named_by[p]))
     if not named:
         return paths, None
-    table = buckets.position_deletes(named, [positions[p] for p in named])
+    table = buckets.position_deletes(named, [named_by[p] for p in named])
     path = f"{ctx.out_dir}/data/deletes-{uuid.uuid4().hex}.parquet"
     with io.open_output(path) as sink:
         buckets.write_position_deletes(sink, table, ctx.compression)
-    return paths, (path, buckets.delete_stats(table), kept[named[0]])
+    return paths, (path, buckets.delete_stats(table), staying[named[0]])
+
+
+def due_tier(files: list[TableFile], trigger: int) -> list[TableFile]:
+    """The files of the smallest size tier that holds ``trigger`` files or more (none: nothing due). Tiers
+    grow by a factor of four in rows from 4,096, so a merged file moves up a tier and each row is rewritten
+    a few times before a full compaction, not once per merge."""
+    tiers: dict[int, list[TableFile]] = {}
+    for f in files:
+        tier = 0 if f.record_count < 4096 else int(math.log(f.record_count / 4096, 4)) + 1
+        tiers.setdefault(tier, []).append(f)
+    for tier in sorted(tiers):
+        if len(tiers[tier]) >= trigger:
+            return tiers[tier]
+    return []
 
 
 # --- the changelog table -------------------------------------------------------------------------------------
@@ -282,8 +311,7 @@ def compact_changelog(
     merge: list[TableFile] = []
     if not Storage.layout(table).partition_columns:  # a table partitioned by batch cannot merge batches
         small = [f for f in files if f.path not in gone and f.size < CHANGELOG_SMALL_BYTES]
-        if len(small) >= (2 if force else CHANGELOG_MERGE_AT):
-            merge = small
+        merge = small if force and len(small) >= 2 else due_tier(small, CHANGELOG_MERGE_AT)
     if not old and not merge:
         return out
     started = time.monotonic()
@@ -307,7 +335,9 @@ def compact_changelog(
             out.rows_written = rows.num_rows
         removed = gone | {f.path for f in merge}
         props = {**_state(snapshot), summary.OPERATION: "compact"}
-        storage.commit_files(table, storage.to_data_files(table, written), [], removed, props, Operation.REPLACE)
+        storage.commit_files(
+            table, storage.to_data_files(table, written), [], removed, props, Operation.REPLACE
+        )
     except (CommitFailedException, ValidationException):
         delete_files(table.io, written)
         out.notes.append("another writer committed first: nothing compacted (the next run tries again)")
@@ -339,9 +369,9 @@ def _changelog_rows(spec: TableSpec, io: TaskIO, path: str) -> pa.Table:
         table = pq.read_table(stream)
     return pa.table(
         {
-            f.name: table.column(f.name).cast(f.type) if f.name in table.column_names else pa.nulls(table.num_rows, f.type)
+            f.name: table.column(f.name).cast(f.type)
+            if f.name in table.column_names
+            else pa.nulls(table.num_rows, f.type)
             for f in schema
         }
     )
-
-

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from pyiceberg.exceptions import CommitFailedException
 
@@ -86,24 +86,31 @@ def maintain(
     report = Report(spec.full_name)
     roll_forward(spec)
     if compaction:
-        report.compacted.append(compact.compact_table(storage, spec, full=full, inline=inline, progress=progress))
+        report.compacted.append(
+            compact.compact_table(storage, spec, full=full, inline=inline, progress=progress)
+        )
         report.compacted.append(compact.compact_changelog(storage, spec, force=full, progress=progress))
     if expiry:
         options = spec.storage
         at_least = maintenance.EXPIRE_AT_LEAST if inline else 1
         log_table = storage.changelog_table(spec)
         logged = ChangelogSummary.from_snapshot(log_table.current_snapshot())
+        # The changelog table's snapshots are not read back in time (its batches are its rows): it keeps the
+        # minimum, enough for a reader in flight.
+        log_options = replace(options, snapshots_max=options.snapshots_min)
         for table, with_history in ((storage.pk_table(spec), True), (log_table, False)):
             try:
                 _, outcome = maintenance.expire(
                     table,
-                    options,
+                    options if with_history else log_options,
                     keep_after_batch=(logged.batch_id if logged else 0) if with_history else None,
                     at_least=at_least,
                     with_history=with_history,
                 )
             except CommitFailedException:
-                report.notes.append(f"{'.'.join(table.name())}: another writer committed first; expiry skipped")
+                report.notes.append(
+                    f"{'.'.join(table.name())}: another writer committed first; expiry skipped"
+                )
                 continue
             report.expired.append(outcome)
             if outcome.expired_snapshots:

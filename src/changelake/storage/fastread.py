@@ -1056,13 +1056,12 @@ class FastReader:
         files = self._files(source, None)
         wanted = (from_batch, to_batch)
         runs = _batch_runs(
-            [f for f in files if _overlaps(_batch_range(source, f), wanted)], lambda f: _batch_range(source, f)
+            [f for f in files if _overlaps(_batch_range(source, f), wanted)],
+            lambda f: _batch_range(source, f),
         )
         label = f"[{spec.full_name}__changelog] snapshot {source.current()[0]}"
         stats = _Stats(files_planned=len(files))
-        self.progress(
-            f"{label}: {sum(len(r) for r in runs)} of {len(files)} file(s) after pruning by batch"
-        )
+        self.progress(f"{label}: {sum(len(r) for r in runs)} of {len(files)} file(s) after pruning by batch")
         schema = _changelog_view_schema(spec, source.columns)
         columns = changelog_order(source.columns, spec)
         order = [(c, "ascending") for c in columns]

@@ -94,14 +94,16 @@ def encode(entries: Iterable[tuple[int, Mapping[str, str]]]) -> bytes:
     buffer = io.BytesIO()
     with gzip.GzipFile(fileobj=buffer, mode="wb", mtime=0) as out:
         for snapshot_id, props in entries:
-            kept = {
-                k: v for k, v in props.items() if k.startswith(summary.PREFIX) and k not in _STATE_ONLY
-            }
-            out.write((json.dumps({"snapshot_id": snapshot_id, "properties": kept}, sort_keys=True) + "\n").encode())
+            kept = {k: v for k, v in props.items() if k.startswith(summary.PREFIX) and k not in _STATE_ONLY}
+            out.write(
+                (json.dumps({"snapshot_id": snapshot_id, "properties": kept}, sort_keys=True) + "\n").encode()
+            )
     return buffer.getvalue()
 
 
-def batches(entries: list[Entry], snapshots: list[tuple[int, Mapping[str, str]]]) -> list[tuple[int, BatchSummary]]:
+def batches(
+    entries: list[Entry], snapshots: list[tuple[int, Mapping[str, str]]]
+) -> list[tuple[int, BatchSummary]]:
     """The table's batches, oldest first, as (snapshot id, summary): the history's, then those of the retained
     snapshots (``snapshots``: the batch snapshots of the main branch, oldest first), each batch once."""
     out = {e.batch.batch_id: (e.snapshot_id, e.batch) for e in entries}

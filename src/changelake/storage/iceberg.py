@@ -41,6 +41,7 @@ from changelake.errors import ChangelakeError
 from changelake.lru import BoundedLRU
 from changelake.spec import TableSpec
 from changelake.storage import (
+    history,
     pyiceberg_fixes,  # its fixes are installed on import
     summary,
 )
@@ -250,7 +251,12 @@ class Storage:
         schema = self.changelog_schema(spec)
         order = ["_batch_id", *spec.partition_keys, "_bucket", "_log_offset"]
         self._create(
-            spec, spec.table + CHANGELOG_SUFFIX, schema, PartitionSpec(), _spec_json(spec), _sort_order(schema, order)
+            spec,
+            spec.table + CHANGELOG_SUFFIX,
+            schema,
+            PartitionSpec(),
+            _spec_json(spec),
+            _sort_order(schema, order),
         )
 
     def evolve_table(self, spec: TableSpec, name: str) -> None:
@@ -404,10 +410,42 @@ class Storage:
         return list(reversed(newer))
 
     def snapshot_for_batch(self, table: Table, batch_id: int) -> Snapshot | None:
-        for snap in self.batch_snapshots(table):
+        """The retained snapshot that committed batch ``batch_id`` (None: not retained)."""
+        for snap in self.batch_snapshots_after(table, batch_id - 1):
             if summary.batch_of(summary.properties(snap)) == batch_id:
                 return snap
         return None
+
+    @staticmethod
+    def batch_history(table: Table) -> list[tuple[int, BatchSummary]]:
+        """Every batch the table took within its history's window, oldest first, as (snapshot id, summary):
+        the expired batches from the history (:mod:`changelake.storage.history`), then the retained ones."""
+        return history.batches(
+            history.read(functools.partial(_read_bytes, table), table.properties),
+            [(s.snapshot_id, summary.properties(s)) for s in Storage.batch_snapshots(table)],
+        )
+
+    @staticmethod
+    def expired_batch(table: Table, batch_id: int) -> history.Entry | None:
+        """Batch ``batch_id`` as the history keeps it, once its snapshot has expired (None: not there)."""
+        for chunk in history.chunks(table.properties):
+            if chunk.first <= batch_id <= chunk.last:
+                for entry in history.decode(_read_bytes(table, chunk.path)):
+                    if entry.batch.batch_id == batch_id:
+                        return entry
+        return None
+
+    def expired_batch_error(self, table: Table, batch_id: int) -> ChangelakeError:
+        """What a read of batch ``batch_id``'s snapshot says when it is not retained."""
+        name = ".".join(table.name())
+        retained = [summary.batch_of(summary.properties(s)) for s in self.batch_snapshots(table)]
+        kept = f"batches {retained[0]}..{retained[-1]}" if retained else "no batch"
+        if self.expired_batch(table, batch_id) is not None:
+            return ChangelakeError(
+                f"{name}: batch {batch_id} was applied, but its snapshot has expired (snapshot.num-retained.min/"
+                f"max, snapshot.time-retained); snapshots are retained for {kept}"
+            )
+        return ChangelakeError(f"{name}: batch {batch_id} is not in the table's history (snapshots: {kept})")
 
     @staticmethod
     def snapshot_summary(snapshot: Snapshot) -> dict[str, str]:
@@ -510,13 +548,16 @@ class Storage:
         removed: set[str],
         properties: dict[str, str],
         operation: Any = None,
+        table_properties: dict[str, str] | None = None,
     ) -> Table:
         """Commit one snapshot adding data and position-delete files and removing files by path
-        (:mod:`changelake.storage.rowdelta`); return the table as committed. Raises CommitFailedException
-        when another writer committed first, ValidationException when a removed file is gone (nothing is
-        committed either way)."""
+        (:mod:`changelake.storage.rowdelta`), and ``table_properties`` with it; return the table as
+        committed. Raises CommitFailedException when another writer committed first, ValidationException when
+        a removed file is gone (nothing is committed either way)."""
         base = table.current_snapshot()
-        committed = commit_row_delta(table, added, added_deletes, removed, properties, operation)
+        committed = commit_row_delta(
+            table, added, added_deletes, removed, properties, operation, table_properties
+        )
         # The new snapshot's files, from its parent's (the commit fails unless the parent is still current):
         # the next batch's plan need not read the manifests this commit wrote.
         table_uuid = str(table.metadata.table_uuid)
@@ -557,6 +598,11 @@ class Storage:
             return json.loads(stream.read())
 
 
+def _read_bytes(table: Table, location: str) -> bytes:
+    with table.io.new_input(location).open() as stream:
+        return stream.read()
+
+
 def _file_describer(table: Table) -> Callable[[Any], TableFile]:
     """A function from a pyiceberg manifest entry of ``table`` to its :class:`TableFile` (the bucket range of
     a PK table's data file, the batch range of a changelog file)."""
@@ -595,7 +641,10 @@ def _added_entry(data_file: DataFile, sequence_number: int):
     from pyiceberg.manifest import ManifestEntry, ManifestEntryStatus
 
     return ManifestEntry.from_args(
-        status=ManifestEntryStatus.ADDED, snapshot_id=None, sequence_number=sequence_number, data_file=data_file
+        status=ManifestEntryStatus.ADDED,
+        snapshot_id=None,
+        sequence_number=sequence_number,
+        data_file=data_file,
     )
 
 

@@ -36,7 +36,9 @@ from pyiceberg.table.update.snapshot import ExpireSnapshots
 from changelake.spec import StorageOptions
 from changelake.storage import history, summary
 
-MAINTENANCE = summary.PREFIX + "maintenance"  # table property: when maintenance last changed the table, and what
+MAINTENANCE = (
+    summary.PREFIX + "maintenance"
+)  # table property: when maintenance last changed the table, and what
 #: Expiry waits until this many snapshots are due (one metadata commit per ten batches, not one per batch),
 #: unless it is asked to expire everything due (``changelake maintain``).
 EXPIRE_AT_LEAST = 10
@@ -61,7 +63,9 @@ class Outcome:
         self.notes += other.notes
 
 
-def retained_snapshots(table: Table, options: StorageOptions, now_ms: int, keep_after_batch: int | None = None):
+def retained_snapshots(
+    table: Table, options: StorageOptions, now_ms: int, keep_after_batch: int | None = None
+):
     """(retained, expired) snapshots of the table under its retention options. ``keep_after_batch`` keeps
     every batch snapshot above that batch (their changelog is not committed yet)."""
     current = table.current_snapshot()
@@ -142,7 +146,9 @@ def expire(
     return committed, outcome
 
 
-def _history_after(table: Table, expired: list[Snapshot], options: StorageOptions) -> tuple[str, list[str], int]:
+def _history_after(
+    table: Table, expired: list[Snapshot], options: StorageOptions
+) -> tuple[str, list[str], int]:
     """The history property once the expired batch snapshots are in it, the files it then no longer names
     (merged chunks, dead letters of batches beyond its window), and how many batches it holds."""
     batches = sorted(
@@ -160,13 +166,17 @@ def _history_after(table: Table, expired: list[Snapshot], options: StorageOption
         dropped = [c.path for c in chunks] + [
             e.batch.dead_letter for e in entries if e not in kept and e.batch.dead_letter
         ]
-        chunks = [_write_chunk(table, [(e.snapshot_id, e.batch.to_properties()) for e in kept])] if kept else []
+        chunks = (
+            [_write_chunk(table, [(e.snapshot_id, e.batch.to_properties()) for e in kept])] if kept else []
+        )
     return history.chunks_property(chunks), dropped, sum(c.count for c in chunks)
 
 
 def _write_chunk(table: Table, entries: list[tuple[int, dict[str, str]]]) -> history.Chunk:
     first, last = summary.batch_of(entries[0][1]) or 0, summary.batch_of(entries[-1][1]) or 0
-    path = f"{table.location()}/metadata/changelake/history-{first:012d}-{last:012d}-{uuid.uuid4().hex[:12]}.json.gz"
+    # Not ".gz": pyarrow's output stream would compress the compressed bytes again.
+    name = f"history-{first:012d}-{last:012d}-{uuid.uuid4().hex[:12]}.jsonl.gzip"
+    path = f"{table.location()}/metadata/changelake/{name}"
     with table.io.new_output(path).create(overwrite=False) as out:
         out.write(history.encode(entries))
     return history.Chunk(path, first, last, len(entries))
@@ -242,7 +252,9 @@ def list_files(location: str) -> list[tuple[str, float]]:
         prefix = location[: len(location) - len(root)] if location.endswith(root) else ""
         infos = filesystem.get_file_info(fs.FileSelector(root, recursive=True, allow_not_found=True))
         return [
-            (prefix + i.path, i.mtime.timestamp() if i.mtime else 0.0) for i in infos if i.type == fs.FileType.File
+            (prefix + i.path, i.mtime.timestamp() if i.mtime else 0.0)
+            for i in infos
+            if i.type == fs.FileType.File
         ]
     out = []
     base = location.rstrip("/")
@@ -265,7 +277,12 @@ def remove_empty_dirs(location: str, older_than_s: float = 0.0, now: float | Non
         return
     now = time.time() if now is None else now
     for directory, dirs, files in os.walk(local, topdown=False, followlinks=False):
-        if directory == local or files or dirs and any(os.path.exists(os.path.join(directory, d)) for d in dirs):
+        if (
+            directory == local
+            or files
+            or dirs
+            and any(os.path.exists(os.path.join(directory, d)) for d in dirs)
+        ):
             continue
         try:
             if os.lstat(directory).st_mtime < now - older_than_s:

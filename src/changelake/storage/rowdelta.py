@@ -84,8 +84,16 @@ class RowDelta(_SnapshotProducer["RowDelta"]):
         """No validation window: the commit requires the parent to be the branch head."""
 
     def _writer(self, content: ManifestContent, spec_id: int) -> ManifestWriter:
-        args = (self.spec(spec_id), self.schema(), self.new_manifest_output(), self._snapshot_id, self._compression)
-        return DeleteManifestWriterV2(*args) if content == ManifestContent.DELETES else ManifestWriterV2(*args)
+        args = (
+            self.spec(spec_id),
+            self.schema(),
+            self.new_manifest_output(),
+            self._snapshot_id,
+            self._compression,
+        )
+        return (
+            DeleteManifestWriterV2(*args) if content == ManifestContent.DELETES else ManifestWriterV2(*args)
+        )
 
     def _write(
         self, content: ManifestContent, spec_id: int, entries: list[ManifestEntry], added: list[DataFile]
@@ -111,7 +119,10 @@ class RowDelta(_SnapshotProducer["RowDelta"]):
             if self._parent_snapshot_id is not None
             else None
         )
-        kept: dict[ManifestContent, list[ManifestFile]] = {ManifestContent.DATA: [], ManifestContent.DELETES: []}
+        kept: dict[ManifestContent, list[ManifestFile]] = {
+            ManifestContent.DATA: [],
+            ManifestContent.DELETES: [],
+        }
         found: set[str] = set()
         for manifest in parent.manifests(io=self._io) if parent is not None else []:
             if manifest.added_files_count == 0 and manifest.existing_files_count == 0:
@@ -128,7 +139,9 @@ class RowDelta(_SnapshotProducer["RowDelta"]):
             self._removed_files += [e.data_file for e in gone]
             live = [e for e in entries if e.data_file.file_path not in self._removed_paths]
             if live:
-                kept[manifest.content].append(self._write(manifest.content, manifest.partition_spec_id, live, []))
+                kept[manifest.content].append(
+                    self._write(manifest.content, manifest.partition_spec_id, live, [])
+                )
         missing = self._removed_paths - found
         if missing:
             # A file this commit replaces is gone from the parent: another writer changed the table.
@@ -167,7 +180,11 @@ class RowDelta(_SnapshotProducer["RowDelta"]):
         specs = metadata.specs()
         for data_file in self._removed_files:
             collector.remove_file(data_file, schema=schema, partition_spec=specs[data_file.spec_id])
-        parent = metadata.snapshot_by_id(self._parent_snapshot_id) if self._parent_snapshot_id is not None else None
+        parent = (
+            metadata.snapshot_by_id(self._parent_snapshot_id)
+            if self._parent_snapshot_id is not None
+            else None
+        )
         # pyiceberg's totals know append/overwrite/delete; a compaction's "replace" has the same arithmetic.
         totals = update_snapshot_summaries(
             Summary(operation=Operation.OVERWRITE, **collector.build(), **snapshot_properties),
@@ -184,11 +201,15 @@ def commit_row_delta(
     removed: set[str],
     properties: dict[str, str],
     operation: Operation | None = None,
+    table_properties: dict[str, str] | None = None,
 ):
-    """Commit one :class:`RowDelta` snapshot on ``table``'s main branch; the table as committed. Raises
-    CommitFailedException when another writer committed first, ValidationException when a removed file is
-    not in the parent (both: nothing committed, the new manifests removed)."""
+    """Commit one :class:`RowDelta` snapshot on ``table``'s main branch (and ``table_properties`` with it);
+    the table as committed. Raises CommitFailedException when another writer committed first,
+    ValidationException when a removed file is not in the parent (both: nothing committed, the new manifests
+    removed)."""
     tx = table.transaction()
+    if table_properties:
+        tx.set_properties(table_properties)
     producer = RowDelta(tx, table.io, added_data, added_deletes, removed, operation, properties)
     try:
         producer.commit()  # writes the manifests and the manifest list
