@@ -509,7 +509,7 @@ class Applier:
     def _finish(self, plan: ApplyPlan, result: BatchResult, started: float) -> BatchResult:
         """Step 8 (the changelog commit), then the staged records dropped, the batch reported, and the table's
         maintenance that is due (:func:`changelake.engine.maintain.maintain`, unless ``write-only``)."""
-        self.roll_forward_changelog(plan.spec)
+        table = self.roll_forward_changelog(plan.spec)
         self._drop_staging(plan.table, plan.decoded)
         result.seconds = time.monotonic() - started
         c = result.counts
@@ -520,17 +520,18 @@ class Applier:
             f"{result.changelog_records:,} changelog records"
         )
         if not plan.spec.storage.write_only:
-            self.maintain_inline(plan.spec)
+            self.maintain_inline(plan.spec, table)
         return result
 
-    def maintain_inline(self, spec: TableSpec) -> None:
-        """The maintenance due after a batch: compactions and expiry (bounded; see engine/maintain.py). The
-        batch is committed whatever happens here: a failure is reported, and the next batch tries again."""
+    def maintain_inline(self, spec: TableSpec, table) -> None:
+        """The maintenance due after a batch (``table``: the PK table as the batch's changelog commit read it):
+        compactions and expiry (bounded; see engine/maintain.py). The batch is committed whatever happens here:
+        a failure is reported, and the next batch tries again."""
         from changelake.engine.maintain import maintain
 
         _fault("before-maintenance")
         try:
-            maintain(self.storage, spec, self.roll_forward_changelog, inline=True, progress=self.progress)
+            maintain(self.storage, spec, lambda _spec: table, inline=True, progress=self.progress)
         except Exception as e:  # noqa: BLE001 - the batch is committed; maintenance is retried next time
             self.progress(f"[{spec.full_name}] maintenance after the batch failed, to be tried again: {e}")
 

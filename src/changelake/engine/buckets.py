@@ -309,9 +309,11 @@ def file_rows(spec: TableSpec, io, path: str, threads: bool = False, keep_rows: 
     return rows
 
 
-def deleted_positions(io, delete_paths, keep_rows: bool = False) -> dict[str, np.ndarray]:
-    """Every data file's deleted positions (sorted) that the position-delete files name."""
-    parts: dict[str, list[np.ndarray]] = {}
+def deleted_positions(io, delete_paths, keep_rows: bool = False, only=None) -> dict[str, np.ndarray]:
+    """Every data file's deleted positions (sorted) that the position-delete files name; with ``only``, of
+    those data files alone (a bucket's: a partition's delete files name the rows of all its buckets)."""
+    parts: dict[str, list] = {}
+    wanted = None if only is None else set(only)
     for path in delete_paths:
         positions = STORED_ROWS.get_deletes(path) if keep_rows else None
         if positions is None:
@@ -319,8 +321,8 @@ def deleted_positions(io, delete_paths, keep_rows: bool = False) -> dict[str, np
                 positions = read_position_deletes(stream)
             if keep_rows:
                 STORED_ROWS.put_deletes(path, positions)
-        for data_path, pos in positions.items():
-            parts.setdefault(data_path, []).append(pos)
+        for data_path in positions if wanted is None else wanted.intersection(positions):
+            parts.setdefault(data_path, []).append(positions[data_path])
     return {p: merge_positions(v) for p, v in parts.items()}
 
 
@@ -386,7 +388,11 @@ class Piece:
 
 def bucket_pieces(task: BucketTask, ctx: BucketContext, io) -> list[Piece]:
     """The bucket's rows in each of its files, the deleted ones marked."""
-    deleted = deleted_positions(io, task.deletes, ctx.keep_rows) if task.deletes else {}
+    deleted = (
+        deleted_positions(io, task.deletes, ctx.keep_rows, only=[f.path for f in task.files])
+        if task.deletes
+        else {}
+    )
     pieces = []
     for f in sorted(task.files, key=lambda f: f.path):  # in name order: one apply's files are in key order
         rows = file_rows(ctx.spec, io, f.path, ctx.threads, ctx.keep_rows)

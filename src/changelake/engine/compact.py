@@ -66,6 +66,7 @@ class Compaction:
     files_removed: int = 0
     rows_written: int = 0
     notes: list[str] = field(default_factory=list)
+    committed: object = None  # the table as the compaction committed it (None: nothing committed)
 
     @property
     def changed(self) -> bool:
@@ -90,11 +91,13 @@ def compact_table(
     *,
     full: bool = False,
     inline: bool = False,
+    table=None,
     progress: Callable[[str], None] = lambda _m: None,
 ) -> Compaction:
     """Compact the PK table's partitions that are due (every partition with deltas or deletes, with ``full``)
-    in one commit. ``inline`` (after a batch's commit) leaves large full compactions to the maintenance job."""
-    table = storage.pk_table(spec)
+    in one commit. ``inline`` (after a batch's commit) leaves large full compactions to the maintenance job.
+    ``table``: the PK table as the caller just loaded it."""
+    table = table if table is not None else storage.pk_table(spec)
     out = Compaction(spec.full_name)
     snapshot = table.current_snapshot()
     if snapshot is None:
@@ -151,7 +154,7 @@ def compact_table(
             for path, stats, ref in added_deletes
         ]
         props = {**_state(snapshot), summary.OPERATION: "compact"}
-        storage.commit_files(table, added, described, removed, props, Operation.REPLACE)
+        out.committed = storage.commit_files(table, added, described, removed, props, Operation.REPLACE)
     except (CommitFailedException, ValidationException):
         delete_files(table.io, written + [p for p, _, _ in added_deletes])
         out.notes.append("another writer committed first: nothing compacted (the next run tries again)")
@@ -292,11 +295,13 @@ def compact_changelog(
     *,
     force: bool = False,
     now_s: float | None = None,
+    table=None,
     progress: Callable[[str], None] = lambda _m: None,
 ) -> Compaction:
     """Merge the changelog table's small files (once there are CHANGELOG_MERGE_AT of them, or any two with
-    ``force``) and remove the files whose records are all older than ``table.log.ttl``, in one commit."""
-    table = storage.changelog_table(spec)
+    ``force``) and remove the files whose records are all older than ``table.log.ttl``, in one commit.
+    ``table``: the changelog table as the caller just loaded it."""
+    table = table if table is not None else storage.changelog_table(spec)
     out = Compaction(spec.full_name + "__changelog")
     snapshot = table.current_snapshot()
     if snapshot is None:

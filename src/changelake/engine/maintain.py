@@ -81,24 +81,26 @@ def maintain(
     """Maintain one table: compactions due (``full``: every partition with deltas or deletes), expiry of the
     snapshots its retention lets go (after a batch, ``inline``, once at least ten are due), and, with
     ``orphans_older_than_s``, the orphan sweep. ``roll_forward`` first commits a committed batch's changelog
-    (no snapshot of a batch whose changelog is not committed is ever expired)."""
+    (no snapshot of a batch whose changelog is not committed is ever expired) and returns the PK table."""
     started = time.monotonic()
     report = Report(spec.full_name)
-    roll_forward(spec)
+    pk = roll_forward(spec)
+    log_table = storage.changelog_table(spec)
     if compaction:
-        report.compacted.append(
-            compact.compact_table(storage, spec, full=full, inline=inline, progress=progress)
-        )
-        report.compacted.append(compact.compact_changelog(storage, spec, force=full, progress=progress))
+        done = compact.compact_table(storage, spec, full=full, inline=inline, table=pk, progress=progress)
+        pk = done.committed or pk
+        report.compacted.append(done)
+        done = compact.compact_changelog(storage, spec, force=full, table=log_table, progress=progress)
+        log_table = done.committed or log_table
+        report.compacted.append(done)
     if expiry:
         options = spec.storage
         at_least = maintenance.EXPIRE_AT_LEAST if inline else 1
-        log_table = storage.changelog_table(spec)
         logged = ChangelogSummary.from_snapshot(log_table.current_snapshot())
         # The changelog table's snapshots are not read back in time (its batches are its rows): it keeps the
         # minimum, enough for a reader in flight.
         log_options = replace(options, snapshots_max=options.snapshots_min)
-        for table, with_history in ((storage.pk_table(spec), True), (log_table, False)):
+        for table, with_history in ((pk, True), (log_table, False)):
             try:
                 _, outcome = maintenance.expire(
                     table,
