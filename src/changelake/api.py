@@ -28,9 +28,8 @@ from changelake.identifiers import split_table_name
 from changelake.inputs.landing import read_manifest, scan_landing
 from changelake.spec import TableSpec, check_new_table, load_specs
 from changelake.storage import sparkread
-from changelake.storage.fastread import FastReader, changelog_order, json_default
+from changelake.storage.fastread import FastReader, changelog_order, expired_before, json_default
 from changelake.storage.iceberg import CHANGELOG_SUFFIX, Storage
-from changelake.storage.summary import BatchSummary
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -207,9 +206,10 @@ class ChangeLake:
         spec = self.spec(table)
         snapshot_id = None
         if at_batch is not None:
-            snap = self.storage.snapshot_for_batch(self.storage.pk_table(spec), at_batch)
+            pk = self.storage.pk_table(spec)
+            snap = self.storage.snapshot_for_batch(pk, at_batch)
             if snap is None:
-                raise ChangelakeError(f"{table}: batch {at_batch} is not in the table's history")
+                raise self.storage.expired_batch_error(pk, at_batch)
             snapshot_id = snap.snapshot_id
         df = sparkread.rows_df(self.spark, self.storage, spec, snapshot_id).drop("_bucket")
         return sparkread.to_view_types(spec, df)
@@ -230,7 +230,14 @@ class ChangeLake:
         from pyspark.sql import functions as F
 
         spec = self.spec(table)
-        self.applier.roll_forward_changelog(spec)
+        pk = self.applier.roll_forward_changelog(spec)
+        expired_before(
+            spec.full_name,
+            self.storage.changelog_table(spec).properties,
+            from_batch,
+            to_batch,
+            Storage.state(pk).last_batch,
+        )
         df = sparkread.changelog_df(self.spark, self.storage, spec)
         if from_batch is not None:
             df = df.filter(F.col("_batch_id") >= from_batch)
@@ -347,6 +354,55 @@ class ChangeLake:
         """Per table: last batch, rows, batch snapshots, changelog records, pending landed batches."""
         return self.reader.status()
 
+    def maintain(
+        self,
+        table: str | None = None,
+        *,
+        full: bool = False,
+        compaction: bool = True,
+        expiry: bool = True,
+        orphans_older_than_s: float | None = None,
+    ) -> list:
+        """Maintain a table (or every table that exists): the compactions due (``full``: every partition with
+        delta or delete files rewritten), expiry of the snapshots its retention lets go, and with
+        ``orphans_older_than_s`` the orphan sweep. No Spark. See :mod:`changelake.engine.maintain`; a
+        :class:`~changelake.engine.maintain.Report` per table."""
+        from changelake.engine.maintain import maintain
+
+        names = (
+            [table]
+            if table is not None
+            else [n for n, s in sorted(self.specs().items()) if self.storage.exists(s)]
+        )
+        reports = []
+        for name in names:
+            spec = self.spec(name)
+            self.progress(
+                f"[{spec.full_name}] maintenance: "
+                + ", ".join(
+                    w
+                    for w, on in (
+                        ("compaction", compaction),
+                        ("expiry", expiry),
+                        ("orphan sweep", orphans_older_than_s is not None),
+                    )
+                    if on
+                )
+            )
+            reports.append(
+                maintain(
+                    self.storage,
+                    spec,
+                    self.applier.roll_forward_changelog,
+                    full=full,
+                    compaction=compaction,
+                    expiry=expiry,
+                    orphans_older_than_s=orphans_older_than_s,
+                    progress=self.progress,
+                )
+            )
+        return reports
+
     def dead_letters(self, table: str, batch_id: int | None = None) -> list[dict[str, Any]]:
         """Quarantined records of a table (``on-bad-record: quarantine``): batch, file, line, field, reason,
         raw text — read from the dead-letter files the committed batches name."""
@@ -425,8 +481,7 @@ class ChangeLake:
         parts = []
         landing = scan_landing(self.settings.landing_dir, spec)
         directory = self.settings.landing_dir / spec.full_name
-        for snap in Storage.batch_snapshots(self.storage.pk_table(spec)):
-            summary = BatchSummary.of_batch(snap)
+        for _snapshot_id, summary in Storage.batch_history(self.storage.pk_table(spec)):
             batch_id = summary.batch_id
             if summary.input is not None:
                 how = summary.input

@@ -177,7 +177,32 @@ def _parser() -> argparse.ArgumentParser:
         "--max-redelivery-share", type=float, default=0.5, help="warn above this redelivered share"
     )
 
-    st = sub.add_parser("status", help="per table: last batch, rows, snapshots, pending batches")
+    m = sub.add_parser(
+        "maintain",
+        help="compact, expire old snapshots (their batches kept in the history), remove orphan files",
+    )
+    m.add_argument("table", nargs="*", help="namespace.table (default: every table that exists)")
+    m.add_argument("--full", action="store_true", help="rewrite every partition with delta or delete files")
+    m.add_argument("--no-compact", action="store_true", help="skip compaction")
+    m.add_argument("--no-expire", action="store_true", help="skip snapshot expiry")
+    m.add_argument(
+        "--orphans-older-than",
+        default="1 d",
+        metavar="DURATION",
+        help="remove unreferenced files older than this (default: 1 d; 'off' skips the sweep)",
+    )
+    m.add_argument("--json", action="store_true", help=_JSON_HELP)
+
+    cp = sub.add_parser(
+        "compact", help="compact delta and delete files (maintain without expiry or orphan sweep)"
+    )
+    cp.add_argument("table", nargs="*", help="namespace.table (default: every table that exists)")
+    cp.add_argument("--full", action="store_true", help="rewrite every partition with delta or delete files")
+    cp.add_argument("--json", action="store_true", help=_JSON_HELP)
+
+    st = sub.add_parser(
+        "status", help="per table: last batch, rows, snapshots, files, bytes, maintenance, pending batches"
+    )
     st.add_argument("--format", choices=_ROW_FORMATS, default="table", help=_ROW_FORMATS_HELP)
     return p
 
@@ -350,7 +375,38 @@ def _run(args: argparse.Namespace) -> tuple[int, Any]:
         return code, None
     if args.command == "datagen":
         return 0, _datagen(lake, args)
+    if args.command in ("maintain", "compact"):
+        return 0, _maintain(lake, args)
     raise AssertionError(args.command)
+
+
+def _maintain(lake, args: argparse.Namespace) -> dict[str, Any]:
+    """``maintain`` / ``compact``: what was done per table, as text and as ``{"tables": [...]}``."""
+    from changelake.spec import parse_duration
+
+    compact_only = args.command == "compact"
+    orphans = (
+        None if compact_only or args.orphans_older_than.strip().lower() == "off" else args.orphans_older_than
+    )
+    older_than = None if orphans is None else parse_duration(orphans, "--orphans-older-than")
+    reports = []
+    for table in args.table or [None]:
+        reports += lake.maintain(
+            table,
+            full=args.full,
+            compaction=compact_only or not args.no_compact,
+            expiry=not compact_only and not args.no_expire,
+            orphans_older_than_s=older_than,
+        )
+    documents = [r.to_dict() for r in reports]
+    for d in documents:
+        done = sum(c["files_removed"] for c in d["compacted"])
+        print(
+            f"{d['table']}: {done} file(s) compacted, {d['expired_snapshots']} snapshot(s) expired, "
+            f"{d['files_deleted']} file(s) deleted ({d['bytes_deleted']:,} bytes, {d['orphans_deleted']} orphan(s)) "
+            f"in {d['seconds']:.1f}s" + "".join(f"\n  note: {n}" for n in d["notes"])
+        )
+    return {"tables": documents}
 
 
 def _to_stderr(message: str) -> None:

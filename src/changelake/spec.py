@@ -616,6 +616,14 @@ _DURATION_UNITS = {
 _DURATION = re.compile(r"([0-9]+)(.*)", re.DOTALL)
 
 
+def parse_duration(text: str, what: str) -> float:
+    """A duration in Fluss's notation ("1 d", "12h", "30 min", "500 ms") in seconds; refused naming ``what``."""
+    value = _fluss_value(what, text, "duration")
+    if value is None:
+        raise SpecError(f"{what}: cannot parse '{text}' as a duration (e.g. 1 d, 12 h, 30 min, 90 s)")
+    return value / 1e9  # type: ignore[operator]
+
+
 def _option_value(key: str, value: str) -> int | bool | str | None:
     """A Fluss table option or a storage option parsed (:func:`_fluss_value`)."""
     return _fluss_value(key, value, _STORAGE_OPTIONS.get(key))

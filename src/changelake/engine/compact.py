@@ -154,7 +154,10 @@ def compact_table(
             for path, stats, ref in added_deletes
         ]
         props = {**_state(snapshot), summary.OPERATION: "compact"}
-        out.committed = storage.commit_files(table, added, described, removed, props, Operation.REPLACE)
+        table_props = _maintained({"compacted_full": out.full, "compacted_minor": out.minor})
+        out.committed = storage.commit_files(
+            table, added, described, removed, props, Operation.REPLACE, table_props
+        )
     except (CommitFailedException, ValidationException):
         delete_files(table.io, written + [p for p, _, _ in added_deletes])
         out.notes.append("another writer committed first: nothing compacted (the next run tries again)")
@@ -170,6 +173,11 @@ def compact_table(
         f"{time.monotonic() - started:.1f}s"
     )
     return out
+
+
+def _maintained(what: dict) -> dict[str, str]:
+    """The table property saying when maintenance last changed the table, and what it did."""
+    return {summary.MAINTENANCE: json.dumps({"at_ms": int(time.time() * 1000), **what}, sort_keys=True)}
 
 
 def _state(snapshot) -> dict[str, str]:

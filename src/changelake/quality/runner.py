@@ -81,7 +81,6 @@ def run_quality(
     from changelake.identifiers import check_name
     from changelake.quality import suites
     from changelake.runtime.session import get_spark
-    from changelake.storage.summary import BatchSummary
 
     started = time.monotonic()
     # The schema dbt builds into (profiles.yml reads the same variable); it reaches SQL, so it is validated.
@@ -97,8 +96,7 @@ def run_quality(
         rows, changelog = lake.rows(name), lake.changelog(name)
         checks.append(suites.pk_uniqueness(name, rows, suites.key_columns(spec)))
         checks += suites.tombstone_handling(spec, rows, changelog)
-        for snap in lake.storage.batch_snapshots(lake.storage.pk_table(spec)):
-            batch = BatchSummary.of_batch(snap)
+        for _snapshot_id, batch in lake.storage.batch_history(lake.storage.pk_table(spec)):
             messages, redelivered = batch.source["messages"], batch.source["redelivered"]
             redeliveries.append(
                 {

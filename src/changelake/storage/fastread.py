@@ -56,7 +56,7 @@ from changelake.errors import ChangelakeError, java_list
 from changelake.identifiers import split_table_name
 from changelake.inputs.landing import scan_landing
 from changelake.spec import TableSpec, load_specs
-from changelake.storage import summary
+from changelake.storage import history, summary
 from changelake.storage.files import (
     BUCKET_COLUMN,
     POSITION_DELETES,
@@ -883,10 +883,18 @@ class FastReader:
 
     @staticmethod
     def _snapshot_for_batch(source: _Source, table: str, batch_id: int) -> int:
-        for snapshot_id, props in source.batch_snapshots():
+        retained = source.batch_snapshots()
+        for snapshot_id, props in retained:
             if summary.batch_of(props) == batch_id:
                 return snapshot_id
-        raise ChangelakeError(f"{table}: batch {batch_id} is not in the table's history")
+        kept = [summary.batch_of(p) for _, p in retained]
+        shown = f"batches {kept[0]}..{kept[-1]}" if kept else "no batch"
+        if 0 < batch_id <= source.last_batch():
+            raise ChangelakeError(
+                f"{table}: batch {batch_id} was applied, but its snapshot has expired (snapshot.num-retained.min/"
+                f"max, snapshot.time-retained); snapshots are retained for {shown}"
+            )
+        raise ChangelakeError(f"{table}: batch {batch_id} is not in the table's history (snapshots: {shown})")
 
     # --- reading files --------------------------------------------------------------------------------
     @staticmethod
@@ -1053,6 +1061,7 @@ class FastReader:
         if pk_source.last_batch() > source.last_batch():
             self._roll_forward(spec)
             source = self._changelog_source(spec)
+        expired_before(spec.full_name, source.properties, from_batch, to_batch, pk_source.last_batch())
         files = self._files(source, None)
         wanted = (from_batch, to_batch)
         runs = _batch_runs(
@@ -1241,6 +1250,10 @@ class FastReader:
                         "last_batch": 0,
                         "rows": 0,
                         "snapshots": 0,
+                        "history_batches": 0,
+                        "files": 0,
+                        "bytes": 0,
+                        "last_maintenance": None,
                         "changelog_records": 0,
                         "pending_batches": len(landed),
                         "problem": problem,
@@ -1251,10 +1264,18 @@ class FastReader:
             snapshot_id, current = source.current()
             head = BatchSummary.from_properties(current) if summary.BATCH_ID in current else None
             last = head.batch_id if head else 0
-            batches = [BatchSummary.from_properties(s) for _, s in source.batch_snapshots()]
+            retained = source.batch_snapshots()
             # Live rows: as the batch recorded them (data files hold deleted rows too), else (a table written
             # only copy-on-write) its files' records.
             rows = head.rows if head is not None and head.rows is not None else current.get("total-records")
+            if head is not None and head.totals is not None:  # carried forward by every batch
+                totals = {k: head.totals[k] for k in _SOURCE_TOTALS}
+            else:  # a table whose batches did not carry them: summed over its history
+                batches = [b for _, b in self._history(source)]
+                totals = {k: sum(b.source[k] for b in batches) for k in _SOURCE_TOTALS}
+            log_source = self._source(spec.namespace, spec.table + _CHANGELOG_SUFFIX)
+            tables = [source] + ([log_source] if log_source is not None else [])
+            maintained = json.loads(source.properties.get(summary.MAINTENANCE) or "{}")
             out.append(
                 {
                     "table": name,
@@ -1263,14 +1284,26 @@ class FastReader:
                     "rows": int(rows)
                     if rows is not None
                     else sum(f.record_count for f in self._files(source, None)),
-                    "snapshots": len(batches),
+                    "snapshots": len(retained),
+                    "history_batches": sum(c.count for c in history.chunks(source.properties)),
+                    "files": sum(
+                        _total(t, "total-data-files") + _total(t, "total-delete-files") for t in tables
+                    ),
+                    "bytes": sum(_total(t, "total-files-size") for t in tables),
+                    "last_maintenance": _iso_ms(maintained.get("at_ms")),
                     "changelog_records": head.log_end_offset if head else 0,
                     "pending_batches": sum(1 for b in landed if b > last),
                     "problem": problem,
-                    **{k: sum(b.source[k] for b in batches) for k in _SOURCE_TOTALS},
+                    **totals,
                 }
             )
         return out
+
+    def _history(self, source: _Source) -> list[tuple[int, BatchSummary]]:
+        """The table's batches, oldest first: the expired ones from its history, then the retained ones."""
+        return history.batches(
+            history.read(functools.partial(_read_bytes, source), source.properties), source.batch_snapshots()
+        )
 
     def dead_letters(self, table: str, batch_id: int | None = None) -> list[dict[str, Any]]:
         """Quarantined records of a table (``on-bad-record: quarantine``): batch, file, line, field, reason,
@@ -1281,17 +1314,11 @@ class FastReader:
             self.spec(table)  # an unknown table is an error; a known one without a table has no letters
             return []
         out = []
-        for _, props in source.batch_snapshots():
-            batch = BatchSummary.from_properties(props)
+        for _, batch in self._history(source):
             path = batch.dead_letter
             if not path or (batch_id is not None and batch.batch_id != batch_id):
                 continue
-            opened = source.open(path)
-            if isinstance(opened, str):
-                text = Path(opened).read_text()
-            else:
-                with opened as fh:
-                    text = fh.read().decode()
+            text = _read_bytes(source, path).decode()
             out += [json.loads(line) for line in text.splitlines() if line.strip()]
         return out
 
@@ -1328,6 +1355,39 @@ def _check_stored_types(spec: TableSpec, source: _Source) -> None:
                 "the table was created before changelake kept TIMESTAMP(7..9)/TIMESTAMP_LTZ(7..9) to the "
                 "nanosecond. Recreate the table (drop it, create it, apply its batches again) to keep nanoseconds"
             )
+
+
+def expired_before(
+    table: str, properties: dict[str, str], from_batch: int | None, to_batch: int | None, last: int
+) -> None:
+    """Refuse a changelog read of batches whose records ``table.log.ttl`` removed, saying what is kept."""
+    start = int(properties.get(summary.LOG_START_BATCH) or 1)
+    asked = [b for b in (from_batch, to_batch) if b is not None]
+    if start > 1 and any(b < start for b in asked):
+        raise ChangelakeError(
+            f"{table}: the changelog of batches before {start} has expired (table.log.ttl); it keeps batches "
+            f"{start}..{last}"
+        )
+
+
+def _read_bytes(source: _Source, location: str) -> bytes:
+    opened = source.open(location)
+    if isinstance(opened, str):
+        return Path(opened).read_bytes()
+    with opened as stream:
+        return stream.read()
+
+
+def _total(source: _Source, key: str) -> int:
+    """An Iceberg total of a table's current snapshot summary (0 when it has none)."""
+    value = source.current()[1].get(key)
+    return int(value) if value is not None else 0
+
+
+def _iso_ms(ms: int | None) -> str | None:
+    if ms is None:
+        return None
+    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).isoformat(timespec="seconds")
 
 
 def _batch_range(source: _Source, f: TableFile) -> tuple[int | None, int | None]:

@@ -56,8 +56,11 @@ COUNT_KEYS = {name: PREFIX + name for name in COUNTERS}
 # --- the changelog table's snapshot of a batch --------------------------------------------------------------
 PK_SNAPSHOT_ID = PREFIX + "pk-snapshot-id"  # the PK table's snapshot the changelog was rolled forward from
 
-# --- table property -----------------------------------------------------------------------------------------
+# --- table properties ---------------------------------------------------------------------------------------
 SPEC = PREFIX + "spec"  # the spec a table was created from (JSON), on the PK and the changelog table
+MAINTENANCE = PREFIX + "maintenance"  # when maintenance last changed the table, and what (JSON)
+#: The changelog table's first batch whose records are kept: those before it are gone (table.log.ttl).
+LOG_START_BATCH = PREFIX + "log-start-batch"
 
 
 @dataclass(frozen=True)
