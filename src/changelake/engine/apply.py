@@ -31,7 +31,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-import signal
 import sys
 import time
 import uuid
@@ -47,6 +46,7 @@ from changelake.engine import buckets, merge
 from changelake.engine.buckets import COUNTERS, BucketContext, BucketTask
 from changelake.engine.buckets import SOURCE_COUNTERS as TASK_SOURCE_COUNTERS
 from changelake.errors import BatchRefusedError, ChangelakeError
+from changelake.faults import fault
 from changelake.inputs import decode
 from changelake.inputs.landing import input_record, read_manifest, scan_landing
 from changelake.spec import TableSpec
@@ -164,12 +164,6 @@ class WrittenBatch:
     referenced: set[str] = field(default_factory=set)  # the data files the added delete files name
 
 
-def _fault(point: str) -> None:
-    """Crash injection for the exactly-once tests: ``CHANGELAKE_FAULT=<point>`` kills the process (-9)."""
-    if os.environ.get("CHANGELAKE_FAULT") == point:
-        os.kill(os.getpid(), signal.SIGKILL)
-
-
 class Applier:
     """Applies batches for one SparkSession and catalog."""
 
@@ -246,7 +240,7 @@ class Applier:
                 decoded = self._decode(batch, table)
             plan = self._plan(batch, table, state, decoded)
             merged = self._merge(plan)
-            _fault("after-data-files")
+            fault("after-data-files")
             written = self._write(plan, merged)
             try:
                 result = self._commit(plan, written)
@@ -326,7 +320,7 @@ class Applier:
             try:
                 for snap, batch in lagging:
                     manifest = self.storage.read_json(pk, batch.changelog_manifest)
-                    _fault("before-changelog-commit")
+                    fault("before-changelog-commit")
                     log_table = self.storage.append_batch(
                         log_table,
                         self.storage.to_data_files(log_table, manifest["files"]),
@@ -477,7 +471,7 @@ class Applier:
         committed = self.storage.commit_batch(
             plan.table, written.added, written.added_deletes, written.removed, written.summary
         )
-        _fault("after-pk-commit")
+        fault("after-pk-commit")
         snap = committed.current_snapshot()
         return BatchResult.of(
             plan.spec.full_name, "applied", written.summary, snap.snapshot_id if snap else None
@@ -529,7 +523,7 @@ class Applier:
         a failure is reported, and the next batch tries again."""
         from changelake.engine.maintain import maintain
 
-        _fault("before-maintenance")
+        fault("before-maintenance")
         try:
             maintain(self.storage, spec, lambda _spec: table, inline=True, progress=self.progress)
         except Exception as e:  # noqa: BLE001 - the batch is committed; maintenance is retried next time

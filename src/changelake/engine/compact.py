@@ -41,6 +41,7 @@ from pyiceberg.table.snapshots import Operation
 
 from changelake.engine import buckets
 from changelake.engine.buckets import BucketContext, BucketTask, SourceFile, TaskIO
+from changelake.faults import fault
 from changelake.spec import TableSpec
 from changelake.storage import summary
 from changelake.storage.files import TableFile, int_bound
@@ -155,9 +156,11 @@ def compact_table(
         ]
         props = {**_state(snapshot), summary.OPERATION: "compact"}
         table_props = _maintained({"compacted_full": out.full, "compacted_minor": out.minor})
+        fault("before-compaction-commit")
         out.committed = storage.commit_files(
             table, added, described, removed, props, Operation.REPLACE, table_props
         )
+        fault("after-compaction-commit")
     except (CommitFailedException, ValidationException):
         delete_files(table.io, written + [p for p, _, _ in added_deletes])
         out.notes.append("another writer committed first: nothing compacted (the next run tries again)")

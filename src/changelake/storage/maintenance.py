@@ -33,6 +33,7 @@ from pyiceberg.table.snapshots import Snapshot, ancestors_of
 from pyiceberg.table.update import AssertRefSnapshotId
 from pyiceberg.table.update.snapshot import ExpireSnapshots
 
+from changelake.faults import fault
 from changelake.spec import StorageOptions
 from changelake.storage import history, summary
 
@@ -140,6 +141,7 @@ def expire(
     tx.set_properties(props)
     tx._apply((), (AssertRefSnapshotId(snapshot_id=current.snapshot_id if current else None, ref="main"),))
     committed = tx.commit_transaction()
+    fault("after-expiry-commit")
     gone = reachable(table, expired, live_only=False) - reachable(committed, retained) | set(dropped)
     outcome.expired_snapshots = len(expired)
     outcome.files_deleted, outcome.bytes_deleted = delete_files(committed.io, gone)
@@ -190,7 +192,9 @@ def _read(table: Table, path: str) -> bytes:
 def delete_files(io: Any, paths: Iterable[str]) -> tuple[int, int]:
     """Delete files (a missing one is fine: a crashed run may have deleted it); (count, bytes) deleted."""
     count = size = 0
-    for path in sorted(paths):
+    for i, path in enumerate(sorted(paths)):
+        if i == 1:
+            fault("deleting-files")  # one file deleted, the rest not
         local = _local_path(path)
         try:
             if local is not None:
@@ -220,6 +224,7 @@ def remove_orphans(table: Table, older_than_s: float, now: float | None = None) 
         for path, mtime in list_files(table.location())
         if _canonical(path) not in keep and mtime < now - older_than_s
     ]
+    fault("before-orphan-sweep")
     outcome.files_deleted, outcome.bytes_deleted = delete_files(table.io, orphans)
     remove_empty_dirs(table.location(), older_than_s, now)
     return outcome
