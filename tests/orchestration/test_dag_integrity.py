@@ -8,7 +8,13 @@ import pytest
 
 from tests.orchestration.conftest import REPO, airflow_env
 
-EXPECTED = {"changelake_apply", "changelake_demo_source", "changelake_dbt", "changelake_quality"}
+EXPECTED = {
+    "changelake_apply",
+    "changelake_demo_source",
+    "changelake_dbt",
+    "changelake_maintenance",
+    "changelake_quality",
+}
 
 
 @pytest.fixture(scope="module")
@@ -80,3 +86,11 @@ def test_apply_dag_has_a_task_pair_per_table_with_assets_and_the_spark_pool(dagb
         assert [a.uri for a in apply.outlets] == [f"changelake://tables/{table}"]
         assert dag.get_task(f"has_batches__{name}").downstream_task_ids == {f"apply__{name}"}
     assert set(dag.params) == {"table", "from_batch", "to_batch"}
+
+
+def test_maintenance_dag_maintains_every_table_without_spark(dagbag):
+    dag = dagbag.dags["changelake_maintenance"]
+    tables = sorted(p.stem for p in (REPO / "examples" / "tables").glob("*.yaml"))
+    assert sorted(t.task_id for t in dag.tasks) == sorted(f"maintain__{t.replace('.', '__')}" for t in tables)
+    assert all(t.pool != "changelake_spark" for t in dag.tasks)  # pyiceberg and pyarrow only
+    assert set(dag.params) == {"table", "full", "orphans_older_than"}

@@ -118,6 +118,17 @@ def test_demo_source_then_apply_through_airflow(pipeline_home):
     assert "[shop.orders] batch 1 already applied" in replay_log and "committed" not in replay_log
     assert data_env(env, ACTUAL) == actual
 
+    # Maintenance: every table compacted whole and swept; what a reader sees stays the same.
+    maintenance_log = dags_test(env, "changelake_maintenance", {"full": True, "orphans_older_than": "0 s"})
+    assert "shop.orders: " in maintenance_log and "compactions:" in maintenance_log
+    after = data_env(env, ACTUAL)
+    assert (after["orders"], after["stats"]) == (actual["orders"], actual["stats"])
+    for table, row in after["status"].items():
+        assert (row["last_maintenance"] is not None) == row["exists"], table
+        assert {k: row[k] for k in ("last_batch", "rows", "quarantined")} == {
+            k: actual["status"][table][k] for k in ("last_batch", "rows", "quarantined")
+        }
+
 
 def _free_port() -> int:
     with socket.socket() as s:

@@ -184,12 +184,16 @@ def events(spark, tmp_path_factory, request):
     (home / "tables").mkdir()
     lake = ChangeLake(home=home, tables_dir=home / "tables", spark=spark, progress=None)
     mode = "copy-on-write" if request.param == "rewritten" else "merge-on-read"
-    lake.create_table({**SPEC, "options": {**SPEC["options"], "write-only": "true", "write.merge.mode": mode}})
+    lake.create_table(
+        {**SPEC, "options": {**SPEC["options"], "write-only": "true", "write.merge.mode": mode}}
+    )
     with pytest.MonkeyPatch.context() as mp:
         if request.param == "merged-on-read":
             mp.setattr(apply, "REWRITE_SHARE", float("inf"))
         _events_batches(lake)
-    deletes = [f for f in lake.storage.table_files(lake.storage.pk_table(lake.spec("f.events"))) if f.is_delete]
+    deletes = [
+        f for f in lake.storage.table_files(lake.storage.pk_table(lake.spec("f.events"))) if f.is_delete
+    ]
     assert bool(deletes) == (request.param == "merged-on-read")
     return lake
 

@@ -14,6 +14,7 @@ tried again by the next run.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -22,7 +23,7 @@ from pyiceberg.exceptions import CommitFailedException
 
 from changelake.engine import compact
 from changelake.spec import TableSpec
-from changelake.storage import maintenance
+from changelake.storage import maintenance, summary
 from changelake.storage.iceberg import Storage
 from changelake.storage.summary import ChangelogSummary
 
@@ -131,4 +132,21 @@ def maintain(
                     f"{orphans_older_than_s:g}s deleted ({outcome.bytes_deleted:,} bytes)"
                 )
     report.seconds = time.monotonic() - started
+    if not inline:
+        _record_run(storage, spec, report)
     return report
+
+
+def _record_run(storage: Storage, spec: TableSpec, report: Report) -> None:
+    """Note a maintenance run in the PK table's properties (``status`` shows it): one small metadata commit,
+    for the runs of ``changelake maintain`` and the DAG, not after every batch."""
+    done = report.to_dict()
+    what = {k: done[k] for k in ("expired_snapshots", "files_deleted", "orphans_deleted", "seconds")}
+    value = json.dumps({"at_ms": int(time.time() * 1000), **what}, sort_keys=True)
+    try:
+        with storage.pk_table(spec).transaction() as tx:
+            tx.set_properties({summary.MAINTENANCE: value})
+    except CommitFailedException:
+        report.notes.append(
+            "another writer committed first: the run was not recorded in the table's properties"
+        )
