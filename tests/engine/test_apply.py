@@ -299,6 +299,10 @@ def test_status_views_and_dataframe_batches(lake, spark):
         "last_batch": 1,
         "rows": 2,
         "snapshots": 1,
+        "history_batches": 0,
+        "files": 3,  # the two buckets' data files and the batch's changelog file
+        "bytes": status["bytes"],
+        "last_maintenance": None,
         "changelog_records": 2,
         "pending_batches": 0,
         "problem": None,
@@ -306,6 +310,7 @@ def test_status_views_and_dataframe_batches(lake, spark):
         "redelivered": 0,
         "deduplicated": 0,
     }
+    assert 1000 < status["bytes"] < 20_000
 
 
 def test_create_refuses_a_changed_spec(lake):

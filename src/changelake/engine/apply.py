@@ -565,6 +565,7 @@ class Applier:
             applied_offsets=dict(previous.kafka_offsets) if previous else {},
             compression=codec,
             compression_level=level,
+            delta_compression=buckets.delete_compression_of(dict(table.properties)),
         )
 
     def _write_dead_letters(self, spec, table, batch_id, decoded: decode.DecodeSummary) -> str | None:

@@ -201,6 +201,7 @@ def _context(storage: Storage, spec: TableSpec, table) -> BucketContext:
         commit_micros=0,
         compression=codec,
         compression_level=level,
+        delta_compression=buckets.delete_compression_of(dict(table.properties)),
         threads=True,
         keep_rows=True,
     )
@@ -281,7 +282,7 @@ def _merge_deltas(
     table = buckets.position_deletes(named, [named_by[p] for p in named])
     path = f"{ctx.out_dir}/data/deletes-{uuid.uuid4().hex}.parquet"
     with io.open_output(path) as sink:
-        buckets.write_position_deletes(sink, table, ctx.compression)
+        buckets.write_position_deletes(sink, table, ctx.delta_compression)
     return paths, (path, buckets.delete_stats(table), staying[named[0]])
 
 

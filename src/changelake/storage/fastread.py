@@ -42,6 +42,7 @@ import sys
 import time
 import zlib
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -899,19 +900,46 @@ class FastReader:
     # --- reading files --------------------------------------------------------------------------------
     @staticmethod
     def _deleted(source: _Source, files: list[TableFile]) -> dict[str, pa.Array]:
-        """The positions of data rows the position-delete files among ``files`` name, per data file (a delete
-        file applies to data files of its snapshot no newer than itself: Iceberg's sequence number rule)."""
+        """The positions of data rows the position-delete files among ``files`` name, per data file."""
         deletes = [f for f in files if f.is_delete]
-        if not deletes:
-            return {}
-        sequence = {f.path: f.sequence_number for f in files if not f.is_delete}
-        parts: dict[str, list[pa.Array]] = {}
-        for d in deletes:
-            for path, positions in read_position_deletes(source.open(d.path)).items():
-                seq = sequence.get(path, -1)
-                if seq != -1 and (seq is None or d.sequence_number is None or seq <= d.sequence_number):
-                    parts.setdefault(path, []).append(positions)
-        return {path: pa.concat_arrays(p) for path, p in parts.items()}
+        return _applicable(files, deletes, [read_position_deletes(source.open(d.path)) for d in deletes])
+
+    def _read_all(
+        self, source: _Source, files: list[TableFile], schema: pa.Schema, stats: _Stats, label: str
+    ):
+        """Every row of ``files`` less the deleted ones, on a few threads (pyarrow decodes without the GIL):
+        the delete files and the data files are read together, then the data files' deleted rows dropped."""
+        deletes = [f for f in files if f.is_delete]
+        data = sorted((f for f in files if not f.is_delete), key=lambda f: f.path)  # one order both ways
+        ticker = _Ticker(self.progress if label else None)
+        deleted: Future[dict[str, pa.Array]] = Future()
+
+        def read(f: TableFile) -> tuple[pa.Table, int]:
+            part, groups = _read_whole(source, f, schema, None)
+            gone = deleted.result().get(f.path) if deletes else None  # read by then: submitted first
+            return (part if gone is None else _without(part, gone)), groups
+
+        with ThreadPoolExecutor(max_workers=_READ_THREADS, thread_name_prefix="changelake-read") as pool:
+            read_deletes = [
+                pool.submit(lambda d: read_position_deletes(source.open(d.path)), d) for d in deletes
+            ]
+            read_data = [pool.submit(read, f) for f in data]
+            try:
+                deleted.set_result(_applicable(files, deletes, [job.result() for job in read_deletes]))
+            except BaseException as e:
+                deleted.set_exception(e)
+                raise
+            parts = []
+            for job in read_data:
+                part, groups = job.result()
+                parts.append(part)
+                stats.files_read += 1
+                stats.row_groups += groups
+                stats.row_groups_read += groups
+            ticker.tick(functools.partial(_files_read, label, len(data), len(data), parts))
+        table = pa.concat_tables(parts) if parts else schema.empty_table()
+        stats.rows += table.num_rows
+        return table
 
     def _read(
         self,
@@ -928,6 +956,8 @@ class FastReader:
         stats = stats or _Stats()
         parts: list[pa.Table] = []
         ticker = _Ticker(self.progress if label else None)
+        if not where and len(files) >= _PARALLEL_FILES:
+            return self._read_all(source, files, schema, stats, label)
         deleted = self._deleted(source, files)
         data = sorted((f for f in files if not f.is_delete), key=lambda f: f.path)  # one order both ways
         for i, f in enumerate(data, start=1):
@@ -950,11 +980,9 @@ class FastReader:
                     if len(hits):
                         parts.append(_conform(_rows_at(pf, g, columns, hits.to_pylist()), schema))
             elif groups:
+                part, _ = _read_whole(source, f, schema, gone, pf)
                 stats.row_groups_read += len(groups)
-                rows = pf.read_row_groups(groups, columns=columns)
-                if gone is not None:
-                    rows = rows.filter(_live(_positions(rows.num_rows), 0, gone))
-                parts.append(_conform(rows, schema))
+                parts.append(part)
             ticker.tick(functools.partial(_files_read, label, i, len(data), parts))
         table = pa.concat_tables(parts) if parts else schema.empty_table()
         stats.rows += table.num_rows
@@ -1436,6 +1464,59 @@ def _in_batches(table: pa.Table, batches: tuple[int | None, int | None]) -> pa.T
         upper = pc.less_equal(column, pa.scalar(high, pa.int64()))
         mask = upper if mask is None else pc.and_(mask, upper)
     return table.filter(mask)
+
+
+#: A read of at least this many whole files (or delete files) reads them on _READ_THREADS threads.
+_PARALLEL_FILES = 4
+_READ_THREADS = 3  # on 2 cores: 3 keeps both busy while one waits for its file
+
+
+def _read_whole(
+    source: _Source, f: TableFile, schema: pa.Schema, gone: pa.Array | None, pf: pq.ParquetFile | None = None
+) -> tuple[pa.Table, int]:
+    """A data file's rows in ``schema`` less the deleted ones, and its row-group count."""
+    pf = pf or pq.ParquetFile(source.open(f.path))
+    groups = pf.metadata.num_row_groups
+    if not groups:
+        return schema.empty_table(), 0
+    rows = pf.read_row_groups(list(range(groups)), columns=_present(pf, schema), use_threads=False)
+    if gone is not None:
+        rows = rows.filter(_live_rows(rows.num_rows, gone))
+    return _conform(rows, schema), groups
+
+
+def _applicable(files: list[TableFile], deletes: list[TableFile], read: list[dict]) -> dict[str, pa.Array]:
+    """The positions each data file among ``files`` loses to the delete files ``deletes`` (``read``: their
+    positions per path): a delete file applies to data files no newer than itself (Iceberg's sequence rule)."""
+    sequence = {f.path: f.sequence_number for f in files if not f.is_delete}
+    parts: dict[str, list[pa.Array]] = {}
+    for d, positions_of in zip(deletes, read, strict=True):
+        for path, positions in positions_of.items():
+            seq = sequence.get(path, -1)
+            if seq != -1 and (seq is None or d.sequence_number is None or seq <= d.sequence_number):
+                parts.setdefault(path, []).append(positions)
+    return {path: pa.concat_arrays(p) for path, p in parts.items()}
+
+
+def _without(rows: pa.Table, gone: pa.Array) -> pa.Table:
+    return rows.filter(_live_rows(rows.num_rows, gone))
+
+
+def _live_rows(n: int, gone: pa.Array) -> pa.Array:
+    """A mask of a file's ``n`` rows that no delete names: with numpy when this process has it (a set of
+    positions into a boolean array: ~0.1 ms for a 156,000-row file, where Arrow's ``is_in`` hashes every row),
+    else with Arrow (the CLI's read commands run without numpy)."""
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        try:
+            positions = gone.to_numpy(zero_copy_only=False)
+        except ImportError:  # pyarrow imported without its numpy integration
+            numpy = None
+    if numpy is None:
+        return _live(_positions(n), 0, gone)
+    mask = numpy.ones(n, bool)
+    mask[positions[positions < n]] = False
+    return pa.array(mask)
 
 
 def _live(positions: pa.Array, start: int, gone: pa.Array) -> pa.Array:

@@ -136,14 +136,19 @@ def write_position_deletes(sink, table: pa.Table, compression: str = "zstd") -> 
 def read_position_deletes(source) -> dict[str, pa.Array]:
     """A position-delete file's positions per data file path (int64 arrays). pyarrow only: the CLI's read
     commands run without numpy."""
-    table = pq.read_table(source, columns=["file_path", "pos"])
+    table = pq.ParquetFile(source).read(columns=["file_path", "pos"], use_threads=False)
     if not table.num_rows:
         return {}
-    paths = table.column("file_path")
+    paths = table.column("file_path").combine_chunks()
     if pa.types.is_dictionary(paths.type):
         paths = paths.cast(pa.string())
-    pos = table.column("pos")
+    pos = table.column("pos").combine_chunks()
+    # The spec sorts the rows by path: one run per data file.
+    runs = pc.run_end_encode(paths)
     out: dict[str, pa.Array] = {}
-    for path in pc.unique(paths).to_pylist():
-        out[path] = pos.filter(pc.equal(paths, pa.scalar(path, pa.string()))).combine_chunks()
+    start = 0
+    for path, end in zip(runs.values.to_pylist(), runs.run_ends.to_pylist(), strict=True):
+        part = pos.slice(start, end - start)
+        out[path] = pa.concat_arrays([out[path], part]) if path in out else part
+        start = end
     return out
