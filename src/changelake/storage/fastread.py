@@ -923,7 +923,10 @@ class FastReader:
             read_deletes = [
                 pool.submit(lambda d: read_position_deletes(source.open(d.path)), d) for d in deletes
             ]
-            read_data = [pool.submit(read, f) for f in data]
+            # The large files first: the small ones (a batch's new rows) then fill the gaps at the end.
+            order = sorted(range(len(data)), key=lambda i: -data[i].size)
+            jobs = {i: pool.submit(read, data[i]) for i in order}
+            read_data = [jobs[i] for i in range(len(data))]
             try:
                 deleted.set_result(_applicable(files, deletes, [job.result() for job in read_deletes]))
             except BaseException as e:
@@ -1661,6 +1664,8 @@ def _present(pf: pq.ParquetFile, schema: pa.Schema) -> list[str]:
 def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
     """``table`` in ``schema``: its columns in order and types, nulls for those the file lacked (as Spark
     reads a file written before a column was added)."""
+    if table.schema.equals(schema, check_metadata=False):
+        return table
     arrays = [
         table.column(f.name).cast(f.type)
         if f.name in table.column_names
