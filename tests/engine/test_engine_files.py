@@ -272,3 +272,32 @@ def test_delta_encoding_goes_to_integer_stored_columns_without_a_dictionary():
     assert buckets.delta_columns(schema, ["region", "_bucket"]) == {
         c: "DELTA_BINARY_PACKED" for c in ("id", "small", "day", "at", "clock")
     }
+
+
+def test_a_shared_file_is_read_by_the_row_groups_of_a_bucket(tmp_path):
+    """A file of several buckets (a merge-on-read batch's new rows), in small row groups: a bucket task that
+    does not keep rows reads only the row groups holding its bucket, and finds the same rows at the same file
+    positions as reading the whole file; deleted positions are marked alike."""
+    io = buckets.TaskIO({})
+    ctx = _bucket_ctx(tmp_path, threads=False)
+    keys = list(range(60))
+    rows = pa.table({"k": pa.array(keys, pa.int64()), "v": pa.array([f"v{k}" for k in keys])})
+    rows = rows.append_column("_bucket", pa.array([k // 20 for k in keys], pa.int32()))  # buckets 0, 1, 2
+    path = str(tmp_path / "delta-shared.parquet")
+    buckets.write_file(io, path, rows.cast(buckets.row_schema(SPEC)), ["_bucket"], ctx, row_group_size=7)
+    assert pq.ParquetFile(path).metadata.num_row_groups == 9
+    deletes = str(tmp_path / "deletes.parquet")
+    with io.open_output(deletes) as sink:
+        buckets.write_position_deletes(sink, buckets.position_deletes([path], [np.array([3, 25, 26, 59])]))
+    for bucket in range(3):
+        task = buckets.BucketTask(
+            key="0", bucket=bucket, files=(buckets.SourceFile(path, 60, False),), deletes=(deletes,)
+        )
+        read = {}
+        for keep in (False, True):
+            (piece,) = buckets.bucket_pieces(task, dataclasses.replace(ctx, keep_rows=keep), io)
+            read[keep] = (piece.offset, piece.rows.column("k").to_pylist(), list(piece.live_positions()))
+        assert read[False] == read[True]
+        offset, got, live = read[False]
+        assert offset == 20 * bucket and got == list(range(20 * bucket, 20 * bucket + 20))
+        assert live == [p for p in range(20 * bucket, 20 * bucket + 20) if p not in (3, 25, 26, 59)]

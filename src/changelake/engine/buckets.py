@@ -226,11 +226,19 @@ def delta_columns(schema: pa.Schema, dictionary: list[str]) -> dict[str, str]:
     }
 
 
-def write_file(io, path: str, table: pa.Table, dictionary: list[str], ctx: BucketContext) -> None:
+def write_file(
+    io,
+    path: str,
+    table: pa.Table,
+    dictionary: list[str],
+    ctx: BucketContext,
+    row_group_size: int | None = None,
+) -> None:
     """Write one Parquet file, with dictionary pages only for the columns named: a dictionary of distinct
     values (most columns of a table) costs more to build than it saves. Integer columns are delta-encoded
     (:func:`delta_columns`). Statistics for every column: pyiceberg derives a file's partition and column
-    metrics from them."""
+    metrics from them, and a bucket task reading a file of several buckets reads only the row groups whose
+    ``_bucket`` range holds its bucket."""
     dictionary = [c for c in dictionary if c in table.column_names]
     with io.open_output(path) as sink:
         pq.write_table(
@@ -240,7 +248,13 @@ def write_file(io, path: str, table: pa.Table, dictionary: list[str], ctx: Bucke
             compression_level=ctx.compression_level,
             use_dictionary=dictionary or False,
             column_encoding=delta_columns(table.schema, dictionary) or None,
+            row_group_size=row_group_size,
         )
+
+
+#: Row groups of a file holding several buckets (a merge-on-read batch's new rows): a bucket task that does not
+#: keep rows reads only the groups holding its bucket, not the whole file once per bucket.
+SHARED_ROW_GROUP_ROWS = 65_536
 
 
 def compression_of(properties: dict[str, str]) -> tuple[str, int | None]:
@@ -406,12 +420,15 @@ def bucket_pieces(task: BucketTask, ctx: BucketContext, io) -> list[Piece]:
     )
     pieces = []
     for f in sorted(task.files, key=lambda f: f.path):  # in name order: one apply's files are in key order
-        rows = file_rows(ctx.spec, io, f.path, ctx.threads, ctx.keep_rows)
         offset = 0
+        if f.single or ctx.keep_rows:
+            rows = file_rows(ctx.spec, io, f.path, ctx.threads, ctx.keep_rows)
+        else:  # a file shared by buckets, read here once per bucket: its row groups that hold the bucket
+            offset, rows = _groups_of_bucket(ctx.spec, io, f.path, task.bucket)
         if not f.single:
             buckets = rows.column("_bucket").to_numpy()
             start, end = np.searchsorted(buckets, [task.bucket, task.bucket + 1])
-            offset, rows = int(start), rows.slice(int(start), int(end - start))
+            offset, rows = offset + int(start), rows.slice(int(start), int(end - start))
         gone = deleted.get(f.path)
         live = None
         if gone is not None and len(gone):
@@ -422,6 +439,37 @@ def bucket_pieces(task: BucketTask, ctx: BucketContext, io) -> list[Piece]:
         if rows.num_rows:
             pieces.append(Piece(f.path, f.single, offset, rows, live))
     return pieces
+
+
+def _groups_of_bucket(spec: TableSpec, io, path: str, bucket: int) -> tuple[int, pa.Table]:
+    """The consecutive row groups of a file sorted by bucket whose ``_bucket`` statistics admit ``bucket``, as
+    :func:`file_rows` gives rows, and the file position of their first row."""
+    with io.open_input(path) as stream:
+        parquet = pq.ParquetFile(stream)
+        meta = parquet.metadata
+        column = parquet.schema_arrow.get_field_index("_bucket")
+        starts, at, wanted = [], 0, []
+        for g in range(meta.num_row_groups):
+            starts.append(at)
+            at += meta.row_group(g).num_rows
+            stats = meta.row_group(g).column(column).statistics if column >= 0 else None
+            if stats is None or not stats.has_min_max or stats.min <= bucket <= stats.max:
+                wanted.append(g)
+        if not wanted:
+            return 0, row_schema(spec).empty_table()
+        wanted = list(range(wanted[0], wanted[-1] + 1))  # consecutive: positions stay one range
+        schema = row_schema(spec)
+        present = set(parquet.schema_arrow.names)
+        part = parquet.read_row_groups(
+            wanted, columns=[n for n in schema.names if n in present], use_threads=False
+        )
+    rows = pa.table(
+        {
+            n: part.column(n) if n in present else pa.nulls(part.num_rows, schema.field(n).type)
+            for n in schema.names
+        }
+    ).cast(schema)
+    return starts[wanted[0]], rows
 
 
 def prefetch(ctx: BucketContext, tasks: list[BucketTask]) -> None:
@@ -701,7 +749,11 @@ class GroupWriter:
             path = f"{ctx.out_dir}/data/delta-{uuid.uuid4().hex}.parquet"
             self.paths.append(path)
             small = replace(ctx, compression=ctx.delta_compression, compression_level=None)
-            writes.append(functools.partial(write_file, self.io, path, rows, data_dictionary(spec), small))
+            writes.append(
+                functools.partial(
+                    write_file, self.io, path, rows, data_dictionary(spec), small, SHARED_ROW_GROUP_ROWS
+                )
+            )
             if ctx.keep_rows:
                 STORED_ROWS.put(path, row_schema(spec), rows)
         for output, by_path in self.deletes.items():

@@ -268,7 +268,7 @@ def _merge_deltas(
         order = [("_bucket", "ascending")] + [(k, "ascending") for k in spec.primary_key]
         rows = rows.take(pc.sort_indices(rows, sort_keys=order))
         path = f"{ctx.out_dir}/data/delta-{uuid.uuid4().hex}.parquet"
-        buckets.write_file(io, path, rows, buckets.data_dictionary(spec), ctx)
+        buckets.write_file(io, path, rows, buckets.data_dictionary(spec), ctx, buckets.SHARED_ROW_GROUP_ROWS)
         buckets.STORED_ROWS.put(path, buckets.row_schema(spec), rows)
         paths.append(path)
         out.rows_written += rows.num_rows
