@@ -9,6 +9,7 @@ Writes into ``--dir``:
                       every key at most once (so a MERGE and a changelog apply mean the same thing)
   versioned.parquet   batch 2 for the versioned table: 30% of the records carry an older ``updated_at``
   batch4.jsonl        batch 4: another such batch over the keys alive after batch 2, as changelog JSON lines
+  batch4.parquet      the same records as Parquet
   huge.parquet        (``--huge-records``) batch 5: that many records, 70/20/10, keys drawn with replacement
                       from the keys alive after batch 4, written one chunk at a time
   meta.json           the counts the run checks its results against
@@ -174,6 +175,7 @@ def generate(
     # Batch 3 (one bucket) only updates live keys, so batch 4 can be drawn from the keys alive now.
     batch4 = change_batch(np.flatnonzero(alive), len(alive), batch_size, rng)
     write_jsonl(batch4, out / "batch4.jsonl")
+    pq.write_table(batch4, out / "batch4.parquet")  # the same records: the JSON batch's Parquet baseline
     alive = apply_liveness(alive, batch4)
     meta["rows_after_batch4"] = int(alive.sum())
     del batch4

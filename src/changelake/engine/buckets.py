@@ -140,9 +140,12 @@ class TaskIO:
     PyArrowFileIO with the table's properties. Importing pyiceberg costs a fresh Python worker about a
     second, as much as a small bucket's whole task."""
 
-    def __init__(self, properties: dict[str, str]):
+    def __init__(self, properties: dict[str, str], kept: StoredRows | None = None):
         self.properties = properties
         self._fileio: Any = None  # a pyiceberg PyArrowFileIO, made on first use (importing it is slow)
+        # What one Spark task keeps for its buckets: the files they share (a batch's new rows of every bucket,
+        # the partition's delete files), read once per task instead of once per bucket.
+        self.kept = kept
 
     @staticmethod
     def local_path(location: str) -> str | None:
@@ -339,13 +342,14 @@ def deleted_positions(io, delete_paths, keep_rows: bool = False, only=None) -> d
     those data files alone (a bucket's: a partition's delete files name the rows of all its buckets)."""
     parts: dict[str, list] = {}
     wanted = None if only is None else set(only)
+    cache = STORED_ROWS if keep_rows else getattr(io, "kept", None)
     for path in delete_paths:
-        positions = STORED_ROWS.get_deletes(path) if keep_rows else None
+        positions = cache.get_deletes(path) if cache is not None else None
         if positions is None:
             with io.open_input(path) as stream:
                 positions = read_position_deletes(stream)
-            if keep_rows:
-                STORED_ROWS.put_deletes(path, positions)
+            if cache is not None:
+                cache.put_deletes(path, positions)
         for data_path in positions if wanted is None else wanted.intersection(positions):
             parts.setdefault(data_path, []).append(positions[data_path])
     return {p: merge_positions(v) for p, v in parts.items()}
@@ -423,7 +427,12 @@ def bucket_pieces(task: BucketTask, ctx: BucketContext, io) -> list[Piece]:
         offset = 0
         if f.single or ctx.keep_rows:
             rows = file_rows(ctx.spec, io, f.path, ctx.threads, ctx.keep_rows)
-        else:  # a file shared by buckets, read here once per bucket: its row groups that hold the bucket
+        elif io.kept is not None:  # a file shared by buckets, read once per Spark task
+            rows = io.kept.get(f.path, row_schema(ctx.spec))
+            if rows is None:
+                rows = file_rows(ctx.spec, io, f.path, ctx.threads)
+                io.kept.put(f.path, row_schema(ctx.spec), rows)
+        else:  # read for one bucket: the row groups that hold it
             offset, rows = _groups_of_bucket(ctx.spec, io, f.path, task.bucket)
         if not f.single:
             buckets = rows.column("_bucket").to_numpy()
@@ -794,6 +803,9 @@ class GroupWriter:
         return marker
 
 
+#: What a Spark task keeps of the files its buckets share (TaskIO.kept), at most.
+TASK_KEPT_BYTES = 512 << 20
+
 #: Rows (new rows, delete positions, changelog records) a group writer holds before it writes files.
 FLUSH_ROWS = 2_000_000
 
@@ -848,7 +860,7 @@ def tasks_function(tasks: list[BucketTask], groups: list[list[int]], ctx: Bucket
 
     def run(batches):
         lazy_zip_invalidation()  # for this worker's next tasks
-        io = TaskIO(ctx.io_properties)
+        io = TaskIO(ctx.io_properties, kept=StoredRows(TASK_KEPT_BYTES))
         schema = task_marker_schema()
         for batch in batches:
             for slot in batch.column(0).to_pylist():
