@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from pyroaring import BitMap, BitMap64
 
@@ -483,6 +483,9 @@ def test_parquet_decoder_never_crashes(table):
     data=st.binary(max_size=200),
     flips=st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 255)), max_size=4),
 )
+@example(
+    data=b"", flips=[(19667, 128)]
+)  # a column name's first byte made 0x80: not UTF-8 (found by this test)
 def test_damaged_parquet_files_are_bad_records(data, flips):
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "1.parquet"

@@ -243,6 +243,7 @@ def write_file(
     metrics from them, and a bucket task reading a file of several buckets reads only the row groups whose
     ``_bucket`` range holds its bucket."""
     dictionary = [c for c in dictionary if c in table.column_names]
+    sizes = {} if row_group_size is None else {"row_group_size": row_group_size}
     with io.open_output(path) as sink:
         pq.write_table(
             table,
@@ -251,7 +252,7 @@ def write_file(
             compression_level=ctx.compression_level,
             use_dictionary=dictionary or False,
             column_encoding=delta_columns(table.schema, dictionary) or None,
-            row_group_size=row_group_size,
+            **sizes,
         )
 
 

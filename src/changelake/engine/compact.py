@@ -352,8 +352,14 @@ def compact_changelog(
             out.rows_written = rows.num_rows
         removed = gone | {f.path for f in merge}
         props = {**_state(snapshot), summary.OPERATION: "compact"}
-        storage.commit_files(
-            table, storage.to_data_files(table, written), [], removed, props, Operation.REPLACE
+        kept = [f.batches[0] for f in files if f.path not in gone and f.batches is not None]
+        table_props = _maintained({"changelog_files_removed": len(old), "changelog_files_merged": len(merge)})
+        if old:  # readers say which batches' changelog is gone
+            table_props[summary.LOG_START_BATCH] = str(
+                min(kept) if kept else summary.last_batch_of(props) + 1
+            )
+        out.committed = storage.commit_files(
+            table, storage.to_data_files(table, written), [], removed, props, Operation.REPLACE, table_props
         )
     except (CommitFailedException, ValidationException):
         delete_files(table.io, written)

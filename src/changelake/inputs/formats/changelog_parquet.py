@@ -130,7 +130,13 @@ def parquet_columns(table: pa.Table, path, spec: TableSpec, opts) -> pa.Table:
     the whole-file reader and the row ranges of decode tasks, so both refuse a file in the same words."""
     names = set(spec.column_names)
     seen: set[str] = set()
-    for name in table.column_names:
+    try:
+        columns = table.column_names
+    except UnicodeDecodeError:  # a damaged footer: Arrow reads the name's bytes, Python cannot decode them
+        raise BadRecordError(
+            str(path), 1, None, "not a readable Parquet file: a column name is not UTF-8"
+        ) from None
+    for name in columns:
         if name in seen:
             raise BadRecordError(str(path), 1, name, "the column appears twice in the file")
         seen.add(name)
