@@ -21,6 +21,7 @@ import datetime as dt
 import itertools
 from unittest import mock
 
+import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
@@ -29,7 +30,7 @@ from changelake.engine import apply, compact
 from changelake.engine.merge import apply_sequential
 from changelake.spec import TableSpec
 from changelake.storage.fastread import FastReader
-from tests.helpers import sparkless_lake
+from tests.helpers import local, sparkless_lake
 
 pytestmark = pytest.mark.slow
 
@@ -92,12 +93,16 @@ def cases(draw):
         }
     )
     batches = []
-    for _ in range(draw(st.integers(2, 5))):
+    for _ in range(draw(st.integers(2, 4))):
         targets = None
         if engine in PARTIAL and draw(st.integers(0, 3)) == 0:
             targets = ["k", "p", *draw(st.lists(st.sampled_from(VALUE_COLUMNS), min_size=1, unique=True))]
         batches.append(
-            (draw(st.lists(record, max_size=12)), targets, draw(st.sampled_from([None, "minor", "full"])))
+            (
+                draw(st.lists(record, max_size=12)),
+                targets,
+                draw(st.sampled_from([None, "minor", "full"])),
+            )
         )
     # How often a merge-on-read batch rewrites a bucket whole instead (apply.REWRITE_SHARE): never unless it
     # is empty (these buckets are tiny: the default rewrites most), or as the default decides.
@@ -191,3 +196,45 @@ def _check(lake, engine, buckets, partitioned, batches) -> None:
         got.setdefault(tuple(row[:2]), []).append((op, tuple(row)))
     assert got == per_key
     assert not any(f.is_delete for f in lake.storage.table_files(lake.storage.pk_table(cow)))
+
+
+def test_a_minor_compaction_merges_deltas_under_every_delete_and_keeps_the_rest(lake):
+    """Four batches merged on read (each updating keys the one before wrote, so deletes name rows of earlier
+    delta files and of the bucket files); a minor compaction merges the deltas and the delete files: the rows
+    stay the reference's, and the files are one delta file and one delete file naming bucket-file rows only."""
+    spec = TableSpec.from_dict(_spec("last_row", 1, False, "merge-on-read"))
+    lake.create_table(dataclasses.replace(spec).to_dict())
+    name, reference = spec.full_name, {}
+    with mock.patch.object(apply, "REWRITE_SHARE", float("inf")):
+        for batch_id in range(1, 6):
+            records = [
+                {"op": "+U", "k": k, "p": "x", "n": batch_id, "m": k, "s": f"b{batch_id}"}
+                for k in ([0, 1, 2, 3, 4, 5, 6, 7] if batch_id == 1 else [batch_id - 1, batch_id, 7])
+            ]
+            payload = [{"op": r["op"], "data": {c: v for c, v in r.items() if c != "op"}} for r in records]
+            lake.apply(name, payload, batch_id=batch_id)
+            for r in records:
+                reference[(r["k"], "x")] = tuple(r[c] for c in ("k", "p", *VALUE_COLUMNS))
+    table = lake.storage.pk_table(spec)
+    before = lake.storage.table_files(table)
+    assert sum(compact.is_delta(f) for f in before) == 4 and sum(f.is_delete for f in before) == 4
+    due = dataclasses.replace(
+        spec,
+        options={
+            **spec.options,
+            "num-sorted-run.compaction-trigger": "2",
+            "compaction.max-size-amplification-percent": "1000000",
+        },
+    )
+    done = compact.compact_table(lake.storage, due)
+    assert (done.minor, done.full) == (1, 0)
+    after = lake.storage.table_files(lake.storage.pk_table(spec))
+    deltas, deletes = [f for f in after if compact.is_delta(f)], [f for f in after if f.is_delete]
+    assert len(deltas) == 1 and len(deletes) == 1
+    named = {r["file_path"] for r in pq.read_table(local(deletes[0].path)).to_pylist()}
+    assert named <= {
+        f.path for f in after if not f.is_delete and not compact.is_delta(f)
+    }  # bucket files only
+    want = sorted(reference.values())
+    assert _rows(FastReader(lake.settings).rows_arrow(name)) == want
+    assert _rows(lake.storage.pk_table(spec).scan().to_arrow()) == want

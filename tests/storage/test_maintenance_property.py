@@ -63,7 +63,7 @@ action = st.one_of(
 
 
 @settings(
-    max_examples=80,
+    max_examples=50,
     deadline=dt.timedelta(seconds=30),
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )

@@ -222,3 +222,26 @@ def test_a_described_file_equals_pyicebergs_description_and_each_schema_is_check
     pq.write_table(pa.table({"k": pa.array([1], pa.int64()), "x": pa.array([1])}), tmp_path / "wide.parquet")
     with pytest.raises(ValueError, match="more columns: x"):
         pyiceberg_fixes.describe_parquet(table.io, table.metadata, str(tmp_path / "wide.parquet"))
+
+
+def test_a_manifest_list_is_read_once_and_gives_what_a_fresh_read_gives(table, tmp_path, monkeypatch):
+    """Fix 6: a snapshot's manifest list is decoded once for every use; the manifests are what pyiceberg's
+    own read gives."""
+    reads = []
+    original = pyiceberg_fixes._ORIGINAL_MANIFESTS
+
+    def counting(io, manifest_list):
+        reads.append(manifest_list)
+        return original(io, manifest_list)
+
+    monkeypatch.setattr(pyiceberg_fixes, "_ORIGINAL_MANIFESTS", counting)
+    monkeypatch.setattr(pyiceberg_fixes, "_LISTS", BoundedLRU(pyiceberg_fixes.MAX_MANIFEST_LISTS))
+    table = overwrite(table, [], [data_file(table, tmp_path / "a.parquet", [1, 2])])
+    snapshot = table.current_snapshot()
+    first = snapshot.manifests(table.io)
+    assert snapshot.manifests(table.io) == first and reads == [snapshot.manifest_list]  # read once
+    assert [m.manifest_path for m in first] == [
+        m.manifest_path for m in original(table.io, snapshot.manifest_list)
+    ]
+    assert sorted(t.file.file_path for t in table.scan().plan_files()) == [str(tmp_path / "a.parquet")]
+    assert reads == [snapshot.manifest_list]  # the plan used the kept list too

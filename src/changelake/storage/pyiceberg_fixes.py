@@ -1,4 +1,4 @@
-"""Five fixes to pyiceberg 0.12 that changelake's commits need, until a pyiceberg release has them. Without
+"""Six fixes to pyiceberg 0.12 that changelake's commits need, until a pyiceberg release has them. Without
 them an apply's commit cost grew with the number of batches the table had taken: a 20-record batch into a
 4-bucket table took 0.13 s as batch 1 and 3.3 s as batch 366 (measured, one process applying batch after
 batch, in-process merge).
@@ -56,6 +56,11 @@ version, Arrow schema) -- a table's schema id always names the same schema -- an
 file has it. Measured on the benchmark's table: 0.98 ms a file before, 0.53 ms after; the full batch describes
 65 files.
 
+**6. Every manifest list read again on every use.** ``Snapshot.manifests`` reads and decodes the snapshot's
+manifest list (Avro, schema conversion included: 1-2 ms) each time it is asked; a merge-on-read batch asks
+for its parent's list in both commits and maintenance asks for every retained snapshot's. A manifest list
+never changes once written, so the manifests it lists are kept per path (at most :data:`MAX_MANIFEST_LISTS`).
+
 Installed only on the pyiceberg versions it was checked against (:data:`CHECKED_VERSIONS`): any other version
 keeps its own property, and ``tests/storage/test_pyiceberg_fixes.py`` fails so the fix is re-checked.
 """
@@ -66,7 +71,7 @@ import pyiceberg
 from pyiceberg.io import FileIO
 from pyiceberg.io.pyarrow import parquet_file_to_data_file
 from pyiceberg.manifest import UNASSIGNED_SEQ, DataFile, ManifestEntry, ManifestFile
-from pyiceberg.table import Transaction
+from pyiceberg.table import Transaction, snapshots
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.snapshots import MetadataLogEntry, Snapshot, SnapshotLogEntry
 from pyiceberg.table.update import update_table_metadata
@@ -138,6 +143,21 @@ def _cached_fetch_manifest_entry(self: ManifestFile, io, discard_deleted: bool =
     return list(entries)
 
 
+#: Manifest lists kept (fix 6): ~40 retained snapshots of a few tables.
+MAX_MANIFEST_LISTS = 512
+_LISTS: BoundedLRU[tuple[ManifestFile, ...]] = BoundedLRU(MAX_MANIFEST_LISTS)
+_ORIGINAL_MANIFESTS = snapshots._manifests
+
+
+def _cached_manifests(io: FileIO, manifest_list: str) -> tuple[ManifestFile, ...]:
+    """``pyiceberg.manifest._manifests``, read once per manifest list (fix 6)."""
+    manifests = _LISTS.get(manifest_list)
+    if manifests is None:
+        manifests = _ORIGINAL_MANIFESTS(io, manifest_list)
+        _LISTS.put(manifest_list, manifests)
+    return manifests
+
+
 def install() -> bool:
     """Install the fixes if this pyiceberg is one they were checked against; return whether they are."""
     if pyiceberg.__version__ not in CHECKED_VERSIONS:
@@ -152,6 +172,8 @@ def install() -> bool:
         setattr(_OverwriteFiles, "_existing_manifests", _live_existing_manifests)  # noqa: B010
     if ManifestFile.__dict__["fetch_manifest_entry"] is _ORIGINAL_FETCH:
         setattr(ManifestFile, "fetch_manifest_entry", _cached_fetch_manifest_entry)  # noqa: B010
+    if snapshots._manifests is _ORIGINAL_MANIFESTS:
+        snapshots._manifests = _cached_manifests
     return True
 
 
