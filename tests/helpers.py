@@ -32,6 +32,16 @@ REPO = Path(__file__).resolve().parents[1]
 CLI = [sys.executable, "-m", "changelake.cli"]
 
 
+def land_batches(home: Path, table: str, batches: dict[int, list[dict]]) -> None:
+    """Land changelog-JSON batches for ``table`` under ``home``'s landing directory, one file per batch id."""
+    import json
+
+    landing = home / "landing" / table
+    landing.mkdir(parents=True, exist_ok=True)
+    for batch_id, records in batches.items():
+        (landing / f"{batch_id:04d}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
 def local(location: str) -> str:
     """The local path of a warehouse file's ``file:`` location."""
     return location[len("file://") :] if location.startswith("file://") else location

@@ -4,12 +4,13 @@ These run the real CLI in subprocesses (a JVM each), so they are the slowest tes
 against a SQLite and a PostgreSQL catalog (``catalog_uri``, see conftest.py).
 """
 
-import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.helpers import land_batches
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
@@ -20,13 +21,6 @@ columns:
 primary_key: [k]
 options: {bucket.num: 2}
 """
-
-
-def land(home, batches):
-    landing = home / "landing" / "t.kv"
-    landing.mkdir(parents=True, exist_ok=True)
-    for batch_id, records in batches.items():
-        (landing / f"{batch_id:04d}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
 
 
 def run_cli(env, *args, fault=None):
@@ -80,7 +74,7 @@ def test_kill_9_at_each_stage_then_rerun_converges_to_one_application(
     lake, home, cli_env, catalog_uri, fault
 ):
     (home / "tables" / "t.kv.yaml").write_text(SPEC)
-    land(home, BATCHES)
+    land_batches(home, "t.kv", BATCHES)
     crashed = run_cli(cli_env, "apply", "t.kv", fault=fault)  # a real process, killed with SIGKILL mid-apply
     assert crashed.returncode == -9, crashed.stderr[-2000:]
     # Batch 1 is all-or-nothing: before the PK commit nothing is visible; after it, the rows are, and the
@@ -123,8 +117,9 @@ sys.exit(main(sys.argv[2:]))
 
 def test_two_racing_appliers_apply_each_batch_once(home, cli_env, catalog_uri, tmp_path_factory):
     (home / "tables" / "t.kv.yaml").write_text(SPEC)
-    land(
+    land_batches(
         home,
+        "t.kv",
         {
             b: [{"op": "+I", "data": {"k": b, "v": f"v{b}"}}, {"op": "+U", "data": {"k": 0, "v": f"v{b}"}}]
             for b in range(1, 5)
@@ -161,7 +156,7 @@ def test_out_of_order_batch_id_is_refused(lake, home, catalog_uri):
     from changelake.errors import BatchRefusedError
 
     (home / "tables" / "t.kv.yaml").write_text(SPEC)
-    land(home, {1: BATCHES[1], 3: BATCHES[2]})
+    land_batches(home, "t.kv", {1: BATCHES[1], 3: BATCHES[2]})
     with pytest.raises(
         BatchRefusedError, match="batch 3 skips ahead; the last applied batch is 1, so the next must be 2"
     ):

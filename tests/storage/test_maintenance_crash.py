@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import sparkless_lake
+from tests.helpers import land_batches, sparkless_lake
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
@@ -46,13 +46,6 @@ def batch(b: int) -> list[dict]:
 
 
 BATCHES = {b: batch(b) for b in range(1, 9)}
-
-
-def land(home: Path, batches: dict[int, list[dict]]) -> None:
-    landing = home / "landing" / "t.kv"
-    landing.mkdir(parents=True, exist_ok=True)
-    for batch_id, records in batches.items():
-        (landing / f"{batch_id:04d}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
 
 
 def run_cli(env: dict, *args: str, fault: str | None = None, expect: int = 0) -> subprocess.CompletedProcess:
@@ -104,7 +97,7 @@ def reference(tmp_path_factory):
     (lake.settings.tables_dir / "t.kv.yaml").write_text(
         SPEC.replace("num-retained.max: 2", "num-retained.max: 50")
     )
-    land(lake.settings.home, BATCHES)
+    land_batches(lake.settings.home, "t.kv", BATCHES)
     lake.apply_pending("t.kv")
     return state(lake.storage)
 
@@ -113,7 +106,7 @@ def test_kill_9_anywhere_in_apply_compaction_expiry_and_sweep_converges(
     home, cli_env, catalog_uri, reference
 ):
     (home / "tables" / "t.kv.yaml").write_text(SPEC)
-    land(home, BATCHES)
+    land_batches(home, "t.kv", BATCHES)
     steps = [
         # (CLI arguments, where it is killed): each kill is followed by a run of the same command without one.
         (["apply", "t.kv", "--up-to", "1"], "after-data-files"),
@@ -203,7 +196,7 @@ def test_maintenance_racing_an_apply_loses_nothing(
 ):
     # write-only: the racing apply commits its batch and nothing else; the other process maintains.
     (home / "tables" / "t.kv.yaml").write_text(SPEC.replace("options:\n", "options:\n  write-only: true\n"))
-    land(home, BATCHES)
+    land_batches(home, "t.kv", BATCHES)
     run_cli(cli_env, "apply", "t.kv", "--up-to", "7")
     barrier = tmp_path / "barrier"
     barrier.mkdir()
@@ -223,14 +216,19 @@ def test_maintenance_racing_an_apply_loses_nothing(
     assert [p.returncode for p in procs] == [0, 0], "\n---\n".join(o[1][-3000:] for o in outs)
     assert sorted(p.name for p in barrier.glob("*.reached")) == ["batch.reached", f"{maintenance}.reached"]
     applied, maintained = outs[0][1], outs[1][0] + outs[1][1]
-    # A race was lost and said so: the batch committed on the maintenance's snapshot without merging again (or
-    # merged again), or the maintenance left the PK table as it was (expiry can also lose to the batch's
-    # changelog commit on the changelog table, so both may say it).
-    apply_lost = "committed after another writer's maintenance commit" in applied or "re-checking" in applied
-    maintenance_lost = "t.kv: another writer committed first" in maintained or (
-        maintenance == "compaction" and "another writer committed first" in maintained
-    )
-    assert apply_lost or maintenance_lost, (applied[-2000:], maintained[-2000:])
+    if maintenance == "compaction":
+        # Both commit a snapshot on the same parent: one loses and says so. The batch commits on the compaction's
+        # snapshot without merging again (or merges again), or the compaction leaves the table as it was.
+        apply_lost = (
+            "committed after another writer's maintenance commit" in applied or "re-checking" in applied
+        )
+        assert apply_lost or "another writer committed first" in maintained, (
+            applied[-2000:],
+            maintained[-2000:],
+        )
+    # An expiry commits no snapshot: Iceberg's commit requirements let the batch's commit land on top of it, and
+    # the expiry fails only if the batch's commit moved the branch first. Either way nothing the batch's
+    # snapshot names is deleted, which the checks below prove.
     storage = storage_of(home, catalog_uri)
     assert state(storage) == reference
     disk, named = files_on_disk_and_named(storage)
