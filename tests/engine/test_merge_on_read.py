@@ -26,7 +26,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from changelake.engine import apply, compact
+from changelake.engine import apply, buckets, compact
 from changelake.engine.merge import apply_sequential
 from changelake.spec import TableSpec
 from changelake.storage.fastread import FastReader
@@ -198,23 +198,60 @@ def _check(lake, engine, buckets, partitioned, batches) -> None:
     assert not any(f.is_delete for f in lake.storage.table_files(lake.storage.pk_table(cow)))
 
 
-def test_a_minor_compaction_merges_deltas_under_every_delete_and_keeps_the_rest(lake):
-    """Four batches merged on read (each updating keys the one before wrote, so deletes name rows of earlier
-    delta files and of the bucket files); a minor compaction merges the deltas and the delete files: the rows
-    stay the reference's, and the files are one delta file and one delete file naming bucket-file rows only."""
-    spec = TableSpec.from_dict(_spec("last_row", 1, False, "merge-on-read"))
+def _overlapping_batches(lake, spec, batches=5) -> dict:
+    """Batches merged on read, each updating a key the one before wrote (so its deletes name rows of earlier
+    delta files) and one of the first batch's; the reference rows by key."""
     lake.create_table(dataclasses.replace(spec).to_dict())
-    name, reference = spec.full_name, {}
+    reference: dict = {}
     with mock.patch.object(apply, "REWRITE_SHARE", float("inf")):
-        for batch_id in range(1, 6):
+        for batch_id in range(1, batches + 1):
             records = [
                 {"op": "+U", "k": k, "p": "x", "n": batch_id, "m": k, "s": f"b{batch_id}"}
                 for k in ([0, 1, 2, 3, 4, 5, 6, 7] if batch_id == 1 else [batch_id - 1, batch_id, 7])
             ]
             payload = [{"op": r["op"], "data": {c: v for c, v in r.items() if c != "op"}} for r in records]
-            lake.apply(name, payload, batch_id=batch_id)
+            lake.apply(spec.full_name, payload, batch_id=batch_id)
             for r in records:
                 reference[(r["k"], "x")] = tuple(r[c] for c in ("k", "p", *VALUE_COLUMNS))
+    return reference
+
+
+def test_a_batch_folds_the_partitions_few_deletes_into_its_own_delete_file(lake):
+    """Merged on read in the applying process, a batch's delete file takes in the partition's earlier delete
+    files (the commit removes them): one delete file per partition, every row as the reference has it, for
+    changelake's reader and pyiceberg's; past FOLD_POSITIONS a batch writes its own delete file beside them."""
+    spec = TableSpec.from_dict(_spec("last_row", 1, False, "merge-on-read"))
+    reference = _overlapping_batches(lake, spec)
+    files = lake.storage.table_files(lake.storage.pk_table(spec))
+    deletes = [f for f in files if f.is_delete]
+    assert len(deletes) == 1 and sum(compact.is_delta(f) for f in files) == 4
+    named = {r["file_path"] for r in pq.read_table(local(deletes[0].path)).to_pylist()}
+    data = sorted((f for f in files if not f.is_delete), key=lambda f: f.sequence_number)
+    assert named == {f.path for f in data[:-1]}  # the bucket file's rows and every delta's but the last one's
+    want = sorted(reference.values())
+    assert _rows(FastReader(lake.settings).rows_arrow(spec.full_name)) == want
+    assert _rows(lake.storage.pk_table(spec).scan().to_arrow()) == want
+
+    wide = TableSpec.from_dict(_spec("last_row", 1, False, "merge-on-read"))
+    # Each batch deletes 3 rows: batch 3 folds batch 2's 3 positions; from batch 4 on the partition's delete
+    # files hold more than 4, so batches 4 and 5 write their own beside them.
+    with mock.patch.object(buckets, "FOLD_POSITIONS", 4):
+        reference = _overlapping_batches(lake, wide)
+    files = lake.storage.table_files(lake.storage.pk_table(wide))
+    assert sum(f.is_delete for f in files) == 3
+    want = sorted(reference.values())
+    assert _rows(FastReader(lake.settings).rows_arrow(wide.full_name)) == want
+    assert _rows(lake.storage.pk_table(wide).scan().to_arrow()) == want
+
+
+def test_a_minor_compaction_merges_deltas_under_every_delete_and_keeps_the_rest(lake):
+    """Four batches merged on read (each updating keys the one before wrote, so deletes name rows of earlier
+    delta files and of the bucket files); a minor compaction merges the deltas and the delete files: the rows
+    stay the reference's, and the files are one delta file and one delete file naming bucket-file rows only."""
+    spec = TableSpec.from_dict(_spec("last_row", 1, False, "merge-on-read"))
+    with mock.patch.object(buckets, "FOLD_POSITIONS", 0):  # every batch keeps its own delete file
+        reference = _overlapping_batches(lake, spec)
+    name = spec.full_name
     table = lake.storage.pk_table(spec)
     before = lake.storage.table_files(table)
     assert sum(compact.is_delta(f) for f in before) == 4 and sum(f.is_delete for f in before) == 4

@@ -243,15 +243,16 @@ class Applier:
             fault("after-data-files")
             written = self._write(plan, merged)
             try:
-                result = self._commit(plan, written)
+                committed = self._commit(plan, written)
             except (CommitFailedException, ValidationException):
-                result = self._commit_after_race(plan, written)
-                if result is None:
+                recommitted = self._commit_after_race(plan, written)
+                if recommitted is None:
                     self.progress(
                         f"[{spec.full_name}] batch {batch_id}: another writer committed first; re-checking"
                     )
                     continue
-            return self._finish(plan, result, started)
+                committed = recommitted
+            return self._finish(plan, committed, started)
         raise ChangelakeError(
             f"{spec.full_name}: batch {batch_id} lost {MAX_COMMIT_ATTEMPTS} commit races; retry later"
         )
@@ -461,7 +462,7 @@ class Applier:
             for m in merged.groups
             for d in json.loads(m["_deletes"] or "[]")
         ]
-        removed = {p for m in merged.buckets for p in m["_removed"]}
+        removed = {p for m in markers for p in m["_removed"]}  # rewritten buckets' files, folded delete files
         referenced = {p for m in merged.groups for d in json.loads(m["_deletes"] or "[]") for p in d["files"]}
         return WrittenBatch(added, deletes, removed, summary, referenced)
 

@@ -666,7 +666,11 @@ def _matching_rows(spec: TableSpec, pieces: list[Piece], records: pa.Table) -> t
     stored = pa.concat_tables(found_rows)
     piece, pos = np.concatenate(found_piece), np.concatenate(found_pos)
     if numbers is not None and len(found_rows) > 1:
-        order = np.argsort(_key_numbers(stored.column(keys[0])), kind="stable")
+        stored_numbers = _key_numbers(stored.column(keys[0]))
+        assert (
+            stored_numbers is not None
+        )  # the records' key column has numbers: the stored one's type is the same
+        order = np.argsort(stored_numbers, kind="stable")
         stored, piece, pos = stored.take(pa.array(order)), piece[order], pos[order]
     return stored, (piece, pos)
 
@@ -726,7 +730,12 @@ def _run_writes(writes: list[Callable[[], None]], ctx: BucketContext) -> None:
 class GroupWriter:
     """The files a group of bucket tasks (one Spark task, or the applying process) writes together: per Iceberg
     partition one data file of the buckets' new rows (sorted by bucket, then key) and one position-delete
-    file, and one changelog file for the group. Large batches flush as they go (:data:`FLUSH_ROWS`)."""
+    file, and one changelog file for the group. Large batches flush as they go (:data:`FLUSH_ROWS`).
+
+    In the applying process (the only group of its batch) the delete file also takes in the positions of the
+    partition's small delete files, which the commit then removes -- as an Iceberg v3 deletion vector holds
+    every delete of its data file: readers open one delete file per partition, not one per batch, and the
+    fold costs at most :data:`FOLD_POSITIONS` positions read (kept in the process) and written again."""
 
     def __init__(self, ctx: BucketContext, io):
         self.ctx, self.io = ctx, io
@@ -737,8 +746,14 @@ class GroupWriter:
         self.paths: list[str] = []
         self.log_paths: list[str] = []
         self.delete_files: list[dict] = []
+        self.existing: dict[str, set[str]] = {}  # each partition's delete files before this batch
+        self.replaced: set[str] = set()  # data files this batch's rewritten buckets replace
+        self.folded: list[str] = []  # delete files folded into this batch's: the commit removes them
 
-    def add(self, task: BucketTask, out: BucketOutput) -> None:
+    def add(self, task: BucketTask, out: BucketOutput, replaced=()) -> None:
+        if task.deletes:
+            self.existing.setdefault(task.output, set()).update(task.deletes)
+        self.replaced.update(replaced)
         if out.delta is not None:
             self.deltas.setdefault(task.output, []).append((task.bucket, out.delta))
             self.rows += out.delta.num_rows
@@ -767,6 +782,7 @@ class GroupWriter:
             if ctx.keep_rows:
                 STORED_ROWS.put(path, row_schema(spec), rows)
         for output, by_path in self.deletes.items():
+            self._fold(output, by_path)
             table = position_deletes(list(by_path), [merge_positions(v) for v in by_path.values()])
             path = f"{ctx.out_dir}/data/deletes-{uuid.uuid4().hex}.parquet"
             writes.append(functools.partial(self._write_deletes, path, table))
@@ -782,6 +798,20 @@ class GroupWriter:
         _run_writes(writes, ctx)
         self.deltas, self.deletes, self.logs, self.rows = {}, {}, [], 0
 
+    def _fold(self, output: str, by_path: dict[str, list]) -> None:
+        """Take the positions of the partition's existing delete files into ``by_path`` when they are few
+        (in the applying process only: a Spark task is one group of several)."""
+        existing = sorted(self.existing.pop(output, set()).difference(self.folded))  # a flush folds them once
+        if not self.ctx.keep_rows or not existing:
+            return
+        positions = deleted_positions(self.io, existing, keep_rows=True)
+        if sum(len(p) for p in positions.values()) > FOLD_POSITIONS:
+            return
+        for path, pos in positions.items():
+            if path not in self.replaced:  # a rewritten bucket's old files: gone with this commit
+                by_path.setdefault(path, []).append(pos)
+        self.folded += existing
+
     def _write_deletes(self, path: str, table: pa.Table) -> None:
         with self.io.open_output(path) as sink:
             write_position_deletes(sink, table, self.ctx.delta_compression)
@@ -791,18 +821,22 @@ class GroupWriter:
         self.flush()
         for d in self.delete_files:
             d["size"] = self.io.size(d["path"])
-        marker = {name: None for name in task_marker_schema().names}
+        marker: dict[str, Any] = {name: None for name in task_marker_schema().names}
         marker.update(
             {
                 "_task": -1,
                 "_paths": self.paths,
-                "_removed": [],
+                "_removed": self.folded,
                 "_log_paths": self.log_paths,
                 "_deletes": json.dumps(self.delete_files),
             }
         )
         return marker
 
+
+#: Positions of a partition's existing delete files a merge-on-read batch in the applying process folds into
+#: its own delete file (GroupWriter), at most: ~0.5 MB to write again, against a delete file more per batch.
+FOLD_POSITIONS = 65_536
 
 #: What a Spark task keeps of the files its buckets share (TaskIO.kept), at most.
 TASK_KEPT_BYTES = 512 << 20
@@ -851,7 +885,7 @@ def run_task(
     its marker row."""
     records = read_staged(task.parts, staged_schema, io)
     marker, out = merge_bucket(task, records, ctx, io)
-    writer.add(task, out)
+    writer.add(task, out, marker["_removed"])
     return {"_task": index, **marker}
 
 

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyiceberg.exceptions import CommitFailedException, ValidationException
+from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Operation
 
 from changelake.engine import buckets
@@ -67,7 +68,7 @@ class Compaction:
     files_removed: int = 0
     rows_written: int = 0
     notes: list[str] = field(default_factory=list)
-    committed: object = None  # the table as the compaction committed it (None: nothing committed)
+    committed: Table | None = None  # the table as the compaction committed it (None: nothing committed)
 
     @property
     def changed(self) -> bool:
@@ -323,7 +324,7 @@ def compact_changelog(
     schema = table.schema()
     ts_id = schema.find_field("_commit_timestamp").field_id
     cutoff_us = int((now_s - spec.log_ttl_s) * 1_000_000)
-    old = [f for f in files if _upper(f, ts_id) is not None and _upper(f, ts_id) < cutoff_us]
+    old = [f for f in files if (_upper(f, ts_id) or cutoff_us) < cutoff_us]  # no recorded bound: kept
     gone = {f.path for f in old}
     merge: list[TableFile] = []
     if not Storage.layout(table).partition_columns:  # a table partitioned by batch cannot merge batches

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.table import Table
 
 from changelake.engine import compact
 from changelake.spec import TableSpec
@@ -70,7 +71,7 @@ class Report:
 def maintain(
     storage: Storage,
     spec: TableSpec,
-    roll_forward: Callable[[TableSpec], object],
+    roll_forward: Callable[[TableSpec], Table],
     *,
     inline: bool = False,
     compaction: bool = True,

@@ -64,6 +64,7 @@ from changelake.storage.files import (
     Layout,
     TableFile,
     int_bound,
+    int_bounds,
     read_position_deletes,
 )
 from changelake.storage.summary import BatchSummary
@@ -676,9 +677,7 @@ class _DirectSource(_Source):
                 partition = tuple(part[c] for c in self.partition_columns)
                 lower = {kv["key"]: kv["value"] for kv in data_file.get("lower_bounds") or []}
                 upper = {kv["key"]: kv["value"] for kv in data_file.get("upper_bounds") or []}
-                batches = None
-                if batch_id is not None and batch_id in lower and batch_id in upper:
-                    batches = (int_bound(lower[batch_id]), int_bound(upper[batch_id]))
+                batches = None if batch_id is None else int_bounds(lower, upper, batch_id)
                 sequence = entry.get("sequence_number")
                 out.append(
                     TableFile(

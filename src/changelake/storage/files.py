@@ -104,6 +104,12 @@ def int_bound(value: bytes | None) -> int | None:
     return struct.unpack("<i" if len(value) == 4 else "<q", value)[0]
 
 
+def int_bounds(lower: dict, upper: dict, field_id) -> tuple[int, int] | None:
+    """A file's lowest and highest value of an int/long column from its manifest bounds (None: not recorded)."""
+    low, high = int_bound(lower.get(field_id)), int_bound(upper.get(field_id))
+    return None if low is None or high is None else (low, high)
+
+
 # --- position-delete files ----------------------------------------------------------------------------------
 def delete_stats(table: pa.Table) -> dict[str, Any]:
     """What an Iceberg manifest records of a position-delete file's rows: count and the bounds of its two

@@ -21,7 +21,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -102,7 +102,7 @@ def encode(entries: Iterable[tuple[int, Mapping[str, str]]]) -> bytes:
 
 
 def batches(
-    entries: list[Entry], snapshots: list[tuple[int, Mapping[str, str]]]
+    entries: list[Entry], snapshots: Sequence[tuple[int, Mapping[str, str]]]
 ) -> list[tuple[int, BatchSummary]]:
     """The table's batches, oldest first, as (snapshot id, summary): the history's, then those of the retained
     snapshots (``snapshots``: the batch snapshots of the main branch, oldest first), each batch once."""

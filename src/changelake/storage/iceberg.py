@@ -45,7 +45,7 @@ from changelake.storage import (
     pyiceberg_fixes,  # its fixes are installed on import
     summary,
 )
-from changelake.storage.files import FILE_PATH_ID, POS_ID, Layout, TableFile, int_bound
+from changelake.storage.files import FILE_PATH_ID, POS_ID, Layout, TableFile, int_bound, int_bounds
 from changelake.storage.rowdelta import commit_row_delta
 from changelake.storage.summary import BatchSummary, ChangelogSummary
 
@@ -458,7 +458,7 @@ class Storage:
         """The table's identity partition columns (a PK table's partition keys, and ``_bucket`` for one
         created before merge-on-read)."""
         schema = table.schema()
-        return Layout(tuple(schema.find_column_name(f.source_id) for f in table.spec().fields))
+        return Layout(tuple(schema.find_field(f.source_id).name for f in table.spec().fields))
 
     @staticmethod
     def table_files(table: Table, snapshot_id: int | None = None) -> list[TableFile]:
@@ -619,8 +619,8 @@ def _file_describer(table: Table) -> Callable[[Any], TableFile]:
         buckets = batches = None
         if content == 0:
             buckets = layout.buckets_of(part, int_bound(lower.get(bucket)), int_bound(upper.get(bucket)))
-            if batch is not None and batch in lower and batch in upper:
-                batches = (int_bound(lower[batch]), int_bound(upper[batch]))
+            if batch is not None:
+                batches = int_bounds(lower, upper, batch)
         return TableFile(
             path=df.file_path,
             content=content,

@@ -139,7 +139,9 @@ def expire(
     tx = table.transaction()
     ExpireSnapshots(tx).by_ids([s.snapshot_id for s in expired]).commit()
     tx.set_properties(props)
-    tx._apply((), (AssertRefSnapshotId(snapshot_id=current.snapshot_id if current else None, ref="main"),))
+    # The field's alias is "snapshot-id"; pydantic takes its name too (populate_by_name), which mypy cannot see.
+    assert_main = AssertRefSnapshotId(snapshot_id=current.snapshot_id if current else None, ref="main")  # type: ignore[call-arg]
+    tx._apply((), (assert_main,))
     committed = tx.commit_transaction()
     fault("after-expiry-commit")
     gone = reachable(table, expired, live_only=False) - reachable(committed, retained) | set(dropped)
