@@ -26,7 +26,7 @@ from changelake.engine.apply import Applier, BatchResult, Progress, stderr_progr
 from changelake.errors import ChangelakeError
 from changelake.identifiers import split_table_name
 from changelake.inputs.landing import read_manifest, scan_landing
-from changelake.spec import TableSpec, check_new_table, load_specs
+from changelake.spec import SpecDirectory, TableSpec, check_new_table, load_specs
 from changelake.storage import sparkread
 from changelake.storage.fastread import FastReader, changelog_order, expired_before, json_default
 from changelake.storage.iceberg import CHANGELOG_SUFFIX, Storage
@@ -70,8 +70,9 @@ class ChangeLake:
         return Applier(lambda: self.spark, self.storage, self.progress)
 
     # --- specs and tables ------------------------------------------------------------------------------
-    def specs(self) -> dict[str, TableSpec]:
-        """Table specs found in ``$CHANGELAKE_TABLES``."""
+    def specs(self) -> SpecDirectory:
+        """Table specs found in ``$CHANGELAKE_TABLES``; a file that does not load is in ``.problems`` and
+        looking its table up raises its error (:class:`changelake.spec.SpecDirectory`)."""
         return load_specs(self.settings.tables_dir)
 
     def spec(self, table: str) -> TableSpec:
@@ -125,7 +126,11 @@ class ChangeLake:
         ]
 
     def create_all(self) -> list[TableSpec]:
-        return [self.create_table(s) for s in self.specs().values()]
+        """Create every table with a spec; then raise the problems of spec files that did not load."""
+        specs = self.specs()
+        created = [self.create_table(s) for s in specs.values()]
+        specs.check()
+        return created
 
     def drop_table(self, table: str) -> None:
         self.storage.drop(self.spec(table))
@@ -172,12 +177,15 @@ class ChangeLake:
 
         ``from_batch``/``up_to`` bound a replay or backfill range; replayed batches are no-ops.
         """
-        names = [table] if table else sorted(self.specs())
+        specs = self.specs()
+        names = [table] if table else sorted(specs)
         results: list[BatchResult] = []
         for name in names:
             results += self.applier.apply_pending(
                 self._ensure(name), self.settings.landing_dir, up_to, from_batch
             )
+        if not table:
+            specs.check()  # every other table is applied; a broken spec's batches are not silently left
         return results
 
     def _stage_records(self, spec: TableSpec, records) -> Path:
@@ -351,8 +359,11 @@ class ChangeLake:
             )
 
     def status(self) -> list[dict[str, Any]]:
-        """Per table: last batch, rows, batch snapshots, changelog records, pending landed batches."""
-        return self.reader.status()
+        """Per table: last batch, rows, batch snapshots, changelog records, pending landed batches; a spec file
+        that did not load is a row with its ``problem``."""
+        rows = self.reader.status()
+        broken = self.specs().status_rows(rows[0] if rows else None)
+        return sorted(rows + broken, key=lambda r: r["table"]) if broken else rows
 
     def maintain(
         self,

@@ -281,6 +281,7 @@ def _run_fast(args: argparse.Namespace) -> list[dict[str, Any]]:
     their rows, printed unless the format is ``json`` (then the caller prints them as one document)."""
     _light_pyarrow()
     from changelake.config import load_settings
+    from changelake.spec import load_specs
     from changelake.storage import fastread
 
     settings = load_settings(home=args.home, tables_dir=args.tables, spark_master=args.master)
@@ -297,6 +298,9 @@ def _run_fast(args: argparse.Namespace) -> list[dict[str, Any]]:
         rows = reader.dead_letters(args.table, args.batch_id)
     else:
         rows = reader.status()
+        # A spec file that did not load is a row with its problem; exit 0, as for a landing problem.
+        broken = load_specs(settings.tables_dir).status_rows(rows[0] if rows else None)
+        rows = sorted(rows + broken, key=lambda r: r["table"]) if broken else rows
     if args.format != "json":
         _print_rows(rows, args.format)
     return rows
@@ -425,6 +429,8 @@ def _create(lake, args: argparse.Namespace) -> dict[str, Any]:
         created = [lake.create_table(specs[t]) for t in (args.table or sorted(specs))]
     for spec in created:
         print(f"created {spec.full_name} (+ {spec.full_name}__changelog), {spec.bucket_num} bucket(s)")
+    if not args.spec and not args.table:
+        specs.check()  # the other tables are created; a spec that did not load fails the command
     return _created(created)
 
 

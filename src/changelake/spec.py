@@ -26,7 +26,7 @@ import yaml
 
 from changelake.engine.aggregates import AGGREGATE_FUNCTIONS, DEFAULT_FUNCTION
 from changelake.errors import SpecError, java_list, short_repr
-from changelake.identifiers import check_column_name, check_table_name, derived_names
+from changelake.identifiers import check_column_name, check_table_name, derived_names, split_table_name
 from changelake.inputs.sources import SourceOptions, parse_source
 from changelake.types import INT_RANGES, NANOS_SUFFIX, DataType, parse_type
 
@@ -295,10 +295,25 @@ class TableSpec:
 
 #: Longest spec file read (a spec is a few hundred bytes; a limit keeps a wrong file from filling memory).
 MAX_SPEC_BYTES = 1 << 20
+#: Largest document a spec may expand to with its aliases resolved, counted as nodes plus scalar characters
+#: (a file without aliases stays below about twice its size). An alias bomb ("billion laughs": nine lists of
+#: nine aliases of the list before) is a few hundred bytes that expand to gigabytes when built or printed.
+MAX_SPEC_EXPANDED = 2 * MAX_SPEC_BYTES
+
+
+class _TooLarge(Exception):
+    """A spec document that its aliases expand past :data:`MAX_SPEC_EXPANDED` (or into a cycle)."""
 
 
 class _SpecLoader(yaml.SafeLoader):
-    """YAML's safe loader, refusing a key given twice in one mapping (PyYAML keeps the last silently)."""
+    """YAML's safe loader, refusing a key given twice in one mapping (PyYAML keeps the last silently) and a
+    document whose aliases expand it past :data:`MAX_SPEC_EXPANDED`, before any Python object is built."""
+
+    def get_single_node(self) -> yaml.Node | None:
+        node = super().get_single_node()
+        if node is not None:
+            _check_expansion(node)
+        return node
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
         if isinstance(node, yaml.MappingNode):
@@ -322,6 +337,40 @@ class _SpecLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
+def _check_expansion(root: yaml.Node) -> None:
+    """Refuse a composed document whose aliases expand it past :data:`MAX_SPEC_EXPANDED` or refer to a node
+    that contains them. Each node's expanded size is computed once (aliases share the node they name), so
+    this takes time linear in the file however much the aliases would expand."""
+    sizes: dict[int, int] = {}
+    on_path: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, finished = stack.pop()
+        key = id(node)
+        if isinstance(node, yaml.ScalarNode):
+            sizes[key] = 1 + len(node.value)
+            continue
+        children = (
+            [n for pair in node.value for n in pair] if isinstance(node, yaml.MappingNode) else node.value
+        )
+        if finished:
+            on_path.discard(key)
+            sizes[key] = 1 + sum(sizes[id(c)] for c in children)
+            if sizes[key] > MAX_SPEC_EXPANDED:
+                raise _TooLarge(
+                    f"its aliases expand it past {MAX_SPEC_EXPANDED:,} nodes and characters (line "
+                    f"{node.start_mark.line + 1}); not a table spec"
+                )
+            continue
+        if key in sizes:
+            continue
+        if key in on_path:
+            raise _TooLarge(f"an alias at line {node.start_mark.line + 1} refers to a node that contains it")
+        on_path.add(key)
+        stack.append((node, True))
+        stack.extend((c, False) for c in children if id(c) not in sizes)
+
+
 def read_yaml(path: Path) -> Any:
     """Parse a spec file: UTF-8 YAML, bounded size, no repeated keys; any problem is a SpecError."""
     try:
@@ -337,25 +386,102 @@ def read_yaml(path: Path) -> Any:
         raise SpecError(f"{path}: not UTF-8 text (byte {e.start + 1})") from None
     try:
         return yaml.load(text, Loader=_SpecLoader)  # noqa: S506 - a SafeLoader subclass
+    except _TooLarge as e:
+        raise SpecError(f"{path}: {e}") from None
     except yaml.YAMLError as e:
         raise SpecError(f"{path}: not valid YAML: {e}") from None
     except RecursionError:
         raise SpecError(f"{path}: not valid YAML: nested too deep") from None
 
 
-def load_specs(tables_dir: str | Path) -> dict[str, TableSpec]:
-    """Load every ``*.yaml``/``*.yml`` spec in ``tables_dir``, keyed by ``namespace.table``.
+#: The fields of a ``status`` row (docs/cli.md), for the rows of specs that did not load.
+_STATUS_FIELDS = (
+    "table", "exists", "last_batch", "rows", "snapshots", "history_batches", "files", "bytes",
+    "last_maintenance", "changelog_records", "pending_batches", "problem", "quarantined", "redelivered",
+    "deduplicated",
+)  # fmt: skip
+
+
+class SpecDirectory(dict[str, TableSpec]):
+    """The specs of a spec directory that loaded, by ``namespace.table``, and in ``problems`` the error of
+    each spec file that did not (unreadable, too large, not YAML, an alias bomb, invalid) under the table it
+    declares (else its file name without the extension when that is a table name, else the file name).
+
+    One broken file does not hide the other tables. Looking a broken table up (``in``, ``[]``, ``get``)
+    raises its error rather than treating the table as absent, so a command addressed to it fails naming
+    the file; iterating yields the tables that loaded."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.problems: dict[str, SpecError] = {}
+
+    def _refuse_broken(self, table: object) -> None:
+        error = self.problems.get(table) if isinstance(table, str) else None
+        if error is not None:
+            raise SpecError(str(error))
+
+    def __contains__(self, table: object) -> bool:
+        self._refuse_broken(table)
+        return super().__contains__(table)
+
+    def __getitem__(self, table: str) -> TableSpec:
+        self._refuse_broken(table)
+        return super().__getitem__(table)
+
+    def get(self, table: str, default: Any = None) -> Any:
+        self._refuse_broken(table)
+        return super().get(table, default)
+
+    def check(self) -> None:
+        """Raise a SpecError naming every spec file that did not load (after a command did the others)."""
+        if self.problems:
+            raise SpecError(
+                f"{len(self.problems)} table spec(s) did not load; their tables were skipped: "
+                + "; ".join(f"{table}: {error}" for table, error in sorted(self.problems.items()))
+            )
+
+    def status_rows(self, like: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        """A ``status`` row per spec file that did not load, shaped as ``like`` (another table's row): its
+        ``problem`` the error naming the file, its numbers 0, the rest (``exists`` too) unknown (None)."""
+        shape = like or dict.fromkeys(_STATUS_FIELDS, 0)
+        blank = {k: 0 if type(v) is int else None for k, v in shape.items()}
+        return [{**blank, "table": t, "problem": str(e)} for t, e in sorted(self.problems.items())]
+
+
+def _table_of_broken_spec(path: Path, data: Any, taken: dict[str, SpecError]) -> str:
+    """Under which name a spec file that did not load is reported: the table it declares, else its file name
+    without the extension when that is a table name (``shop.orders.yaml``), else its file name."""
+    declared = data.get("name") if isinstance(data, dict) else None
+    for name in (declared, path.stem):
+        try:
+            split_table_name(name)
+        except SpecError:
+            continue
+        if name not in taken:
+            return str(name)
+    return path.name
+
+
+def load_specs(tables_dir: str | Path) -> SpecDirectory:
+    """Load every ``*.yaml``/``*.yml`` spec in ``tables_dir``, keyed by ``namespace.table``; a file that
+    does not load is kept in ``problems`` (:class:`SpecDirectory`) and does not stop the others.
 
     Refuses two specs whose derived names collide (``a__b.c`` and ``a.b__c`` both give the view
-    ``a__b__c``; names compare case-insensitively, as Spark's do)."""
-    specs: dict[str, TableSpec] = {}
+    ``a__b__c``; names compare case-insensitively, as Spark's do): the whole directory is ambiguous then."""
+    specs = SpecDirectory()
     directory = Path(tables_dir)
     if not directory.is_dir():
         return specs
     owners: dict[str, tuple[str, Path]] = {}
     for path in sorted([*directory.glob("*.yaml"), *directory.glob("*.yml")]):
-        spec = TableSpec.from_yaml(path)
-        if spec.full_name in specs:
+        data = None
+        try:
+            data = read_yaml(path)
+            spec = TableSpec.from_dict(data, origin=str(path))
+        except SpecError as e:
+            specs.problems[_table_of_broken_spec(path, data, specs.problems)] = e
+            continue
+        if spec.full_name in specs.keys():  # the keys: a broken file naming the table is not a second one
             raise SpecError(f"{path}: table {spec.full_name} is defined twice in {directory}")
         check_collisions(spec, {n: owner for n, (owner, _) in owners.items()}, str(path))
         for name in derived_names(spec.namespace, spec.table):

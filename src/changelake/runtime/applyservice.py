@@ -13,9 +13,19 @@ Protocol: one JSON object per line. The client sends one request
 ``{"progress": "..."}`` lines, then either ``{"results": [<BatchResult as a dict>, ...]}`` or
 ``{"error": {"type": ..., "message": ..., ...}}``.
 
-Who may use it: the socket lives in ``$CHANGELAKE_HOME/spark-server/`` and is created owner-only (0600), so
-only the user who runs the endpoint can apply through it. The request names the client's catalog and
-warehouse; the service refuses one that differs from its own rather than apply to another table.
+Who may use it: the endpoint's user alone, checked three ways, because the request carries the client's
+settings (the catalog URI, its password included). The socket (0600) lives in a private directory (0700,
+owned by that user): ``$CHANGELAKE_HOME/spark-server/``, or, when that path is too long for a Unix socket,
+``<tmp>/changelake-<uid>/``, which is created 0700 and refused when it is a link, another user's, or open to
+others (another user could otherwise bind the socket first and read what the client sends). Before sending
+anything the client checks the directory's and the socket's owner and, once connected, the listening
+process's uid (``SO_PEERCRED``); the service checks the connecting process's uid the same way and refuses any
+other. The request names the client's catalog and warehouse; the service refuses one that differs from its
+own rather than apply to another table.
+
+Limits: a connection must deliver its request line within ``request_timeout`` seconds (10 by default), and
+at most ``max_connections`` (16) are served at once; one more is answered "busy" and closed. So idle or
+half-open connections cannot pile up threads in the endpoint's driver.
 
 A client that goes away (Ctrl-C, a killed Airflow task) does not stop its batch: the apply runs to its commit
 or fails atomically in the endpoint, exactly as a batch in a killed applier would, and the next apply of
@@ -31,8 +41,12 @@ import json
 import os
 import socket
 import socketserver
+import stat
+import struct
+import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
@@ -58,28 +72,94 @@ _ERRORS = {
 _CONNECT_TIMEOUT = 2.0
 _MAX_SOCKET_PATH = 100  # sun_path holds 108 bytes on Linux, 104 on macOS
 _MAX_REQUEST = 1 << 20  # a request is a few hundred bytes; refuse anything absurd before parsing it
+#: Seconds a connection has to deliver its request line; then it is closed (its thread ends).
+REQUEST_TIMEOUT = 10.0
+#: Connections served at once; one more is answered "busy" and closed.
+MAX_CONNECTIONS = 16
+# Seconds an answer line may wait for a client that stopped reading; then the client counts as gone and the
+# apply goes on without it (it would otherwise hold the apply's thread in a write forever).
+_SEND_TIMEOUT = 60.0
 
 
 def socket_path(home: Path) -> Path:
     """Where the endpoint of ``home`` listens for applies: next to its ``ready`` file, or, when that path is
-    too long for a Unix socket (about 100 bytes), under the temp directory by a hash of ``home``."""
+    too long for a Unix socket (about 100 bytes), in the user's private ``<tmp>/changelake-<uid>/`` by a
+    hash of ``home``."""
     path = Path(home) / "spark-server" / SOCKET_NAME
     if len(os.fsencode(path)) <= _MAX_SOCKET_PATH:
         return path
     digest = hashlib.sha256(os.fsencode(Path(home).resolve())).hexdigest()[:16]
-    return Path(tempfile.gettempdir()) / f"changelake-{os.getuid()}-{digest}.sock"
+    return Path(tempfile.gettempdir()) / f"changelake-{os.geteuid()}" / f"{digest}.sock"
 
 
 class ApplyServiceError(RuntimeError):
     """The endpoint failed for a reason that is not the batch's fault (a bug, Spark, the catalog)."""
 
 
+class UnsafeSocketError(errors.ChangelakeError):
+    """The apply socket, its directory or the process behind it is not this user's alone: nothing is sent."""
+
+
+def private_directory(directory: Path) -> Path:
+    """Create ``directory`` (0700) if it is missing and make sure it is this user's alone: a real directory,
+    not a link, owned by this user, 0700. Raises UnsafeSocketError otherwise; the endpoint calls this before
+    it binds its socket there."""
+    try:
+        os.mkdir(directory, 0o700)
+    except FileExistsError:
+        pass
+    except FileNotFoundError:
+        directory.parent.mkdir(parents=True, exist_ok=True)
+        os.mkdir(directory, 0o700)
+    info = os.lstat(directory)
+    if stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid():
+        os.chmod(directory, 0o700)  # ours: whatever was open about it is closed before the socket exists
+    _check_private(directory, os.lstat(directory), "directory")
+    return directory
+
+
+def _check_private(path: Path, info: os.stat_result, what: str) -> None:
+    """Refuse ``path`` unless it is the expected kind of file, this user's, and closed to everyone else."""
+    kind = stat.S_ISDIR if what == "directory" else stat.S_ISSOCK
+    problem = None
+    if stat.S_ISLNK(info.st_mode):
+        problem = "is a symbolic link"
+    elif not kind(info.st_mode):
+        problem = f"is not a {what}"
+    elif info.st_uid != os.geteuid():
+        problem = f"is owned by uid {info.st_uid}, not by this user (uid {os.geteuid()})"
+    elif stat.S_IMODE(info.st_mode) & 0o077:
+        problem = f"has mode {stat.S_IMODE(info.st_mode):04o}; only its owner may use it (0700/0600)"
+    if problem is not None:
+        label = "socket directory" if what == "directory" else "socket"
+        raise UnsafeSocketError(
+            f"refusing the apply {label} {path}: it {problem}. Another user may be waiting for this apply's "
+            "settings there; nothing was sent. Remove it (or fix its owner and mode) and restart the endpoint, "
+            "or unset CHANGELAKE_SPARK_REMOTE to apply without it"
+        )
+
+
+def peer_uid(sock: socket.socket) -> int | None:
+    """The uid of the process at the other end of a connected Unix socket (Linux ``SO_PEERCRED``, macOS
+    ``LOCAL_PEERCRED``), or None where the platform cannot tell."""
+    if hasattr(socket, "SO_PEERCRED"):
+        _pid, uid, _gid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
+        return uid
+    if sys.platform == "darwin":
+        # struct xucred {u_int cr_version; uid_t cr_uid; ...} at SOL_LOCAL (0), LOCAL_PEERCRED (1)
+        return struct.unpack_from("=II", sock.getsockopt(0, 1, 76))[1]
+    return None
+
+
 # --- the client (the CLI) ---------------------------------------------------------------------------------
 def connect(home: Path) -> socket.socket | None:
     """A connection to the apply service of ``home``'s endpoint, or None when none listens there (no socket
-    file, or a stale one a stopped endpoint left behind)."""
+    file, or a stale one a stopped endpoint left behind) or this platform cannot tell who listens.
+
+    Raises UnsafeSocketError, having sent nothing, unless the socket's directory and the socket are this
+    user's alone and the process listening runs as this user."""
     path = socket_path(home)
-    if not path.exists():
+    if not os.path.lexists(path):
         return None
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.settimeout(_CONNECT_TIMEOUT)
@@ -88,6 +168,25 @@ def connect(home: Path) -> socket.socket | None:
     except OSError:
         sock.close()
         return None
+    try:
+        # The directory first: only if it is ours alone is the socket in it the one we just reached.
+        _check_private(path.parent, os.lstat(path.parent), "directory")
+        _check_private(path, os.lstat(path), "socket")
+        uid = peer_uid(sock)
+        if uid is None:  # cannot tell who listens: apply in this process instead
+            sock.close()
+            return None
+        if uid != os.geteuid():
+            raise UnsafeSocketError(
+                f"refusing the apply socket {path}: the process listening on it runs as uid {uid}, not as "
+                f"this user (uid {os.geteuid()}); nothing was sent"
+            )
+    except FileNotFoundError:  # the endpoint went away meanwhile
+        sock.close()
+        return None
+    except BaseException:
+        sock.close()
+        raise
     sock.settimeout(None)  # an apply takes as long as it takes; progress lines keep coming meanwhile
     return sock
 
@@ -127,9 +226,10 @@ class _Handler(socketserver.StreamRequestHandler):
     server: ApplyService
 
     def handle(self) -> None:
-        line = self.rfile.readline(_MAX_REQUEST)
-        if not line.endswith(b"\n"):
-            return  # a client that hung up, or an oversized request: nothing was started
+        line = _read_request(self.request, time.monotonic() + self.server.request_timeout)
+        if line is None:
+            return  # a client that hung up, stayed silent too long, or sent too much: nothing was started
+        self.request.settimeout(_SEND_TIMEOUT)
         send = _Sender(self.wfile)
         try:
             request = json.loads(line)
@@ -143,6 +243,25 @@ class _Handler(socketserver.StreamRequestHandler):
             send({"error": {"type": "internal", "message": f"{type(e).__name__}: {e}"}})
         else:
             send({"results": results})
+
+
+def _read_request(sock: socket.socket, deadline: float) -> bytes | None:
+    """The request line, or None when the client hangs up, sends more than a request can be, or has not
+    finished the line by ``deadline`` (a whole-request deadline: a byte now and then does not extend it)."""
+    data = bytearray()
+    while not data.endswith(b"\n"):
+        left = deadline - time.monotonic()
+        if left <= 0 or len(data) > _MAX_REQUEST:
+            return None
+        sock.settimeout(left)
+        try:
+            chunk = sock.recv(65536)
+        except OSError:  # the timeout among them
+            return None
+        if not chunk:
+            return None
+        data += chunk
+    return bytes(data) if len(data) <= _MAX_REQUEST else None
 
 
 def _bad_record(e: errors.BadRecordError) -> dict[str, Any]:
@@ -173,16 +292,31 @@ class _Sender:
 
 class ApplyService(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     """Serves apply requests on ``socket_path(settings.home)``, each in its own thread, with
-    ``lake_for(settings, progress)`` (a :class:`changelake.api.ChangeLake` on the endpoint's SparkSession)."""
+    ``lake_for(settings, progress)`` (a :class:`changelake.api.ChangeLake` on the endpoint's SparkSession).
+
+    Only processes of this user are served; a connection has ``request_timeout`` seconds to send its request,
+    and at most ``max_connections`` are served at once."""
 
     daemon_threads = True
+    request_queue_size = 64  # connections waiting to be accepted; a client gives up after _CONNECT_TIMEOUT
 
-    def __init__(self, settings, lake_for: Callable[..., Any], log: Callable[[str], None] = print):
+    def __init__(
+        self,
+        settings,
+        lake_for: Callable[..., Any],
+        log: Callable[[str], None] = print,
+        *,
+        request_timeout: float = REQUEST_TIMEOUT,
+        max_connections: int = MAX_CONNECTIONS,
+    ):
         self.settings = settings
         self.lake_for = lake_for
         self.log = log
+        self.request_timeout = request_timeout
+        self._slots = threading.BoundedSemaphore(max_connections)
+        self.max_connections = max_connections
         self.path = socket_path(settings.home)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        private_directory(self.path.parent)
         self.path.unlink(missing_ok=True)  # a stale socket of an endpoint that died
         old = os.umask(0o177)  # owner-only from the start: no window in which others could connect
         try:
@@ -190,6 +324,36 @@ class ApplyService(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
         finally:
             os.umask(old)
         self._thread: threading.Thread | None = None
+
+    def verify_request(self, request, client_address) -> bool:
+        """Serve only processes of this user (the socket's mode is the first guard, this the second)."""
+        uid = peer_uid(request)
+        if uid == os.geteuid():
+            return True
+        self.log(
+            f"[apply-service] refused a connection from uid {uid}: only uid {os.geteuid()} may apply here"
+        )
+        _refuse(request, f"the apply service of uid {os.geteuid()} serves only its own user, not uid {uid}")
+        return False
+
+    def process_request(self, request, client_address) -> None:
+        """A thread for the connection while fewer than ``max_connections`` are served; else "busy"."""
+        if not self._slots.acquire(blocking=False):
+            self.log(f"[apply-service] busy: {self.max_connections} connection(s) served; one more refused")
+            _refuse(request, f"the endpoint is busy ({self.max_connections} connections); try again shortly")
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request, client_address) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
 
     def start(self) -> None:
         self._thread = threading.Thread(
@@ -247,6 +411,15 @@ class ApplyService(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
                 table, up_to=_int(request, "up_to"), from_batch=_int(request, "from_batch")
             )
         return [asdict(r) for r in results]
+
+
+def _refuse(request: socket.socket, message: str) -> None:
+    """Tell a refused client why (one error line, never waiting on it); the caller closes the connection."""
+    try:
+        request.settimeout(0)
+        request.send(json.dumps({"error": {"type": "ChangelakeError", "message": message}}).encode() + b"\n")
+    except OSError:
+        pass
 
 
 def _text(request: dict[str, Any], key: str) -> str | None:
