@@ -25,7 +25,7 @@ from changelake.config import Settings, load_settings
 from changelake.engine.apply import Applier, BatchResult, Progress, stderr_progress
 from changelake.errors import ChangelakeError
 from changelake.identifiers import split_table_name
-from changelake.inputs.landing import read_manifest, scan_landing
+from changelake.inputs.landing import landing_status, read_manifest, scan_landing
 from changelake.spec import SpecDirectory, TableSpec, check_new_table, load_specs
 from changelake.storage import sparkread
 from changelake.storage.fastread import FastReader, changelog_order, expired_before, json_default
@@ -361,7 +361,7 @@ class ChangeLake:
     def status(self) -> list[dict[str, Any]]:
         """Per table: last batch, rows, batch snapshots, changelog records, pending landed batches; a spec file
         that did not load is a row with its ``problem``."""
-        rows = self.reader.status()
+        rows = landing_status(self.reader, self.reader.status())  # incomplete and changed landed files too
         broken = self.specs().status_rows(rows[0] if rows else None)
         return sorted(rows + broken, key=lambda r: r["table"]) if broken else rows
 

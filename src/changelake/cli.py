@@ -225,12 +225,18 @@ def without_empty_args(args: list[str], empty: tuple[str, ...] = ("",)) -> list[
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     as_json = _json_output(args)
+    # What a command writes (table files, dead letters, staged records, Spark's files) holds landed records:
+    # only this user may read it. The mask is restored for callers that run main() in their own process.
+    umask = os.umask(0o077)
+    os.umask(umask | 0o077)
     try:
         with _stdout_to_stderr() if as_json else contextlib.nullcontext():
             code, document = _run(args)
     except ChangelakeError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    finally:
+        os.umask(umask)
     if as_json:
         sys.stdout.write(_json_document(document) + "\n")
         sys.stdout.flush()
@@ -297,7 +303,9 @@ def _run_fast(args: argparse.Namespace) -> list[dict[str, Any]]:
     elif args.command == "dead-letters":
         rows = reader.dead_letters(args.table, args.batch_id)
     else:
-        rows = reader.status()
+        from changelake.inputs.landing import landing_status
+
+        rows = landing_status(reader, reader.status())  # incomplete and changed landed files too
         # A spec file that did not load is a row with its problem; exit 0, as for a landing problem.
         broken = load_specs(settings.tables_dir).status_rows(rows[0] if rows else None)
         rows = sorted(rows + broken, key=lambda r: r["table"]) if broken else rows

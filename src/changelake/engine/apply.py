@@ -48,7 +48,17 @@ from changelake.engine.buckets import SOURCE_COUNTERS as TASK_SOURCE_COUNTERS
 from changelake.errors import BatchRefusedError, ChangelakeError
 from changelake.faults import fault
 from changelake.inputs import decode
-from changelake.inputs.landing import input_record, read_manifest, scan_landing
+from changelake.inputs.landing import (
+    Fingerprint,
+    LandedFileChanging,
+    changed_error,
+    changed_inputs,
+    fingerprints,
+    input_record,
+    read_manifest,
+    scan_landing,
+    write_private,
+)
 from changelake.spec import TableSpec
 from changelake.storage import sparkread
 from changelake.storage.files import Layout, TableFile
@@ -112,6 +122,7 @@ class BatchInput:
     fmt: str | None
     target_columns: list[str] | None  # a partial update's columns (docs/semantics.md §6)
     ranges: decode.BatchPlan  # the files' decode ranges, and their checksum (hashed while they decode)
+    read_as: tuple[Fingerprint, ...] = ()  # the files before they were read: the commit needs them unchanged
 
 
 @dataclass(frozen=True)
@@ -190,25 +201,51 @@ class Applier:
         against their checksum and change nothing (a backfill of a range is safe to repeat).
         """
         self.roll_forward_changelog(spec)
-        last = Storage.state(self.storage.pk_table(spec)).last_batch
+        table = self.storage.pk_table(spec)
+        last = Storage.state(table).last_batch
         lowest = last + 1 if from_batch is None else from_batch
-        # A bad landed file blocks this table from its batch on; the batches below it still apply.
-        landing = scan_landing(landing_dir, spec)
+        # A bad landed file blocks this table from its batch on; the batches below it still apply. An
+        # incomplete one is waited for: it and the batches after it are applied once it is complete.
+        landing = scan_landing(landing_dir, spec, after=last)
+        # An applied file that changed since was never applied whole: say so rather than skip it as applied.
+        changed = changed_inputs(
+            landing_dir,
+            spec,
+            landing,
+            last,
+            [BatchSummary.of_batch(s) for s in Storage.batch_snapshots(table)],
+            lambda ids: [b for _, b in Storage.batch_history(table) if b.batch_id in ids],
+        )
+        if changed:
+            raise changed_error(spec.full_name, changed)
         pending = {b: p for b, p in landing.batches.items() if b >= lowest and (up_to is None or b <= up_to)}
         blocked = landing.blocked_from
         error = landing.error() if blocked is not None and (up_to is None or blocked <= up_to) else None
+        waiting = landing.waiting_for
+        if waiting is not None and up_to is not None and waiting.batch_id > up_to:
+            waiting = None
         if not pending:
             if error is not None:
                 raise error
-            self.progress(f"[{spec.full_name}] up to date (last batch {last}, nothing pending)")
+            if waiting is not None:
+                self.progress(f"[{spec.full_name}] waiting for batch {waiting.batch_id}: {waiting}")
+            else:
+                self.progress(f"[{spec.full_name}] up to date (last batch {last}, nothing pending)")
             return []
         self.progress(f"[{spec.full_name}] {len(pending)} pending batch(es): {_ranges(list(pending))}")
         results = []
         for i, (batch_id, path) in enumerate(pending.items(), start=1):
             self.progress(f"[{spec.full_name}] batch {i}/{len(pending)}: id {batch_id} from {path}")
-            results.append(self.apply_files(spec, batch_id, [path], target_columns=read_manifest(path)))
+            try:
+                results.append(self.apply_files(spec, batch_id, [path], target_columns=read_manifest(path)))
+            except LandedFileChanging as e:
+                # Its producer is still writing it: not an error, the next apply takes it.
+                self.progress(f"[{spec.full_name}] waiting for batch {batch_id}: {e}")
+                return results
         if error is not None:
             raise error
+        if waiting is not None:
+            self.progress(f"[{spec.full_name}] waiting for batch {waiting.batch_id}: {waiting}")
         return results
 
     def apply_files(
@@ -228,8 +265,11 @@ class Applier:
             raise BatchRefusedError(f"batch ids are positive integers, got {batch_id}")
         merge.check_target_columns(spec, target_columns)  # refuse before reading anything
         started = time.monotonic()
+        # Before any read (the plan checks them again after its checksum); a landed file that became a link
+        # since the scan is refused.
+        read_as = fingerprints(paths, Path(self.storage.settings.landing_dir) / spec.full_name)
         ranges = decode.plan_batch(paths, spec, fmt, target_columns)
-        batch = BatchInput(spec, batch_id, paths, fmt, target_columns, ranges)
+        batch = BatchInput(spec, batch_id, paths, fmt, target_columns, ranges, read_as)
         decoded: decode.DecodeSummary | None = None
         for _attempt in range(MAX_COMMIT_ATTEMPTS):
             table, state, done = self._check_state(batch)
@@ -372,10 +412,16 @@ class Applier:
         """Step 4: this attempt's bucket tasks from the table's current snapshot, and what the commit will record
         besides their results. A batch the table's delete behaviour refuses stops here, before any task."""
         spec = batch.spec
-        how_read = input_record(
-            spec, batch.paths, batch.fmt, batch.target_columns, self.storage.settings.landing_dir
-        )
         checksum = batch.ranges.checksum  # waits for the hashing thread: raises what reading the files raised
+        # After the checksum: a file changed since the plan first read it raises LandedFileChanging.
+        how_read = input_record(
+            spec,
+            batch.paths,
+            batch.fmt,
+            batch.target_columns,
+            self.storage.settings.landing_dir,
+            batch.read_as,
+        )
         merge.check_batch_ops(spec, decoded.op_counts)  # refuses deletes on a 'disable' table up front
         commit_ts = dt.datetime.now(dt.UTC)
         log_ends = self._previous_manifest(table, state).get("log_ends", {})
@@ -570,13 +616,21 @@ class Applier:
         )
 
     def _write_dead_letters(self, spec, table, batch_id, decoded: decode.DecodeSummary) -> str | None:
-        """Quarantined records, at a deterministic path with deterministic content, before the commit."""
+        """Quarantined records, before the commit, at a path of this attempt's own that the commit's summary
+        names: readers read only the file the committed snapshot names, so racing appliers of one batch id
+        with different inputs cannot pair one's rows with the other's dead letters (a losing attempt's file
+        is an orphan, removed by the orphan sweep). Local files are 0600 in a 0700 directory: they hold raw
+        input."""
         if not decoded.dead_letters:
             return None
-        path = f"{table.location()}/dead-letter/batch-{batch_id:012d}.jsonl"
-        with table.io.new_output(path).create(overwrite=True) as out:
-            for record in decoded.dead_letters:
-                out.write((json.dumps({"batch_id": batch_id, **record}) + "\n").encode())
+        path = f"{table.location()}/dead-letter/batch-{batch_id:012d}-{uuid.uuid4().hex[:12]}.jsonl"
+        lines = (
+            (json.dumps({"batch_id": batch_id, **record}) + "\n").encode() for record in decoded.dead_letters
+        )
+        if not write_private(path, lines):
+            with table.io.new_output(path).create(overwrite=False) as out:
+                for line in lines:
+                    out.write(line)
         self.progress(
             f"[{spec.full_name}] batch {batch_id}: {len(decoded.dead_letters)} bad record(s) quarantined to {path}"
         )

@@ -3,20 +3,33 @@
 A batch file is ``<batch_id>.<ext>`` with ``ext`` one of ``jsonl``, ``json``, ``parquet`` and the id a positive
 integer in ASCII digits (zero padding allowed). Other names (temporary files, manifests, ``٣.jsonl``) are not
 batches and are ignored. A name that looks like a batch but cannot be one (``0.jsonl``, an id beyond int64,
-two files for one id such as ``1.jsonl`` beside ``01.jsonl``) is a problem of *that table from that batch on*:
-:func:`scan_landing` reports it without raising, so ``status`` and the apply DAG can name it and go on with
-the other tables, and the batches below it can still be applied.
+two files for one id such as ``1.jsonl`` beside ``01.jsonl``, a symbolic link or anything else that is not a
+regular file) is a problem of *that table from that batch on*: :func:`scan_landing` reports it without
+raising, so ``status`` and the apply DAG can name it and go on with the other tables, and the batches below it
+can still be applied. Links are never followed, neither to list nor to read: a link could make the apply copy
+any file its user can read into a table or its dead letters.
+
+The completion rule producers rely on (docs/operations.md#landing-files): a batch is complete when a JSON-lines
+file ends with a newline, or a Parquet file ends with its footer. An incomplete batch is *waiting*: not applied
+and not an error, and the batches after it wait too. A landed file that changes after its batch was applied
+is reported (:func:`changed_inputs`) by ``apply`` and ``status`` instead of being skipped as applied.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
+import stat
+import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from changelake.errors import ChangelakeError
+from changelake.errors import BatchRefusedError, ChangelakeError, printable
 from changelake.spec import TableSpec
+from changelake.storage.summary import BatchSummary
 
 #: Matched whole (``fullmatch``): ``$`` would also match before a trailing newline.
 BATCH_FILE = re.compile(r"([0-9]+)\.(jsonl|json|parquet)")
@@ -25,6 +38,9 @@ MAX_MANIFEST_BYTES = 1 << 20
 #: Snapshot-summary property (``changelake.input``) in which the apply records how it read a batch
 #: (:func:`input_record`), so the batch's input can be read again as applied (``ChangeLake.input_records``).
 INPUT_PROPERTY = "input"
+#: Opening a landed file: never through a link, and never waiting on a FIFO put where a file was.
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_PARQUET_MAGIC = b"PAR1"
 
 
 @dataclass(frozen=True)
@@ -41,16 +57,23 @@ class LandingProblem:
 
 @dataclass
 class Landing:
-    """The landed batches of one table: those usable, and the problems that block the rest."""
+    """The landed batches of one table: those usable, the problems that block the rest, and the incomplete
+    batches the rest wait for."""
 
     table: str
-    batches: dict[int, Path] = field(default_factory=dict)  # usable: every id below the first problem
+    batches: dict[int, Path] = field(default_factory=dict)  # usable: every id below the first problem/wait
     problems: list[LandingProblem] = field(default_factory=list)
+    waiting: list[LandingProblem] = field(default_factory=list)  # incomplete batches: not errors
 
     @property
     def blocked_from(self) -> int | None:
         """The lowest batch id a problem blocks, or None."""
         return min((p.batch_id for p in self.problems), default=None)
+
+    @property
+    def waiting_for(self) -> LandingProblem | None:
+        """The lowest incomplete batch (the batches after it wait for it too), or None."""
+        return min(self.waiting, key=lambda p: p.batch_id, default=None)
 
     def error(self) -> ChangelakeError | None:
         """The first problem as the error the apply raises once the usable batches are applied."""
@@ -63,39 +86,140 @@ class Landing:
         )
 
 
-def scan_landing(landing_dir: Path, spec: TableSpec) -> Landing:
-    """The table's landed batch files, and the problems among them, without raising for a bad file."""
+class LandedFileChanging(ChangelakeError):
+    """A landed file changed while its batch was being read: nothing was committed; applied once it is still."""
+
+
+def scan_landing(landing_dir: Path, spec: TableSpec, after: int | None = None) -> Landing:
+    """The table's landed batch files, and the problems among them, without raising for a bad file.
+
+    With ``after`` (the table's last applied batch), the batches above it are checked for completeness: the
+    lowest incomplete one and those after it are left out of ``batches`` and named in ``waiting``. Nothing
+    here follows a symbolic link: the table's directory is opened without following one, and a batch name
+    that is a link is a problem."""
     directory = Path(landing_dir) / spec.full_name
     landing = Landing(spec.full_name)
-    if not directory.is_dir():
-        return landing
-    found: dict[int, Path] = {}
     try:
-        paths = sorted(directory.iterdir())
+        info = os.lstat(directory)
+    except FileNotFoundError:
+        return landing
     except OSError as e:
         landing.problems.append(LandingProblem(0, directory, f"cannot list the directory: {e.strerror or e}"))
         return landing
-    for path in paths:
-        m = BATCH_FILE.fullmatch(path.name)
-        if not m:
-            continue
-        digits = m.group(1)
-        batch_id = int(digits) if len(digits) <= 19 else MAX_BATCH_ID + 1
-        if batch_id <= 0:
-            landing.problems.append(LandingProblem(0, path, "batch ids are positive integers (1, 2, ...)"))
-        elif batch_id > MAX_BATCH_ID:
-            landing.problems.append(LandingProblem(MAX_BATCH_ID, path, f"batch id exceeds {MAX_BATCH_ID}"))
-        elif batch_id in found:
-            landing.problems.append(
-                LandingProblem(batch_id, path, f"batch {batch_id} is landed twice ({found[batch_id].name})")
-            )
-        elif not path.is_file():
-            landing.problems.append(LandingProblem(batch_id, path, "a batch must be a regular file"))
-        else:
-            found[batch_id] = path
-    blocked = landing.blocked_from
-    landing.batches = {b: p for b, p in sorted(found.items()) if blocked is None or b < blocked}
+    if stat.S_ISLNK(info.st_mode):
+        where = _link_note(directory, Path(landing_dir), None)
+        landing.problems.append(LandingProblem(0, directory, f"the table's landing directory is {where}"))
+        return landing
+    if not stat.S_ISDIR(info.st_mode):
+        return landing
+    found: dict[int, Path] = {}
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as e:
+        landing.problems.append(LandingProblem(0, directory, f"cannot list the directory: {e.strerror or e}"))
+        return landing
+    try:
+        with os.scandir(fd) as listing:
+            entries = sorted(listing, key=lambda e: e.name)
+        for entry in entries:
+            m = BATCH_FILE.fullmatch(entry.name)
+            if not m:
+                continue
+            path = directory / entry.name
+            digits = m.group(1)
+            batch_id = int(digits) if len(digits) <= 19 else MAX_BATCH_ID + 1
+            if batch_id <= 0:
+                landing.problems.append(
+                    LandingProblem(0, path, "batch ids are positive integers (1, 2, ...)")
+                )
+            elif batch_id > MAX_BATCH_ID:
+                landing.problems.append(
+                    LandingProblem(MAX_BATCH_ID, path, f"batch id exceeds {MAX_BATCH_ID}")
+                )
+            elif batch_id in found:
+                landing.problems.append(
+                    LandingProblem(
+                        batch_id, path, f"batch {batch_id} is landed twice ({found[batch_id].name})"
+                    )
+                )
+            elif entry.is_symlink():
+                where = _link_note(path, Path(landing_dir), fd)
+                landing.problems.append(
+                    LandingProblem(batch_id, path, f"a batch must be a regular file, and this is {where}")
+                )
+            elif not entry.is_file(follow_symlinks=False):
+                landing.problems.append(LandingProblem(batch_id, path, "a batch must be a regular file"))
+            else:
+                found[batch_id] = path
+                if after is not None and batch_id > after:
+                    reason = _incomplete(fd, path, spec)
+                    if reason is not None:
+                        landing.waiting.append(LandingProblem(batch_id, path, reason))
+    except OSError as e:
+        landing.problems.append(LandingProblem(0, directory, f"cannot list the directory: {e.strerror or e}"))
+        return landing
+    finally:
+        os.close(fd)
+    waiting = landing.waiting_for
+    limits = [
+        b for b in (landing.blocked_from, None if waiting is None else waiting.batch_id) if b is not None
+    ]
+    limit = min(limits, default=None)
+    landing.batches = {b: p for b, p in sorted(found.items()) if limit is None or b < limit}
     return landing
+
+
+def _link_note(path: Path, landing_dir: Path, dir_fd: int | None) -> str:
+    """What a link found in the landing directory is, for the problem naming it."""
+    try:
+        target = os.readlink(path.name if dir_fd is not None else path, dir_fd=dir_fd)
+    except OSError:
+        return "a symbolic link; links in the landing directory are not followed"
+    resolved = Path(os.path.normpath(path.parent / target))
+    outside = not resolved.is_relative_to(Path(os.path.normpath(landing_dir.absolute())))
+    where = ", outside the landing directory" if outside else ""
+    return (
+        f"a symbolic link (to '{printable(target, 200)}'{where}); links in the landing directory are not "
+        "followed: land the file itself"
+    )
+
+
+def _incomplete(dir_fd: int, path: Path, spec: TableSpec) -> str | None:
+    """Why a landed batch file is not complete yet, or None when it is (the completion rule: a JSON-lines
+    file ends with a newline, a Parquet file with its footer). A file of another format than the table reads
+    is complete: its batch's read names the mistake."""
+    from changelake.inputs import formats
+
+    configured = spec.source.get("format")
+    fmt = formats.FORMATS.get(str(configured) if configured else formats.default_format(path))
+    try:
+        fd = os.open(path.name, _READ_FLAGS, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return "removed while the directory was listed"
+    except OSError:
+        return None  # unreadable, or a link by now: the apply's own open names the problem
+    try:
+        size = os.fstat(fd).st_size
+        head = os.pread(fd, len(_PARQUET_MAGIC), 0)
+        if isinstance(fmt, formats.RowsFormat):
+            if size < 12:
+                return "incomplete: shorter than a Parquet file's header and footer"
+            if head != _PARQUET_MAGIC:
+                return None
+            tail = os.pread(fd, 8, size - 8)
+            footer = int.from_bytes(tail[:4], "little")
+            if tail[4:] != _PARQUET_MAGIC or footer > size - 12:
+                return "incomplete: does not end with a Parquet footer yet"
+            return None
+        if size == 0:
+            return "incomplete: empty (a batch without records is a file holding one newline)"
+        if head == _PARQUET_MAGIC:
+            return None  # a Parquet file where JSON lines are read: the read says so
+        if os.pread(fd, 1, size - 1) != b"\n":
+            return "incomplete: does not end with a newline yet"
+        return None
+    finally:
+        os.close(fd)
 
 
 def landed_batches(landing_dir: Path, spec: TableSpec) -> dict[int, Path]:
@@ -128,11 +252,11 @@ def read_manifest(path: Path) -> list[str] | None:
     from changelake.inputs import formats
 
     manifest = path.with_name(f"{path.name.split('.')[0]}.manifest.json")
-    if not manifest.exists():
-        return None
     try:
-        with open(manifest, "rb") as fh:
+        with open_landed(manifest) as fh:
             raw = fh.read(MAX_MANIFEST_BYTES + 1)
+    except FileNotFoundError:
+        return None
     except OSError as e:
         raise ChangelakeError(f"{manifest}: cannot read the manifest: {e.strerror or e}") from None
     if len(raw) > MAX_MANIFEST_BYTES:
@@ -150,21 +274,77 @@ def read_manifest(path: Path) -> list[str] | None:
     return columns
 
 
+def open_landed(path: Path):
+    """A landed file opened for reading in binary, without following a link (``ELOOP``: an OSError) and
+    only if it is a regular file."""
+    fd = os.open(path, _READ_FLAGS)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path}: not a regular file")
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    """What tells a file changed without reading it: size, modification time and inode."""
+
+    size: int
+    mtime_ns: int
+    inode: int
+
+
+def fingerprints(paths: Sequence[Path], landed: Path | None = None) -> tuple[Fingerprint, ...]:
+    """The files' fingerprints, taken before a batch reads them: after the read (:func:`input_record`), a
+    different one means a producer was still writing and what was read may be a mix. A file in ``landed``
+    (the table's landing directory) that is a link now is refused, as the scan refuses it; a link given
+    explicitly elsewhere (``apply --file``) is the file it points to."""
+    out = []
+    for path in paths:
+        try:
+            st = os.lstat(path)
+            if stat.S_ISLNK(st.st_mode):
+                if landed is not None and Path(os.path.abspath(path)).parent == Path(os.path.abspath(landed)):
+                    where = _link_note(Path(path), landed.parent, None)
+                    raise ChangelakeError(f"{path}: a batch must be a regular file, and this is {where}")
+                st = os.stat(path)
+        except OSError as e:
+            raise ChangelakeError(f"{path}: cannot read the landed file: {e.strerror or e}") from None
+        out.append(Fingerprint(st.st_size, st.st_mtime_ns, st.st_ino))
+    return tuple(out)
+
+
 def input_record(
     spec: TableSpec,
     paths: list[Path],
     fmt: str | None,
     target_columns: list[str] | None,
     landing_dir: Path,
+    read_as: Sequence[Fingerprint] | None = None,
 ) -> str:
     """How a batch was read, as JSON for its snapshot summary (:data:`INPUT_PROPERTY`).
 
     ``columns`` and ``source`` are what decoded it (the table's columns and its ``source:`` section at that
     commit: the spec file's source may change later), ``format`` and ``target_columns`` the other inputs of
     its checksum, ``files`` the file names and ``landed`` whether they all are this table's landed files
-    (a batch applied from API records or ``--file`` elsewhere is not landed input)."""
+    (a batch applied from API records or ``--file`` elsewhere is not landed input).
+
+    ``read_as`` are the files' fingerprints from before the batch read them; called once the read (and its
+    checksum) is done, this raises :class:`LandedFileChanging` if a file changed meanwhile, and records them
+    as ``stat`` ([size, mtime_ns] per file): a later change shows as a different size or time
+    (:func:`changed_inputs`)."""
     directory = (Path(landing_dir) / spec.full_name).resolve()
     files = [Path(p) for p in paths]
+    if read_as is not None:
+        landed_dir = Path(landing_dir) / spec.full_name
+        for path, before, now in zip(files, read_as, fingerprints(files, landed_dir), strict=True):
+            if before != now:
+                raise LandedFileChanging(
+                    f"{path}: changed while it was being read ({before.size:,} -> {now.size:,} bytes); "
+                    "nothing was committed, and the batch is applied once the file stays as it is"
+                )
     return json.dumps(
         {
             "columns": list(spec.column_names),
@@ -173,7 +353,167 @@ def input_record(
             "target_columns": None if target_columns is None else list(target_columns),
             "files": [p.name for p in files],
             "landed": bool(files) and all(p.resolve().parent == directory for p in files),
+            "stat": None if read_as is None else [[f.size, f.mtime_ns] for f in read_as],
         },
         sort_keys=True,
         default=str,
     )
+
+
+@dataclass(frozen=True)
+class ChangedInput:
+    """A landed file that is not what its batch was applied from: ``current`` is its checksum now (or what
+    it has become, such as a symbolic link)."""
+
+    batch_id: int
+    path: Path
+    recorded: str
+    current: str
+
+    def __str__(self) -> str:
+        return (
+            f"{self.path}: changed after batch {self.batch_id} was applied from it (checksum at the apply "
+            f"{self.recorded}, now {self.current})"
+        )
+
+
+def changed_error(table: str, changed: list[ChangedInput]) -> BatchRefusedError:
+    """What ``apply`` raises for landed files changed after their batch: nothing more of the table is
+    applied until the file is restored (or moved away, and its new records landed as a new batch)."""
+    more = f" (and {len(changed) - 1} more changed file(s))" if len(changed) > 1 else ""
+    return BatchRefusedError(
+        f"{table}: {changed[0]}{more}. The rest of the file was never applied: restore the file as it was, "
+        "or move it away and land what it should add as a new batch"
+    )
+
+
+def changed_inputs(
+    landing_dir: Path,
+    spec: TableSpec,
+    landing: Landing,
+    last_batch: int,
+    retained: list[BatchSummary],
+    expired: Callable[[set[int]], Iterable[BatchSummary]],
+) -> list[ChangedInput]:
+    """The applied batches whose landed file changed since (their ``stat`` differs and their checksum too).
+
+    ``retained`` are the batches of the table's retained snapshots, checked all (their summaries are at
+    hand); ``expired(ids)`` gives the history's summaries of expired batches, asked only for the files
+    changed after the oldest retained batch was committed (reading the history costs seconds for 100,000
+    batches). A missing file is not a change: producers may clean up applied files."""
+    directory = Path(landing_dir) / spec.full_name
+    applied = {b: p for b, p in landing.batches.items() if b <= last_batch}
+    by_id = {b.batch_id: b for b in retained if b.batch_id in applied}
+    committed = [b.committed_at_ms for b in retained if b.committed_at_ms is not None]
+    if committed and retained:
+        since_ns = min(committed) * 1_000_000
+        oldest = min(b.batch_id for b in retained)
+        later = {b for b, p in applied.items() if b < oldest and _ctime_ns(p) > since_ns}
+        if later:
+            by_id.update({b.batch_id: b for b in expired(later) if b.batch_id in later})
+    out = []
+    for batch_id, batch in sorted(by_id.items()):
+        how = batch.input or {}
+        if not how.get("landed") or not how.get("stat") or not how.get("files"):
+            continue  # not landed input, or applied before files were fingerprinted
+        paths = [directory / name for name in how["files"]]
+        current = _current_checksum(paths, how, batch.checksum)
+        if current is not None:
+            out.append(ChangedInput(batch_id, paths[0], batch.checksum, current))
+    return out
+
+
+def _ctime_ns(path: Path) -> int:
+    try:
+        return os.lstat(path).st_ctime_ns
+    except OSError:
+        return 0
+
+
+def _current_checksum(paths: list[Path], how: dict[str, Any], recorded: str) -> str | None:
+    """The files' checksum now if they differ from what was applied, else None (unchanged, or missing)."""
+    stats = []
+    for path in paths:
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            return None
+        if stat.S_ISLNK(st.st_mode):
+            return "a symbolic link"
+        if not stat.S_ISREG(st.st_mode):
+            return "not a regular file"
+        stats.append([st.st_size, st.st_mtime_ns])
+    if stats == how["stat"]:
+        return None
+    from changelake.inputs.decode import _checksum
+
+    try:
+        current = _checksum(paths, how.get("format"), how.get("target_columns"))
+    except ChangelakeError:
+        return None  # gone meanwhile
+    return None if current == recorded else current
+
+
+def landing_status(reader: Any, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``status`` rows (:meth:`changelake.storage.fastread.FastReader.status`) with what the landing
+    directory says of each table: ``incomplete`` (the batch the table waits for, and why) and, in
+    ``problem``, the applied landed files that changed since."""
+    specs = dict(reader.specs())  # the tables whose spec loaded: the ones status has rows of
+    landing_dir = reader.settings.landing_dir
+    for row in rows:
+        spec = specs.get(row["table"])
+        row["incomplete"] = None
+        if spec is None:
+            continue
+        landing = scan_landing(landing_dir, spec, after=row["last_batch"])
+        waiting = landing.waiting_for
+        if waiting is not None:
+            age = time.time() - _mtime(waiting.path)
+            row["incomplete"] = f"{waiting} (last written {age:.0f}s ago)"
+        if not row.get("exists") or not row["last_batch"]:
+            continue
+        from changelake.identifiers import split_table_name
+
+        # The reader's own table access (direct SQLite or pyiceberg), as its status row was read.
+        source = reader._source(*split_table_name(spec.full_name))
+        if source is None:
+            continue
+        retained = [BatchSummary.from_properties(props) for _, props in source.batch_snapshots()]
+
+        def expired(ids: set[int], source: Any = source) -> list[BatchSummary]:
+            return [b for _, b in reader._history(source) if b.batch_id in ids]
+
+        changed = changed_inputs(landing_dir, spec, landing, row["last_batch"], retained, expired)
+        if changed:
+            message = str(changed_error(spec.full_name, changed))
+            row["problem"] = message if not row.get("problem") else f"{message}; {row['problem']}"
+    return rows
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return os.lstat(path).st_mtime
+    except OSError:
+        return time.time()
+
+
+def write_private(location: str, data: Iterable[bytes]) -> bool:
+    """Write a new file only its owner can read (0600, in a directory made 0700) when ``location`` is a local
+    path or ``file:`` URI, whatever the umask; False (nothing written) for any other file system, whose
+    permissions are the store's (bucket policies, IAM), not a mode."""
+    from urllib.parse import urlparse
+
+    uri = urlparse(location)
+    if uri.scheme not in ("", "file"):
+        return False
+    local = f"{uri.netloc}{uri.path}" if uri.scheme == "file" else location
+    directory = os.path.dirname(local)
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    info = os.lstat(directory)
+    if info.st_uid == os.geteuid() and stat.S_IMODE(info.st_mode) & 0o077:
+        os.chmod(directory, 0o700)  # made by an earlier version with the umask's mode
+    fd = os.open(local, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "wb") as out:
+        for chunk in data:
+            out.write(chunk)
+    return True
