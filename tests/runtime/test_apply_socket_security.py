@@ -37,11 +37,7 @@ def other_user():
         pytest.skip("useradd/userdel are not installed: no second user to play the impostor")
     name = f"clsock{uuid.uuid4().hex[:8]}"
     home = tempfile.mkdtemp(prefix="changelake-impostor-")
-    subprocess.run(
-        ["useradd", "--no-create-home", "--home-dir", home, "--shell", "/usr/sbin/nologin", name],
-        check=True,
-        capture_output=True,
-    )
+    user_command(["useradd", "--no-create-home", "--home-dir", home, "--shell", "/usr/sbin/nologin", name])
     try:
         import pwd
 
@@ -49,8 +45,18 @@ def other_user():
         os.chown(home, entry.pw_uid, entry.pw_gid)
         yield entry.pw_uid, entry.pw_gid
     finally:
-        subprocess.run(["userdel", name], check=False, capture_output=True)
+        user_command(["userdel", "--force", name])  # --force: an impostor of a failed test may linger
         shutil.rmtree(home, ignore_errors=True)
+
+
+def user_command(command: list[str]) -> None:
+    """useradd/userdel, retried while another process holds the lock on /etc/passwd or /etc/group."""
+    for _ in range(40):
+        result = subprocess.run(command, capture_output=True, text=True)
+        if result.returncode == 0 or "lock" not in result.stderr:
+            break
+        time.sleep(0.25)
+    assert result.returncode == 0, f"{' '.join(command)}: {result.stderr}"
 
 
 @pytest.fixture
