@@ -61,7 +61,9 @@ from bench_latency import (  # noqa: E402
 )
 from bench_report import finish, print_checks  # noqa: E402
 
+from changelake.config import load_settings  # noqa: E402
 from changelake.identifiers import quote  # noqa: E402
+from changelake.runtime.endpoint_auth import hive_login, thrift_env  # noqa: E402
 
 TABLE = "shop.orders"  # the table of the point queries and of the commit-to-visible batch
 SESSION_SCHEMA = "analytics_session"
@@ -130,6 +132,7 @@ def thrift_builds(home: Path, endpoint: dict[str, Any], reps: int) -> list[dict[
     # The project's own target/ (a user's run writes there), logs beside the benchmark's home.
     target, logs = REPO / "dbt_project" / "target", home / "bench-dbt" / "thrift-logs"
     env = {**endpoint["env"], "DBT_PROFILES_DIR": ".", "DBT_SEND_ANONYMOUS_USAGE_STATS": "false"}
+    env.update(thrift_env(load_settings(home=Path(endpoint["env"]["CHANGELAKE_HOME"]))))
     cmd = [str(dbt), "build", "--target", "thrift", "--log-path", str(logs)]
     print(f"== dbt build --target thrift, {reps} run(s)", file=sys.stderr, flush=True)
     target.mkdir(parents=True, exist_ok=True)
@@ -142,7 +145,8 @@ def hive_cursor(endpoint: dict[str, Any]):
     """A new PyHive connection's cursor to the endpoint."""
     from pyhive import hive
 
-    return hive.connect(host="127.0.0.1", port=int(endpoint["thrift_port"]), username="bench").cursor()
+    login = hive_login(load_settings(home=Path(endpoint["env"]["CHANGELAKE_HOME"])))
+    return hive.connect(host="127.0.0.1", port=int(endpoint["thrift_port"]), **login).cursor()
 
 
 def query(cursor, sql: str) -> list[tuple]:

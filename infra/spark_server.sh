@@ -21,10 +21,13 @@ START_TIMEOUT="${CHANGELAKE_SERVER_START_TIMEOUT:-300}"
 
 running() { [[ -f "$PIDFILE" ]] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null; }
 answers() { (exec 3<>"/dev/tcp/$SPARK_THRIFT_HOST/$1") 2>/dev/null; }
+SECRETS="$DIR/endpoint.secrets"
 urls() {
-  echo "Spark Connect: sc://$SPARK_THRIFT_HOST:$SPARK_CONNECT_PORT"
+  echo "Spark Connect: sc://localhost:$SPARK_CONNECT_PORT/;token=<connect.token in $SECRETS>"
   echo "JDBC (Thrift): jdbc:hive2://$SPARK_THRIFT_HOST:$SPARK_THRIFT_PORT/default"
-  echo "dbt:           cd dbt_project && DBT_PROFILES_DIR=. ../.venv/bin/dbt build --target thrift"
+  echo "logins:        changelake (owner: dbt, the pipeline) and reader (queries only); passwords in $SECRETS (mode 600)"
+  echo "dbt:           export SPARK_THRIFT_PASSWORD=\"\$(sed -n 's/^thrift.user.changelake.password=//p' $SECRETS)\""
+  echo "               cd dbt_project && DBT_PROFILES_DIR=. ../.venv/bin/dbt build --target thrift"
 }
 
 case "${1:-start}" in
@@ -34,7 +37,7 @@ case "${1:-start}" in
     for port in "$SPARK_THRIFT_PORT" "$SPARK_CONNECT_PORT"; do
       if answers "$port"; then echo "port $port on $SPARK_THRIFT_HOST is taken by another process" >&2; exit 1; fi
     done
-    mkdir -p "$DIR"
+    mkdir -p "$DIR" && chmod 700 "$DIR"  # its secrets, log and ready file are this user's alone
     rm -f "$READY"
     started=$SECONDS
     setsid nohup .venv/bin/python spark_apps/server_app.py >"$LOG" 2>&1 </dev/null &

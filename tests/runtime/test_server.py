@@ -22,6 +22,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from changelake.runtime.endpoint_auth import thrift_env
 from changelake.runtime.server import WARM_DBT_SCHEMA, Endpoint, ViewRefresher, server_conf
 from tests.helpers import DEMO_TABLES, REPO, land_and_apply_demo
 
@@ -67,8 +68,22 @@ class _FakeLake:
         self.built: list[str] = []  # tables whose frames were built
         self.registered: list[str] = []  # views registered, in order
         self.dropped: list[str] = []
+        self.present: set[str] = set()  # the global views that exist now
         self.storage = SimpleNamespace(pk_table=self._pk_table)
-        self.spark = SimpleNamespace(catalog=SimpleNamespace(dropGlobalTempView=self.dropped.append))
+        self.spark = SimpleNamespace(
+            catalog=SimpleNamespace(
+                dropGlobalTempView=self._drop,
+                listTables=lambda _db: [SimpleNamespace(name=n) for n in sorted(self.present)],
+            )
+        )
+
+    def _drop(self, view: str) -> None:
+        self.dropped.append(view)
+        self.present.discard(view)
+
+    def _register(self, view: str) -> None:
+        self.registered.append(view)
+        self.present.add(view)
 
     def specs(self):
         return {
@@ -82,7 +97,7 @@ class _FakeLake:
         return SimpleNamespace(current_snapshot=lambda: current)
 
     def _frame(self, name):
-        return SimpleNamespace(createOrReplaceGlobalTempView=self.registered.append)
+        return SimpleNamespace(createOrReplaceGlobalTempView=self._register)
 
     def rows(self, name):
         if name in self.broken:
@@ -119,6 +134,18 @@ def test_refresher_registers_only_what_changed_and_isolates_failures():
     del lake.snapshots["b.z"]  # dropped table: its three views go
     assert refresher.poll() == []
     assert lake.dropped == ["b__z", "b__z__changelog", "b__z__input"] and "b.z" not in refresher.registered
+
+
+def test_refresher_registers_again_a_view_a_client_dropped():
+    lake = _FakeLake()
+    lake.snapshots = {"a.x": 1, "b.z": 7}
+    messages: list[str] = []
+    refresher = ViewRefresher(lake, messages.append)
+    refresher.poll()
+    lake.present.discard("b__z__changelog")  # DROP VIEW global_temp.b__z__changelog through the endpoint
+    assert refresher.poll() == ["b.z"]
+    assert "b__z__changelog" in lake.present and any("dropped by a client" in m for m in messages)
+    assert refresher.poll() == []
 
 
 def test_refresher_rebuilds_views_when_the_table_commits_meanwhile():
@@ -253,10 +280,16 @@ def endpoint(demo, tmp_path):
         assert not _listening(int(port)), f"port {port} still answers after stop"
 
 
-def _hive(info):
+def _hive(info, user: str = "reader", **login):
+    """A PyHive connection to the endpoint as ``user`` (its password from the endpoint's secrets file)."""
     from pyhive import hive
 
-    return hive.connect(host="127.0.0.1", port=int(info["env"]["SPARK_THRIFT_PORT"]), username="test")
+    from changelake.config import load_settings
+    from changelake.runtime.endpoint_auth import hive_login
+
+    settings = load_settings(home=Path(info["env"]["CHANGELAKE_HOME"]))
+    login = {**hive_login(settings, user), **login}
+    return hive.connect(host="127.0.0.1", port=int(info["env"]["SPARK_THRIFT_PORT"]), **login)
 
 
 def _query(cursor, sql: str) -> list[tuple]:
@@ -278,6 +311,7 @@ def test_endpoint_serves_dbt_sql_clients_and_new_batches(demo, spark, endpoint, 
 
     # Plain dbt in the project directory, as a dbt user runs it.
     env = {**endpoint["env"], "DBT_PROFILES_DIR": ".", "DBT_SEND_ANONYMOUS_USAGE_STATS": "false"}
+    env.update(thrift_env(demo.settings))  # the login `make sql` prints
     started = time.monotonic()
     dbt = subprocess.run(
         [str(Path(sys.executable).with_name("dbt")), "build", "--target", "thrift",
@@ -289,7 +323,7 @@ def test_endpoint_serves_dbt_sql_clients_and_new_batches(demo, spark, endpoint, 
     results = json.loads((tmp_path / "dbt-target" / "run_results.json").read_text())["results"]
     assert len(results) > 40 and all(r["status"] in ("pass", "success") for r in results)
 
-    remote = connect_session(url=endpoint["connect_url"])
+    remote = connect_session(url=endpoint["connect_url"], settings=demo.settings)
     try:
         for mart, keys in MARTS.items():
             got = [tuple(r) for r in remote.table(f"analytics.{mart}").orderBy(*keys).collect()]
@@ -384,7 +418,7 @@ def test_endpoint_serves_dbt_sql_clients_and_new_batches(demo, spark, endpoint, 
 
     monkeypatch.setattr(applier, "LOCAL_RECORDS", 0)
     generate(demo.spec("shop.orders"), demo.settings.landing_dir, batches=1, records=40)
-    remote = connect_session(url=endpoint["connect_url"])
+    remote = connect_session(url=endpoint["connect_url"], settings=demo.settings)
     try:
         over_connect = ChangeLake(settings=demo.settings, spark=remote, progress=None)
         [result] = over_connect.apply_pending("shop.orders")
@@ -392,3 +426,139 @@ def test_endpoint_serves_dbt_sql_clients_and_new_batches(demo, spark, endpoint, 
     finally:
         remote.stop()
     assert demo.rows("shop.orders").count() == len(demo.rows_arrow("shop.orders"))
+    _check_locked_down(endpoint, demo)
+
+
+# --- security (issue: a locked-down SQL endpoint) ----------------------------------------------------------
+_PATH_READS = ["text.`{f}`", "csv.`{f}`", "json.`{f}`", "parquet.`{d}`", "binaryFile.`{f}`"]
+_STATEMENTS = [
+    "select value from {src}",
+    "select * from global_temp.shop__orders where order_id in (select length(value) from {src})",
+    "insert overwrite directory '{d}' using parquet select 1",
+    "insert overwrite local directory '{d}' select 1",
+    "create table default.t_{n} using parquet location '{d}' as select 1 as a",
+    "create temporary view v_{n} using text options (path '{f}')",
+    "drop view global_temp.shop__orders",
+    "drop view if exists global_temp.shop__orders__changelog",
+    "create or replace global temporary view shop__orders as select 1 as order_id",
+    "select reflect('java.lang.System', 'getenv', 'HOME')",
+    "select java_method('java.lang.System', 'getProperty', 'user.home')",
+    "add jar {f}",
+    "create function f_{n} as 'org.example.F' using jar '{f}'",
+    "set spark.sql.runSQLOnFiles=true",
+    "cache table c_{n} as select * from global_temp.shop__orders",
+    "create database if not exists db_{n}",
+    "select count(*) from global_temp.shop__orders",
+]
+
+
+def _locked_down_reader_statements():
+    from hypothesis import strategies as st
+
+    return st.tuples(
+        st.sampled_from(_STATEMENTS), st.sampled_from(_PATH_READS), st.integers(0, 999), st.booleans()
+    )
+
+
+def _jvm_listening_addresses(pid: int) -> set[str]:
+    """The local addresses of the listening TCP sockets the process holds (its fds matched to /proc/net)."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    found = set()
+    for table in ("tcp", "tcp6"):
+        for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and fields[9] in inodes:  # LISTEN
+                address = fields[1].split(":")[0]
+                found.add(address)
+    return found
+
+
+def _check_locked_down(endpoint, demo) -> None:
+    """The endpoint as an attacker meets it: no login without the password, no Spark Connect without the token,
+    the read role confined to queries, no file reads, directory writes or code for anyone over Thrift, every JVM
+    socket on loopback, the secrets unreadable to another user, and a view a client drops registered again."""
+    from pyhive import hive
+    from pyspark.errors import SparkConnectGrpcException
+    from thrift.transport.TTransport import TTransportException
+
+    from changelake.runtime.endpoint_auth import secrets_path
+    from changelake.runtime.server import connect_session
+
+    port = int(endpoint["env"]["SPARK_THRIFT_PORT"])
+    for login in ({"username": "test"}, {"username": "changelake", "password": "guess", "auth": "CUSTOM"}):
+        with pytest.raises(TTransportException, match="Error validating the login"):
+            hive.connect(host="127.0.0.1", port=port, **login)
+    with pytest.raises(SparkConnectGrpcException, match="UNAUTHENTICATED|authentication token"):
+        bare = connect_session(url=endpoint["connect_url"].replace("127.0.0.1", "localhost") + "/;token=x")
+        bare.range(1).collect()
+
+    secret = secrets_path(demo.settings)
+    assert (
+        oct(secret.stat().st_mode & 0o777) == "0o600" and oct(secret.parent.stat().st_mode & 0o777) == "0o700"
+    )
+    if os.geteuid() == 0 and subprocess.run(["id", "nobody"], capture_output=True).returncode == 0:
+        peek = subprocess.run(["runuser", "-u", "nobody", "--", "cat", str(secret)], capture_output=True)
+        assert peek.returncode != 0 and not peek.stdout  # another local user cannot learn the passwords
+
+    listening = _jvm_listening_addresses(int(endpoint["jvm_pid"]))
+    loopback = {"0100007F", "0000000000000000FFFF00000100007F", "00000000000000000000000001000000"}
+    assert listening and listening <= loopback, listening
+
+    # Reader and owner against a fuzzed mix of the statements an attacker tries: a canary file's content is
+    # never returned, nothing is written under the canary directory or the warehouse, the table is intact.
+    canary_dir = demo.settings.home / "canary"
+    canary_dir.mkdir(exist_ok=True)
+    canary = canary_dir / "secret.txt"
+    canary.write_text("CANARY-3141592653\n")
+    rows_before = sorted(demo.rows_arrow("shop.orders").column("order_id").to_pylist())
+    warehouse_before = sorted(str(p) for p in demo.settings.warehouse_dir.rglob("*"))
+    reader, owner = _hive(endpoint).cursor(), _hive(endpoint, "changelake").cursor()
+    from hypothesis import HealthCheck, given, settings
+
+    outcomes = {"allowed": 0, "refused": 0}
+
+    @settings(max_examples=60, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @given(_locked_down_reader_statements())
+    def attack(case):
+        template, source, n, as_owner = case
+        src = source.format(f=canary, d=canary_dir)
+        sql = template.format(src=src, f=canary, d=canary_dir / f"out{n}", n=n)
+        cursor = owner if as_owner else reader
+        try:
+            got = _query(cursor, sql)
+        except Exception as e:  # noqa: BLE001 - refused: the message says why
+            outcomes["refused"] += 1
+            assert "Error running query" in str(e) or "AnalysisException" in str(e), str(e)[:500]
+            return
+        outcomes["allowed"] += 1
+        assert "CANARY" not in repr(got)
+        harmless = sql.startswith("select count(*)") or (
+            as_owner and sql.startswith(("create database", "drop view", "set ", "cache table"))
+        )
+        assert harmless, f"allowed for {'owner' if as_owner else 'reader'}: {sql}"
+
+    attack()
+    assert outcomes["refused"] > 0 and outcomes["allowed"] > 0, outcomes
+    assert sorted(p.name for p in canary_dir.iterdir()) == ["secret.txt"]  # no directory or table written
+    assert sorted(str(p) for p in demo.settings.warehouse_dir.rglob("*")) == warehouse_before
+    assert sorted(demo.rows_arrow("shop.orders").column("order_id").to_pylist()) == rows_before
+
+    # The owner may drop a view (dbt's login); the server registers it again within a few polls.
+    _query(owner, "drop view if exists global_temp.shop__orders")
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            count = _query(reader, "select count(*) from global_temp.shop__orders")
+            break
+        except Exception:  # noqa: BLE001 - not registered again yet
+            time.sleep(0.5)
+    else:
+        pytest.fail("global_temp.shop__orders was not registered again within 30 s")
+    assert count == [(len(rows_before),)]

@@ -95,6 +95,7 @@ def _session_target(settings: Settings, args: list[str], progress) -> list[str]:
 def _warm_target(settings: Settings, progress) -> list[str]:
     """Warm: the endpoint's views, once they show the current snapshots, through dbt's thrift target."""
     from changelake.errors import ChangelakeError
+    from changelake.runtime.endpoint_auth import thrift_env
     from changelake.runtime.server import running_endpoint, wait_for_views
 
     info = running_endpoint(settings)
@@ -107,6 +108,7 @@ def _warm_target(settings: Settings, progress) -> list[str]:
     wait_for_views(settings, progress=progress)
     os.environ["SPARK_THRIFT_HOST"] = str(info["host"])
     os.environ["SPARK_THRIFT_PORT"] = str(info["thrift_port"])
+    os.environ.update(thrift_env(settings))  # dbt's thrift target logs in as the endpoint's owner
     progress(f"[dbt] warm: the SQL endpoint {info['jdbc_url']} (dbt target thrift)")
     return ["--target", "thrift"]
 

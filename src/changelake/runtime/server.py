@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from changelake.config import Settings
 from changelake.errors import ChangelakeError
+from changelake.runtime import endpoint_auth
 from changelake.runtime.applyservice import ApplyService
 from changelake.spec import TableSpec
 from changelake.storage.iceberg import Storage, TableState
@@ -53,8 +54,18 @@ DEFAULT_THRIFT_PORT = 10000
 DEFAULT_CONNECT_PORT = 15002
 DEFAULT_POLL_SECONDS = 1.0
 CONNECT_PLUGIN = "org.apache.spark.sql.connect.SparkConnectPlugin"
-# Keys that say where the endpoint listens: the environment decides them, not the config file's spark_conf.
-_LISTENING = ("spark.plugins", "spark.connect.grpc.binding.", "spark.hadoop.hive.server2.thrift.")
+# Keys that say where the endpoint listens and what it lets in: the environment decides them, not the config
+# file's spark_conf (which may still choose another HiveServer2 authentication, e.g. LDAP).
+_LISTENING = (
+    "spark.plugins",
+    "spark.connect.grpc.binding.",
+    "spark.hadoop.hive.server2.thrift.",
+    "spark.sql.extensions",
+    "spark.sql.runSQLOnFiles",
+    "spark.driver.extraClassPath",
+    "spark.driver.bindAddress",
+    "spark.authenticate",
+)
 MAX_PIN_ATTEMPTS = 5  # a table committing faster than its views register is re-polled, not waited for
 VIEW_STATE = "views.json"  # table -> snapshot id its views show, rewritten after every poll that changed it
 
@@ -90,9 +101,10 @@ class Endpoint:
         return f"jdbc:hive2://{self.host}:{self.thrift_port}/default"
 
 
-def server_conf(settings: Settings, endpoint: Endpoint) -> dict[str, str]:
+def server_conf(settings: Settings, endpoint: Endpoint, classes: Path | None = None) -> dict[str, str]:
     """Spark settings of the server application: modest memory, both servers bound to ``endpoint``, Hive's
-    scratch and operation-log directories under ``$CHANGELAKE_HOME/spark-server`` instead of /tmp."""
+    scratch and operation-log directories under ``$CHANGELAKE_HOME/spark-server`` instead of /tmp; with
+    ``classes`` (:func:`endpoint_auth.compiled_classes`), the endpoint's security (:func:`security_conf`)."""
     work = settings.home / "spark-server"
     hive = {
         "hive.server2.thrift.bind.host": endpoint.host,
@@ -114,7 +126,9 @@ def server_conf(settings: Settings, endpoint: Endpoint) -> dict[str, str]:
         # Closing a Thrift session calls System.gc(): a stop-the-world full GC of ~1 s per dbt node on
         # 2 cores, unless G1 runs it as a concurrent cycle. (defaultJavaOptions: extraJavaOptions is
         # session.py's, with the Derby home and log4j config.)
-        "spark.driver.defaultJavaOptions": "-XX:+ExplicitGCInvokesConcurrent",
+        "spark.driver.defaultJavaOptions": " ".join(
+            ["-XX:+ExplicitGCInvokesConcurrent", *(_auth_properties(settings) if classes else [])]
+        ),
         # dbt's incremental insert_overwrite replaces only the partitions a run writes (as the dbt app sets).
         "spark.sql.sources.partitionOverwriteMode": "dynamic",
         # Each session caches a table's file list; when dbt (in its session) rebuilds a mart, a SQL client's
@@ -128,7 +142,44 @@ def server_conf(settings: Settings, endpoint: Endpoint) -> dict[str, str]:
         "spark.connect.grpc.binding.port": str(endpoint.connect_port),
         # HiveThriftServer2.startWithContext builds its HiveConf from the Hadoop configuration.
         **{f"spark.hadoop.{k}": v for k, v in hive.items()},
+        **(security_conf(settings, endpoint, classes) if classes else {}),
     }
+
+
+def _auth_properties(settings: Settings) -> list[str]:
+    """JVM system properties: where the authenticator and guard read the users, and HiveServer2's CUSTOM
+    authentication (its provider reads a fresh HiveConf, which takes ``hive.*`` system properties)."""
+    return [
+        f"-Dchangelake.endpoint.secrets={endpoint_auth.secrets_path(settings)}",
+        "-Dhive.server2.authentication=CUSTOM",
+        f"-Dhive.server2.custom.authentication.class={endpoint_auth.AUTHENTICATOR_CLASS}",
+    ]
+
+
+def security_conf(settings: Settings, endpoint: Endpoint, classes: Path) -> dict[str, str]:
+    """What locks the endpoint down (docs/sql-endpoint.md, "Security"): Thrift logins checked by the
+    changelake authenticator, every Thrift statement checked by the guard extension, no SQL on files, and in
+    local mode the driver's RPC and block manager on loopback with Spark's own authentication. Spark
+    Connect's token is passed in the environment (SPARK_CONNECT_AUTHENTICATE_TOKEN), not as a setting a
+    ``SET`` could show."""
+    conf = {
+        "spark.driver.extraClassPath": str(classes),
+        "spark.sql.extensions": endpoint_auth.GUARD_CLASS,
+        "spark.sql.runSQLOnFiles": "false",
+        "spark.hadoop.hive.server2.authentication": "CUSTOM",
+        "spark.hadoop.hive.server2.custom.authentication.class": endpoint_auth.AUTHENTICATOR_CLASS,
+    }
+    if settings.spark_master.startswith("local"):
+        # Every socket of the JVM on loopback (the driver's RPC and block manager listen even in local mode),
+        # and Spark's shared-secret authentication on them (generated per application in local mode).
+        conf.update(
+            {
+                "spark.driver.bindAddress": "127.0.0.1",
+                "spark.driver.host": "127.0.0.1",
+                "spark.authenticate": "true",
+            }
+        )
+    return conf
 
 
 def pk_state(lake: ChangeLake, spec: TableSpec) -> TableState | None:
@@ -221,6 +272,7 @@ class ViewRefresher:
         for name in sorted(set(self.registered) - set(current)):
             self._drop(name)
         changed = [n for n, snap in current.items() if n not in self.registered or self.registered[n] != snap]
+        changed += [n for n in self._dropped_by_a_client(current) if n not in changed]
         refreshed = []
         for name in changed:
             try:
@@ -234,6 +286,18 @@ class ViewRefresher:
             refreshed.append(name)
         self.publish()
         return refreshed
+
+    def _dropped_by_a_client(self, current: dict[str, int | None]) -> list[str]:
+        """Tables registered at their current snapshot whose views are gone: dropped through the endpoint by
+        its owner (the guard refuses everyone else), registered again by this poll."""
+        expected = {name: _table_views(name) for name in current if name in self.registered}
+        if not expected:
+            return []
+        present = {t.name for t in self.lake.spark.catalog.listTables("global_temp")}
+        gone = [name for name, views in expected.items() if not set(views) <= present]
+        for name in gone:
+            self.progress(f"[server] {name}: a view was dropped by a client; registering it again")
+        return gone
 
     def publish(self) -> None:
         """Write which snapshot every view shows (atomically: a reader sees the old state or the new)."""
@@ -460,6 +524,7 @@ def warm_dbt(
     progress=print,
     dbt: Path | None = None,
     timeout: float = WARM_DBT_TIMEOUT,
+    password: str = "",
 ) -> int | None:
     """Build the dbt project once through the endpoint's own Thrift server into :data:`WARM_DBT_SCHEMA`,
     then drop that schema. The JVM compiles a statement's code the first time it runs (Janino for Spark's
@@ -489,6 +554,8 @@ def warm_dbt(
         "CHANGELAKE_DBT_SCHEMA": WARM_DBT_SCHEMA,
         "SPARK_THRIFT_HOST": endpoint.host,
         "SPARK_THRIFT_PORT": str(endpoint.thrift_port),
+        "SPARK_THRIFT_USER": endpoint_auth.OWNER_USER,
+        "SPARK_THRIFT_PASSWORD": password,
         "DBT_SEND_ANONYMOUS_USAGE_STATS": "false",
     }
     if (project / "profiles.yml").exists():
@@ -552,14 +619,18 @@ class Server:
         self.refresher: ViewRefresher | None = None
         self.apply_service: ApplyService | None = None
         self._thrift = None
+        self.secrets: endpoint_auth.EndpointSecrets | None = None
 
     def start(self) -> None:
         """Build the session (Connect starts with the context), start the Thrift server, register views."""
         from changelake.api import ChangeLake
         from changelake.runtime.session import get_spark
 
-        conf = server_conf(self.settings, self.endpoint)
-        (self.settings.home / "spark-server").mkdir(parents=True, exist_ok=True)
+        endpoint_auth.private_dir(self.settings.home / "spark-server")
+        secrets = self.secrets = endpoint_auth.ensure_secrets(self.settings)
+        # Spark Connect reads its token from the environment when no setting names it (see security_conf).
+        os.environ["SPARK_CONNECT_AUTHENTICATE_TOKEN"] = secrets.connect_token
+        conf = server_conf(self.settings, self.endpoint, endpoint_auth.compiled_classes(self.settings))
         # The config file's spark_conf wins over the server's defaults, but not over where it listens.
         pinned = {k: v for k, v in conf.items() if k.startswith(_LISTENING)}
         merged = {**conf, **self.settings.spark_conf, **pinned}
@@ -576,7 +647,7 @@ class Server:
         refresher = self.refresher = ViewRefresher(lake, self.progress, state_path=state)
         refresher.poll()
         # The apps come over Spark Connect, whose first query pays its own planning and worker start.
-        remote = connect_session(self.endpoint)
+        remote = connect_session(self.endpoint, settings=self.settings)
         try:
             warm_python_workers(remote, slots)
         finally:
@@ -592,7 +663,14 @@ class Server:
         self.apply_service.start()
         views = sorted(_views(refresher))
         warm_sql(spark, views, server_dir(self.settings) / "warm-up", self.progress)
-        warm_dbt(self.settings.dbt_project_dir, self.endpoint, views, self._drop_database, self.progress)
+        warm_dbt(
+            self.settings.dbt_project_dir,
+            self.endpoint,
+            views,
+            self._drop_database,
+            self.progress,
+            password=secrets.password(),
+        )
 
     def _drop_database(self, name: str) -> None:
         """Drop a metastore database and its tables (the warm-up's scratch schema)."""
@@ -640,18 +718,23 @@ class Server:
             self.spark = None
 
 
+def _table_views(name: str) -> list[str]:
+    """A table's three global temp views."""
+    view = name.replace(".", "__", 1)
+    return [view, f"{view}__changelog", f"{view}__input"]
+
+
 def _views(refresher: ViewRefresher) -> list[str]:
     """The global temp views the refresher registered (three per table)."""
-    names = []
-    for name in refresher.registered:
-        view = name.replace(".", "__", 1)
-        names += [view, f"{view}__changelog", f"{view}__input"]
-    return names
+    return [view for name in refresher.registered for view in _table_views(name)]
 
 
-def connect_session(endpoint: Endpoint | None = None, url: str | None = None):
+def connect_session(
+    endpoint: Endpoint | None = None, url: str | None = None, settings: Settings | None = None
+):
     """A new Spark Connect SparkSession on the running endpoint (``url``, else ``endpoint``, else
-    :meth:`Endpoint.from_env`); the caller keeps it and ``stop()``s it.
+    :meth:`Endpoint.from_env`), with the token of the endpoint of ``settings.home`` (default: the
+    environment's settings); the caller keeps it and ``stop()``s it.
 
     Works beside a classic SparkSession in the same process (pyspark's generic builder refuses that).
     Needs the pyspark ``connect`` extra (grpcio, grpcio-status, googleapis-common-protos, zstandard),
@@ -659,7 +742,12 @@ def connect_session(endpoint: Endpoint | None = None, url: str | None = None):
     """
     from pyspark.sql.connect.session import SparkSession as RemoteSparkSession
 
-    return RemoteSparkSession.builder.remote(url or (endpoint or Endpoint.from_env()).connect_url).create()
+    if settings is None:
+        from changelake.config import load_settings
+
+        settings = load_settings()
+    url = endpoint_auth.with_token(url or (endpoint or Endpoint.from_env()).connect_url, settings)
+    return RemoteSparkSession.builder.remote(url).create()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -40,7 +40,9 @@ def get_spark(settings: Settings, app_name: str = "changelake", hive: bool = Fal
         return active
     if settings.spark_remote:
         # A warm Spark Connect server (see `make sql`): no JVM in this process, the server's conf applies.
-        return SparkSession.builder.remote(settings.spark_remote).getOrCreate()
+        from changelake.runtime.endpoint_auth import with_token
+
+        return SparkSession.builder.remote(with_token(settings.spark_remote, settings)).getOrCreate()
     if os.environ.get("PYSPARK_GATEWAY_PORT"):
         # Under spark-submit: attach to its JVM first, so SparkConf() sees what it passed (e.g. --master).
         SparkContext._ensure_initialized()

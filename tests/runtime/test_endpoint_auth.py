@@ -1,0 +1,103 @@
+"""The SQL endpoint's secrets and classes (changelake.runtime.endpoint_auth), without starting Spark. What an
+attacker meets on the running endpoint is tested end to end in test_server.py (``_check_locked_down``)."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import time
+
+import pytest
+
+from changelake.config import load_settings
+from changelake.errors import ChangelakeError
+from changelake.runtime import endpoint_auth
+from changelake.runtime.server import _LISTENING, Endpoint, server_conf
+
+
+def _mode(path) -> int:
+    return stat.S_IMODE(os.lstat(path).st_mode)
+
+
+def test_secrets_are_generated_private_and_kept(tmp_path):
+    settings = load_settings(home=tmp_path / "home")
+    first = endpoint_auth.ensure_secrets(settings)
+    path = endpoint_auth.secrets_path(settings)
+    assert _mode(path) == 0o600 and _mode(path.parent) == 0o700
+    assert first.users["changelake"][0] == "owner" and first.users["reader"][0] == "read"
+    assert len({first.connect_token, first.password("changelake"), first.password("reader")}) == 3
+    assert min(len(first.connect_token), len(first.password("reader"))) >= 32
+    assert endpoint_auth.ensure_secrets(settings) == first  # kept across starts
+    if os.geteuid() == 0 and subprocess.run(["id", "nobody"], capture_output=True).returncode == 0:
+        peek = subprocess.run(["runuser", "-u", "nobody", "--", "cat", str(path)], capture_output=True)
+        assert peek.returncode != 0 and not peek.stdout
+
+
+def test_secrets_others_could_read_or_plant_are_refused(tmp_path):
+    settings = load_settings(home=tmp_path / "home")
+    endpoint_auth.ensure_secrets(settings)
+    path = endpoint_auth.secrets_path(settings)
+    path.chmod(0o644)
+    with pytest.raises(ChangelakeError, match="readable by others"):
+        endpoint_auth.load_secrets(settings)
+    path.unlink()
+    planted = tmp_path / "planted"
+    planted.write_text("connect.token=known\nthrift.user.changelake.password=known\n")
+    planted.chmod(0o600)
+    path.symlink_to(planted)
+    with pytest.raises(ChangelakeError, match="link"):
+        endpoint_auth.ensure_secrets(settings)
+    path.unlink()
+    if os.geteuid() == 0:
+        os.chown(path.parent, 65534, 65534)  # a directory another user made first
+        with pytest.raises(ChangelakeError, match="belongs to uid 65534"):
+            endpoint_auth.ensure_secrets(settings)
+
+
+def test_connect_urls_carry_the_token_to_localhost(tmp_path):
+    settings = load_settings(home=tmp_path / "home")
+    assert (
+        endpoint_auth.with_token("sc://127.0.0.1:15002", settings) == "sc://127.0.0.1:15002"
+    )  # no endpoint yet
+    token = endpoint_auth.ensure_secrets(settings).connect_token
+    # pyspark sends a token without TLS only to "localhost" (gRPC local credentials).
+    assert (
+        endpoint_auth.with_token("sc://127.0.0.1:15002", settings) == f"sc://localhost:15002/;token={token}"
+    )
+    assert endpoint_auth.with_token("sc://localhost:1/;token=t", settings) == "sc://localhost:1/;token=t"
+    assert endpoint_auth.thrift_env(settings)["SPARK_THRIFT_USER"] == "changelake"
+
+
+def test_the_endpoint_conf_locks_it_down_and_the_config_file_cannot_undo_it(tmp_path):
+    settings = load_settings(home=tmp_path / "home")
+    conf = server_conf(settings, Endpoint(), tmp_path / "classes")
+    assert conf["spark.sql.extensions"] == endpoint_auth.GUARD_CLASS
+    assert conf["spark.sql.runSQLOnFiles"] == "false"
+    assert conf["spark.hadoop.hive.server2.authentication"] == "CUSTOM"
+    assert conf["spark.driver.bindAddress"] == "127.0.0.1" and conf["spark.authenticate"] == "true"
+    assert (
+        f"-Dchangelake.endpoint.secrets={endpoint_auth.secrets_path(settings)}"
+        in (conf["spark.driver.defaultJavaOptions"])
+    )
+    for key in (
+        "spark.sql.extensions",
+        "spark.sql.runSQLOnFiles",
+        "spark.driver.bindAddress",
+        "spark.authenticate",
+    ):
+        assert key.startswith(_LISTENING), (
+            key
+        )  # Server.start takes these from the environment, not spark_conf
+
+
+def test_the_guard_and_authenticator_compile_once(tmp_path):
+    settings = load_settings(home=tmp_path / "home")
+    started = time.monotonic()
+    classes = endpoint_auth.compiled_classes(settings)
+    assert (classes / "changelake" / "endpoint" / "Guard.class").exists()
+    assert (classes / "changelake" / "endpoint" / "PasswordAuthenticator.class").exists()
+    first = time.monotonic() - started
+    started = time.monotonic()
+    assert endpoint_auth.compiled_classes(settings) == classes
+    assert time.monotonic() - started < min(1.0, first)  # cached by the sources' hash
