@@ -16,6 +16,7 @@ environment variable       config-file key                        default
 ``CHANGELAKE_SPARK_REMOTE````spark_remote`` (``sc://host:port``)    unset: each process starts its own Spark
 ``CHANGELAKE_DBT_PROJECT`` ``dbt_project_dir``                    the checkout's ``dbt_project/``
 ``CHANGELAKE_EXPECTATIONS````expectations_dir``                   the checkout's ``expectations/``
+``CHANGELAKE_MAX_RECORD_BYTES`` (n/a)                             16 MiB: the longest landed line read
 (n/a)                      ``spark_conf`` (mapping)               ``{}``
 (n/a)                      ``catalog_properties`` (mapping)       ``{}`` (e.g. credentials for a REST catalog)
 =========================  =====================================  ===============================================
@@ -142,3 +143,24 @@ def _read_config_file(path: Path, explicit: bool) -> dict[str, Any]:
         if key in data:
             data[key] = {str(k): str(v) for k, v in (data[key] or {}).items()}
     return data
+
+
+#: The longest landed line (one source message) read when ``CHANGELAKE_MAX_RECORD_BYTES`` is unset.
+DEFAULT_MAX_RECORD_BYTES = 16 << 20
+
+
+def max_record_bytes() -> int:
+    """The most bytes one landed line may hold (its newline not counted): ``CHANGELAKE_MAX_RECORD_BYTES``,
+    else 16 MiB. A longer line is a bad record, found without reading it whole.
+
+    An environment variable, not a :class:`Settings` field: batches are planned and read wherever a process
+    applies or reads them (the CLI, the apply service, ``spark-submit`` apps, the API), which all share the
+    environment, as the decode tuning variables are shared."""
+    text = os.environ.get("CHANGELAKE_MAX_RECORD_BYTES", "").strip()
+    if not text:
+        return DEFAULT_MAX_RECORD_BYTES
+    if not text.isascii() or not text.isdigit() or not 1 <= int(text) < 2**62:
+        raise ChangelakeError(
+            f"CHANGELAKE_MAX_RECORD_BYTES must be a positive number of bytes, got {text[:40]!r}"
+        )
+    return int(text)

@@ -14,7 +14,12 @@ Records carry ``_seq``, a deterministic arrival position: ``file << 48 | line <<
 yields at most two records: an update's before and after images). ``_seq >> 2`` identifies the message, which
 the bucket task uses to tell a Kafka redelivery from the two images of one update. Source ordering and Kafka
 de-duplication happen in the bucket tasks (:func:`changelake.engine.buckets.order_and_dedup`), since only the
-order of a key's records matters and a key's records all meet in one bucket task.
+order of a key's records matters and a key's records all meet in one bucket task. Which message holds a Kafka
+offset is settled before, batch-wide: the decode tasks claim every offset
+(:class:`~changelake.inputs.records.OffsetIndex`), so a different record at a held offset is a bad record
+whatever the buckets, and a redelivery (the same record again) always shares its original's bucket.
+
+A line longer than CHANGELAKE_MAX_RECORD_BYTES is planned as a range of its own that no task reads whole.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc  # noqa: F401 - pa.ipc
 
+from changelake.config import max_record_bytes
 from changelake.engine.buckets import (
     KAFKA_COLUMNS,
     MESSAGE_SHIFT,
@@ -46,7 +52,17 @@ from changelake.engine.buckets import (
 )
 from changelake.errors import BadRecordError, ChangelakeError
 from changelake.inputs import formats, readers
-from changelake.inputs.records import DecodedBatch, batch_arrow_schema
+from changelake.inputs.records import (
+    CLAIMS_SCHEMA,
+    DecodedBatch,
+    OffsetIndex,
+    batch_arrow_schema,
+    decode_claims,
+    encode_claims,
+    line_of,
+    message_digests,
+    record_digests,
+)
 from changelake.runtime.pyworker import lazy_zip_invalidation
 from changelake.spec import TableSpec
 
@@ -59,7 +75,7 @@ MAX_RANGE_BYTES = int(os.environ.get("CHANGELAKE_DECODE_MAX_RANGE_BYTES", 64 << 
 # Rows of a Parquet file per decode task: small row groups are combined up to this many.
 RANGE_ROWS = int(os.environ.get("CHANGELAKE_DECODE_RANGE_ROWS", 1 << 20))
 SPLIT_ROWS = 1 << 16  # the fewest rows a range cut in halves (to give every core a task) may get
-FILE_SHIFT, LINE_SHIFT = 48, MESSAGE_SHIFT
+FILE_SHIFT, LINE_SHIFT = 48, MESSAGE_SHIFT  # as records.FILE_SHIFT, records.MESSAGE_SHIFT
 _ORDER_NUMBER = pa.decimal128(38, 9)
 OPS = formats.OPS
 STAT_COLUMNS = ("messages", "skipped", "records", *(f"op{op}" for op in OPS))
@@ -76,6 +92,9 @@ class Range:
     start: int = 0
     end: int = 0
     first_line: int = 1
+    # A line longer than this many bytes (CHANGELAKE_MAX_RECORD_BYTES), the range's only one: its task reports it
+    # as a bad record and reads no more than its first bytes. 0: a range of lines to decode.
+    too_long: int = 0
 
 
 @dataclass
@@ -155,31 +174,50 @@ def plan_batch(
     return BatchPlan(ranges, total, messages, digest)
 
 
-def _line_ranges(path: Path, index: int, fmt: str) -> tuple[list[Range], int, int]:
+def _line_ranges(path: Path, index: int, fmt: str, limit: int | None = None) -> tuple[list[Range], int, int]:
     """A JSON-lines file cut into ranges at the first newline after every RANGE_BYTES, each with its first
     line number; and the file's bytes and newlines. The file is read once through one reused 1 MiB buffer
-    whose newlines numpy counts: 88 MB planned in 20 ms (41 ms with a new bytes object per chunk counted by
-    ``bytes.count``), and the driver's memory stays flat whatever the file's size (a memory map of the file
-    would count it all in the driver's resident set)."""
+    whose newlines numpy finds: 88 MB planned in 20 ms, and the driver's memory stays flat whatever the file's
+    size (a memory map of the file would count it all in the driver's resident set).
+
+    A line longer than ``limit`` bytes (CHANGELAKE_MAX_RECORD_BYTES) is a range of its own, marked
+    ``too_long``: no task reads it whole (a 150 MB line parsed cost 2.7 GB), its task reports it as a bad
+    record, and the lines around it decode as usual."""
+    limit = max_record_bytes() if limit is None else limit
     ranges: list[Range] = []
-    start = offset = lines = 0
-    first_line = 1
+    start = offset = lines = 0  # the open range's first byte; the bytes and newlines before the chunk
+    first_line = 1  # the open range's first line
+    line_start = 0  # the first byte of the line the chunk begins in
     chunk = bytearray(PLAN_CHUNK_BYTES)
     view, text = memoryview(chunk), np.frombuffer(chunk, np.uint8)
     with _open_landed(path) as fh:
         while n := fh.readinto(view):
-            # Close a range at the first line boundary where it holds enough bytes (maybe several per chunk).
-            at = 0
-            while (target := start + RANGE_BYTES - 1 - offset) < n:
-                newline = chunk.find(b"\n", max(target, at), n)
-                if newline < 0:
-                    break
-                lines += int(np.count_nonzero(text[at : newline + 1] == 10))
-                at = newline + 1
-                ranges.append(Range(index, str(path), fmt, start, offset + at, first_line))
-                start, first_line = offset + at, lines + 1
-            lines += int(np.count_nonzero(text[at:n] == 10))
+            ends = np.flatnonzero(text[:n] == 10) + offset  # the chunk's newlines, as file offsets
+            # The lines ending in the chunk that are over the limit: past its first, only if the chunk is longer.
+            if n > limit:
+                long = np.flatnonzero(np.diff(ends, prepend=line_start - 1) - 1 > limit).tolist()
+            else:
+                long = [0] if len(ends) and ends[0] - line_start > limit else []
+            at = 0  # the chunk's newlines before ends[at] are in closed ranges
+            for stop in [*long, len(ends)]:
+                # Close a range at the first newline where it holds enough bytes (maybe several per chunk).
+                while (cut := at + int(np.searchsorted(ends[at:stop], start + RANGE_BYTES - 1))) < stop:
+                    ranges.append(Range(index, str(path), fmt, start, int(ends[cut]) + 1, first_line))
+                    start, first_line, at = int(ends[cut]) + 1, lines + cut + 2, cut + 1
+                if stop < len(ends):  # a line over the limit: closes the open range, then a range of its own
+                    begin, end = int(ends[stop - 1]) + 1 if stop else line_start, int(ends[stop]) + 1
+                    if begin > start:
+                        ranges.append(Range(index, str(path), fmt, start, begin, first_line))
+                    ranges.append(Range(index, str(path), fmt, begin, end, lines + stop + 1, limit))
+                    start, first_line, at = end, lines + stop + 2, stop + 1
+            lines += len(ends)
+            line_start = int(ends[-1]) + 1 if len(ends) else line_start
             offset += n
+    if offset - line_start > limit:  # the file ends in a line over the limit (no newline after it)
+        if line_start > start:
+            ranges.append(Range(index, str(path), fmt, start, line_start, first_line))
+        ranges.append(Range(index, str(path), fmt, line_start, offset, lines + 1, limit))
+        start = offset
     if offset > start or not ranges:
         ranges.append(Range(index, str(path), fmt, start, offset, first_line))
     return ranges, offset, lines
@@ -261,17 +299,28 @@ def staged_schema(spec: TableSpec) -> pa.Schema:
 
 def stats_schema() -> pa.Schema:
     return pa.schema(
-        [pa.field(n, pa.string()) for n in ("staged", "groups", "dead_letters", "error")]
+        [pa.field(n, pa.string()) for n in ("staged", "groups", "dead_letters", "error", "claims")]
         + [pa.field(c, pa.int64()) for c in STAT_COLUMNS]
     )
 
 
-def decode_range(r: Range, spec: TableSpec, staging_dir: str, io) -> dict:
-    """Decode one range, stage its records (a record batch per bucket), and return its stats row."""
+def decode_range(r: Range, spec: TableSpec, staging_dir: str, io, offsets: OffsetIndex | None = None) -> dict:
+    """Decode one range, stage its records (a record batch per bucket), and return its stats row.
+
+    ``offsets``: the Kafka offsets the task's earlier ranges claimed (:func:`decode_task`); without it the
+    range's are checked among themselves."""
     opts = spec.source_options
     out = DecodedBatch(batch_arrow_schema(spec).empty_table())
     rows = _rows_format(r)
-    if rows is not None:
+    if r.too_long:
+        out.messages += 1
+        with _open_landed(Path(r.path)) as fh:
+            fh.seek(r.start)
+            prefix = fh.read(min(readers.LONG_LINE_PREFIX, r.too_long + 1))
+        error = BadRecordError(r.path, r.first_line, None, readers.line_too_long(r.too_long))
+        out.reject(error, readers.raw_text(prefix), opts)
+        table = staged_schema(spec).empty_table()
+    elif rows is not None:
         table, first = (
             rows.read_rows(Path(r.path), r.start, r.end, spec, opts, out)
             if r.end >= 0
@@ -282,7 +331,7 @@ def decode_range(r: Range, spec: TableSpec, staging_dir: str, io) -> dict:
         for f in list(staged_schema(spec))[table.num_columns :]:
             table = table.append_column(f, pa.nulls(table.num_rows, f.type))
     else:
-        table = _decode_lines(r, spec, out)
+        table = _decode_lines(r, spec, out, offsets)
     staged, groups = None, []
     if table.num_rows:
         table = table.cast(staged_schema(spec))  # one schema (nullability too) for every path's records
@@ -364,9 +413,12 @@ def out_ops(table: pa.Table) -> dict[str, int]:
     return counts
 
 
-def _decode_lines(r: Range, spec: TableSpec, out: DecodedBatch) -> pa.Table:
+def _decode_lines(
+    r: Range, spec: TableSpec, out: DecodedBatch, offsets: OffsetIndex | None = None
+) -> pa.Table:
     """Decode the lines of one byte range: column-wise when its format can (:func:`_json_columns`), else
-    through readers' per-message path (which names any problem's line)."""
+    through readers' per-message path (which names any problem's line). Records with Kafka offsets claim them
+    in ``offsets`` (:func:`_claim_offsets`)."""
     opts = spec.source_options
     view = _mapped(r)
     if opts.ordering == "arrival" and FAST_JSON:
@@ -384,6 +436,7 @@ def _decode_lines(r: Range, spec: TableSpec, out: DecodedBatch) -> pa.Table:
     order_number: list = []
     order_text: list = []
     base = r.file_index << FILE_SHIFT
+    stop: BadRecordError | None = None
     for line_no, raw in enumerate(_lines(data), start=r.first_line):
         if not raw.strip():
             continue
@@ -393,7 +446,11 @@ def _decode_lines(r: Range, spec: TableSpec, out: DecodedBatch) -> pa.Table:
             entry = reader._entry(r.path, line_no, raw)
             number, text = (None, None) if entry is None else _order_values(entry.order, opts.ordering)
         except formats.FieldError as e:
-            out.reject(BadRecordError(r.path, line_no, e.field, e.reason), readers.raw_text(raw), opts)
+            error = BadRecordError(r.path, line_no, e.field, e.reason)
+            if not opts.quarantine:
+                stop = error  # raised once the offsets of the lines before it are claimed
+                break
+            out.reject(error, readers.raw_text(raw), opts)
             continue
         if entry is None:
             out.skipped += 1
@@ -413,7 +470,48 @@ def _decode_lines(r: Range, spec: TableSpec, out: DecodedBatch) -> pa.Table:
     arrays += [pa.array(col, schema.field(n).type) for col, n in zip(columns, names, strict=True)]
     arrays += [pa.array(v, schema.field(n).type) for v, n in zip(kafka, KAFKA_COLUMNS, strict=True)]
     arrays += [pa.array(order_number, _ORDER_NUMBER), pa.array(order_text, pa.string())]
-    return pa.Table.from_arrays(arrays, schema=schema)
+    table = pa.Table.from_arrays(arrays, schema=schema)
+    if any(v is not None for v in kafka[2]):
+        table = _claim_offsets(table, r, data, spec, out, offsets or OffsetIndex({r.file_index: r.path}))
+    if stop is not None:
+        raise stop
+    return table
+
+
+def _claim_offsets(
+    table: pa.Table, r: Range, data: bytes, spec: TableSpec, out: DecodedBatch, offsets: OffsetIndex
+) -> pa.Table:
+    """Claim the Kafka offsets of a range's messages, in arrival order, after those of the task's earlier
+    ranges: a message at an offset an earlier one holds with different content is a bad record naming both
+    (raised, the first one, under ``on-bad-record: fail``; else a dead letter, and its records are dropped).
+    A redelivery (same content) stays: it is in the same bucket as its original, whose task counts or drops it
+    (:func:`changelake.engine.buckets.order_and_dedup`). Vectorised but for the conflicts themselves."""
+    has = pc.is_valid(table.column("_kafka_offset"))
+    kafka = table.filter(has)
+    seq = kafka.column("_seq").to_numpy()
+    starts, digests = message_digests(seq, record_digests(spec, kafka))
+    rows = pa.array(starts)
+    messages = pa.table(
+        [
+            kafka.column("_kafka_topic").take(rows),
+            kafka.column("_kafka_partition").take(rows),
+            kafka.column("_kafka_offset").take(rows),
+            pa.array(digests, pa.int64()),
+            pa.array(seq[starts] >> LINE_SHIFT << LINE_SHIFT, pa.int64()),
+        ],
+        schema=CLAIMS_SCHEMA,
+    )
+    conflicts = offsets.claim(messages).to_pylist()
+    if not conflicts:
+        return table
+    lines = _lines(data) if spec.source_options.quarantine else []
+    for conflict in conflicts:
+        line = line_of(conflict["seq"])
+        raw = readers.raw_text(lines[line - r.first_line]) if lines else ""
+        error = BadRecordError(r.path, line, "offset", offsets.conflict_reason(conflict))
+        out.reject(error, raw, spec.source_options)
+    losers = np.array([c["seq"] >> LINE_SHIFT for c in conflicts], np.int64)
+    return table.filter(pa.array(~np.isin(table.column("_seq").to_numpy() >> LINE_SHIFT, losers)))
 
 
 # --- JSON lines, column-wise ------------------------------------------------------------------------------
@@ -487,21 +585,35 @@ def decode_task(
     groups: list[list[int]],
 ):
     """The ``mapInArrow`` function: every input row is the index of a group of ``ranges`` (``spark.range``'s
-    ``id``); it decodes them one after the other and yields one stats row per range."""
+    ``id``); it decodes them one after the other and yields one stats row per range.
+
+    Records with Kafka offsets claim them batch-wide (:class:`~changelake.inputs.records.OffsetIndex`). One
+    task claims its ranges' in turn. When several tasks decode the batch, each only notes its ranges' offsets
+    in its stats rows and :func:`summarize` claims them for the batch: a conflict found there can only
+    refuse the batch, so under ``on-bad-record: quarantine``, where the later record must be left out
+    instead, one task decodes every range of such a batch."""
+    kafka = any(getattr(formats.FORMATS.get(r.fmt), "kafka_metadata", False) for r in ranges)
+    if kafka and spec.source_options.quarantine and len(groups) > 1:
+        groups = [sorted(i for g in groups for i in g)] + [[] for _ in groups[1:]]
+    report = kafka and sum(1 for g in groups if g) > 1
+    paths = {r.file_index: r.path for r in ranges}
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         lazy_zip_invalidation()  # for this worker's next tasks
         io = TaskIO(io_properties)
         for batch in batches:
             for group in batch.column(0).to_pylist():
+                offsets = OffsetIndex(paths, defer=report)
                 for index in groups[group]:
                     r = ranges[index]
                     try:
-                        stats = decode_range(r, spec, staging_dir, io)
+                        stats = decode_range(r, spec, staging_dir, io, offsets)
                     except ChangelakeError as e:
                         # Reported by the driver as the error itself, not as a failed Spark job.
                         stats = {"error": _error_json(e, r), "records": 0, "messages": 0, "skipped": 0}
                         stats.update({f"op{op}": 0 for op in OPS})
+                    if report:  # the offsets the range noted, a bad one's lines before it included
+                        stats["claims"] = encode_claims(offsets.take_added(), paths)
                     yield pa.RecordBatch.from_pylist([stats], schema=stats_schema())
 
     return run
@@ -540,6 +652,7 @@ def share_lines(ranges: list[Range], shares: int) -> tuple[list[Range], list[lis
                 and last.file_index == r.file_index
                 and last.end == r.start
                 and r.end - last.start <= MAX_RANGE_BYTES
+                and not (last.too_long or r.too_long)
             ):
                 pieces[-1] = Range(last.file_index, last.path, last.fmt, last.start, r.end, last.first_line)
             else:
@@ -584,7 +697,7 @@ def group_ranges(ranges: list[Range], tasks: int) -> list[list[int]]:
     worker a round trip or more; a few per core are enough to even out)."""
     if not ranges:
         return []
-    sizes = [max(1, r.end - r.start) if r.end >= 0 else 1 for r in ranges]
+    sizes = [max(1, r.end - r.start) if r.end >= 0 and not r.too_long else 1 for r in ranges]
     tasks = max(1, min(tasks, len(ranges)))
     groups: list[list[int]] = [[] for _ in range(tasks)]
     total, running = sum(sizes), 0
@@ -605,16 +718,42 @@ def _error_json(e: ChangelakeError, r: Range) -> str:
 
 
 def raise_first_error(stats: list[dict]) -> None:
-    """Raise the batch's first error in arrival order (file, then line), as the task raised it."""
+    """Raise the batch's first error in arrival order (file, then line), as the task raised it, or a Kafka
+    offset two tasks' records hold with different content (:func:`offset_conflicts`), if that comes first."""
     from changelake import errors
 
     found = [json.loads(row["error"]) for row in stats if row.get("error")]
+    found += offset_conflicts(stats)
     if not found:
         return
     first = min(found, key=lambda e: e["at"])
     if "bad_record" in first:
         raise BadRecordError(*first["bad_record"])
     raise getattr(errors, first["type"], ChangelakeError)(first["message"])
+
+
+def offset_conflicts(stats: list[dict]) -> list[dict]:
+    """The Kafka offsets several decode tasks noted (:func:`decode_task`), claimed for the batch: every
+    message whose offset an earlier one holds with different content, as a task's error (a bad record naming
+    both)."""
+    paths: dict[int, str] = {}
+    parts = []
+    for row in stats:
+        if row.get("claims"):
+            part, where = decode_claims(row["claims"])
+            parts.append(part)
+            paths.update(where)
+    if not parts:
+        return []
+    claims = pa.concat_tables(parts).sort_by("seq")
+    offsets = OffsetIndex(paths)
+    found: list[dict] = []
+    for conflict in offsets.claim(claims).to_pylist():
+        seq = conflict["seq"]
+        line = line_of(seq)
+        record = [paths.get(seq >> FILE_SHIFT, "?"), line, "offset", offsets.conflict_reason(conflict)]
+        found.append({"bad_record": record, "at": [seq >> FILE_SHIFT, line]})
+    return found
 
 
 def summarize(stats: list[dict]) -> DecodeSummary:

@@ -8,7 +8,9 @@ skipped, Kafka redeliveries found and dropped, and the Kafka offsets applied so 
 The formats are :mod:`changelake.inputs.formats`: a JSON-lines format decodes each line through its envelope
 and the per-message path here; a rows format (Parquet) decodes a file column-wise itself. A bad record raises
 :class:`BadRecordError` naming file, line and field before anything is written, or, under
-``on-bad-record: quarantine``, becomes a dead letter with its raw text and reason.
+``on-bad-record: quarantine``, becomes a dead letter with its raw text and reason. A line longer than
+CHANGELAKE_MAX_RECORD_BYTES is one (found without reading it whole), and so is a different record at a Kafka
+offset the batch already holds.
 """
 
 from __future__ import annotations
@@ -17,11 +19,24 @@ import decimal
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 
+from changelake.config import max_record_bytes
 from changelake.errors import BadRecordError, ChangelakeError, short_repr
 from changelake.inputs import formats
-from changelake.inputs.records import ColumnRules, DecodedBatch, batch_arrow_schema
+from changelake.inputs.records import (
+    CLAIMS_SCHEMA,
+    FILE_SHIFT,
+    MESSAGE_SHIFT,
+    ColumnRules,
+    DecodedBatch,
+    OffsetIndex,
+    batch_arrow_schema,
+    line_of,
+    message_digests,
+    record_digests,
+)
 from changelake.inputs.sources import SourceOptions
 from changelake.spec import TableSpec
 
@@ -31,6 +46,16 @@ JSON_FORMATS = tuple(n for n, f in formats.FORMATS.items() if isinstance(f, form
 #: The reason a record gets when decoding it raised something no rule anticipated: the record is still a
 #: bad record (quarantined or refusing its batch), never a crash; the fuzz tests look for this text.
 UNEXPECTED = "could not decode the record"
+#: What a dead letter keeps of a line longer than CHANGELAKE_MAX_RECORD_BYTES: its first bytes.
+LONG_LINE_PREFIX = 1 << 10
+
+
+def line_too_long(limit: int) -> str:
+    """The reason a line over the limit is a bad record."""
+    return (
+        f"the line is longer than {limit:,} bytes, the most one record may take (CHANGELAKE_MAX_RECORD_BYTES); "
+        "it was not read"
+    )
 
 
 def reader_names() -> list[str]:
@@ -52,8 +77,6 @@ def read_batch(
 
     ``applied_offsets`` are the Kafka offsets committed with the previous batch (for redelivery detection).
     """
-    import numpy as np
-
     opts = spec.source_options
     schema = batch_arrow_schema(spec)
     out = DecodedBatch(schema.empty_table())
@@ -69,14 +92,23 @@ def read_batch(
             raise ChangelakeError(f"{path}: unknown input format '{name}'; known: {reader_names()}")
         if isinstance(f, formats.RowsFormat) and (opts.ordering != "arrival" or not rows_alone):
             raise ChangelakeError(f"{path}: {f.title} batches are read in arrival order, alone")
-    for path, name in zip(paths, names, strict=True):
+    offsets = OffsetIndex({i: str(p) for i, p in enumerate(paths)})
+    for index, (path, name) in enumerate(zip(paths, names, strict=True)):
         f = formats.FORMATS.get(name)
         if isinstance(f, formats.JsonLinesFormat):
-            entries += _JsonReader(spec, name, opts, out).read(path)
+            reader = _JsonReader(spec, name, opts, out)
+            read, stop = reader.read_lines(path)
+            # The offsets of the lines before a bad one are claimed first: the batch's first bad record in
+            # arrival order is the one reported, whichever kind it is.
+            entries += reader.claim_offsets(read, index, offsets)
+            if stop is not None:
+                raise stop
         elif isinstance(f, formats.RowsFormat):
             tables.append(f.read(path, spec, opts, out))
         else:
             raise ChangelakeError(f"{path}: unknown input format '{name}'; known: {reader_names()}")
+    position = {str(p): i for i, p in reversed(list(enumerate(paths)))}
+    out.dead_letters.sort(key=lambda d: (position.get(str(d["file"]), 0), d["line"] or 0))
     if tables:
         parts, seq = [], 0
         for t in tables:
@@ -136,18 +168,40 @@ class _JsonReader:
 
     def read(self, path: Path) -> list[_Entry]:
         """Every line of a landed file, as bytes: each line is decoded (UTF-8 included) on its own."""
-        entries = []
+        entries, stop = self.read_lines(path)
+        if stop is not None:
+            raise stop
+        return entries
+
+    def read_lines(self, path: Path) -> tuple[list[_Entry], BadRecordError | None]:
+        """The lines of a landed file as :meth:`read` decodes them, and the bad record that stopped it (under
+        ``on-bad-record: fail``; quarantined ones are dead letters). No line is read whole past
+        CHANGELAKE_MAX_RECORD_BYTES: a longer one is a bad record, its rest skipped in bounded reads."""
+        entries: list[_Entry] = []
+        limit = max_record_bytes()
         try:
             with open(path, "rb") as fh:
-                for line_no, line in enumerate(fh, start=1):
-                    if not line.strip():
+                line_no = 0
+                while line := fh.readline(limit + 1):
+                    line_no += 1
+                    too_long = len(line) > limit and not line.endswith(b"\n")
+                    if not too_long and not line.strip():
                         continue
                     self.out.messages += 1
                     try:
+                        if too_long:
+                            raise formats.FieldError(None, line_too_long(limit))
                         entry = self._entry(str(path), line_no, line)
                     except formats.FieldError as e:
                         error = BadRecordError(str(path), line_no, e.field, e.reason)
-                        self.out.reject(error, raw_text(line), self.opts)
+                        if not self.opts.quarantine:
+                            return entries, error
+                        self.out.reject(
+                            error, raw_text(line[:LONG_LINE_PREFIX] if too_long else line), self.opts
+                        )
+                        if too_long:
+                            while (rest := fh.readline(1 << 20)) and not rest.endswith(b"\n"):
+                                pass
                         continue
                     if entry is None:
                         self.out.skipped += 1
@@ -155,7 +209,47 @@ class _JsonReader:
                         entries.append(entry)
         except OSError as e:
             raise ChangelakeError(f"{path}: cannot read the landed file: {e.strerror or e}") from None
-        return entries
+        return entries, None
+
+    def claim_offsets(self, entries: list[_Entry], file_index: int, offsets: OffsetIndex) -> list[_Entry]:
+        """``entries`` (of the ``file_index``-th file, in line order) less the messages whose Kafka offset an
+        earlier message of the batch holds with different content: each a bad record naming both (raised
+        under ``on-bad-record: fail``, the first in arrival order; else a dead letter). The rule and its
+        digests are the decode tasks' (:class:`~changelake.inputs.records.OffsetIndex`)."""
+        kafka = [e for e in entries if e.kafka is not None and e.changes]
+        if not kafka:
+            return entries
+        seq = np.array(
+            [
+                (file_index << FILE_SHIFT) | (e.line << MESSAGE_SHIFT) | c
+                for e in kafka
+                for c in range(len(e.changes))
+            ],
+            np.int64,
+        )
+        starts, digests = message_digests(seq, record_digests(self.spec, _entries_table(kafka, self.spec, 0)))
+        topics, partitions, numbers = zip(*(e.kafka for e in kafka if e.kafka is not None), strict=True)
+        messages = pa.table(
+            [
+                pa.array(topics, pa.string()),
+                pa.array(partitions, pa.int32()),
+                pa.array(numbers, pa.int64()),
+                pa.array(digests, pa.int64()),
+                pa.array(seq[starts], pa.int64()),
+            ],
+            schema=CLAIMS_SCHEMA,
+        )
+        conflicts = offsets.claim(messages).to_pylist()
+        if not conflicts:
+            return entries
+        path = offsets.paths[file_index]
+        losers = {line_of(c["seq"]) for c in conflicts}
+        raw = _raw_lines(Path(path), losers) if self.opts.quarantine else {}
+        for conflict in conflicts:
+            line = line_of(conflict["seq"])
+            error = BadRecordError(path, line, "offset", offsets.conflict_reason(conflict))
+            self.out.reject(error, raw.get(line, ""), self.opts)
+        return [e for e in entries if e.kafka is None or e.line not in losers]
 
     def _entry(self, file: str, line_no: int, line: str | bytes) -> _Entry | None:
         """Decode one line (bytes or text). A problem with the record raises FieldError (the caller adds
@@ -266,8 +360,6 @@ def _entries_table(entries: list[_Entry], spec: TableSpec, first_seq: int) -> pa
             ops.append(op)
             for i, v in enumerate(values):
                 columns[i].append(v)
-    import numpy as np
-
     n = len(ops)
     arrays = [pa.array(np.arange(first_seq, first_seq + n, dtype=np.int64)), pa.array(ops, pa.string())]
     arrays += [pa.array(col, c.type.arrow_type()) for col, c in zip(columns, spec.columns, strict=True)]
@@ -295,7 +387,8 @@ def delivered_records(batches: dict[int, Path], spec: TableSpec) -> pa.Table:
         if not isinstance(formats.FORMATS.get(fmt), formats.JsonLinesFormat):
             continue
         scratch = DecodedBatch(batch_arrow_schema(spec).empty_table())
-        for entry in _JsonReader(spec, fmt, opts, scratch).read(path):
+        reader = _JsonReader(spec, fmt, opts, scratch)
+        for entry in reader.claim_offsets(reader.read(path), 0, OffsetIndex({0: str(path)})):
             meta = (batch_id, entry.line, *(entry.kafka or (None, None, None)))
             for op, values in entry.changes:
                 for name, value in zip(names, (*values, op, *meta), strict=True):
@@ -305,6 +398,21 @@ def delivered_records(batches: dict[int, Path], spec: TableSpec) -> pa.Table:
         + [pa.field(n, t) for n, t in INPUT_META]
     )
     return pa.Table.from_pydict(columns, schema=schema)
+
+
+def _raw_lines(path: Path, wanted: set[int]) -> dict[int, str]:
+    """The text of the ``wanted`` lines of a landed file (lines within CHANGELAKE_MAX_RECORD_BYTES)."""
+    out: dict[int, str] = {}
+    limit = max_record_bytes()
+    with open(path, "rb") as fh:
+        line_no = 0
+        while len(out) < len(wanted) and (line := fh.readline(limit + 1)):
+            line_no += 1
+            if line_no in wanted:
+                out[line_no] = raw_text(line)
+            while not line.endswith(b"\n") and (line := fh.readline(1 << 20)):
+                pass  # the rest of a line too long to be a record
+    return out
 
 
 def raw_text(line: str | bytes) -> str:

@@ -1,8 +1,9 @@
 """canal-json: Alibaba Canal's binlog events as JSON lines.
 
 ``type`` INSERT/UPDATE/DELETE over the rows of ``data``; ``old`` holds an update's changed fields before the
-change. DDL and other event types carry no row change. Canal writes every value as a string (numbers,
-booleans as 0/1, datetimes with a space), which :func:`coerce_text` reads back.
+change. DDL events (``"isDdl": true``, or a CREATE) carry no row change and are skipped; any other type is
+refused, as Flink's canal-json refuses it. Canal writes every value as a string (numbers, booleans as 0/1,
+datetimes with a space), which :func:`coerce_text` reads back.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import datetime as dt
 import json
 from typing import TYPE_CHECKING, Any
 
-from changelake.errors import short_repr
+from changelake.errors import printable, short_repr
 from changelake.inputs.formats.base import (
     CDC_FILTERS,
     Coerce,
@@ -35,6 +36,7 @@ _KEYS = {
     "mysqlType", "gtid",
 }  # fmt: skip
 _KINDS = {"insert": "INSERT", "update": "UPDATE", "delete": "DELETE"}
+_ROW_TYPES = frozenset(_KINDS.values())
 
 
 class CanalJson(JsonLinesFormat):
@@ -50,10 +52,21 @@ class CanalJson(JsonLinesFormat):
         is_ddl = obj.get("isDdl")
         if is_ddl is not None and not isinstance(is_ddl, bool):
             raise FieldError("isDdl", f"expected true or false, got {short_repr(is_ddl)}")
-        if is_ddl or kind not in ("INSERT", "UPDATE", "DELETE"):
-            return None
         if not included(opts, obj.get("database"), obj.get("table")):
-            return None
+            return None  # Flink filters by database and table before it reads the type
+        if kind not in _ROW_TYPES:
+            # Flink's CanalJsonDeserializationSchema decodes INSERT, UPDATE and DELETE whatever "isDdl" says,
+            # skips CREATE (FLINK-19873) and fails on any other type with 'Unknown "type" value "<type>"': so a
+            # lower-case "insert" or a made-up type is a bad record, never a silent skip. Unlike Flink, the other
+            # DDL events Canal marks "isDdl": true (ALTER, ERASE, TRUNCATE, QUERY, ...) are skipped too: they
+            # say themselves that they carry no row.
+            if kind == "CREATE" or is_ddl:
+                return None
+            raise FieldError(
+                "type",
+                f'Unknown "type" value "{printable(kind, 60)}". Canal\'s row types are INSERT, UPDATE and '
+                'DELETE (upper case); a DDL event has "isDdl": true',
+            )
         rows = obj.get("data")
         if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
             raise FieldError("data", "expected a JSON array of row objects")

@@ -16,7 +16,7 @@ import json
 import re
 from typing import TYPE_CHECKING, Any
 
-from changelake.errors import short_repr
+from changelake.errors import printable, short_repr
 from changelake.inputs.formats.base import (
     CDC_FILTERS,
     Coerce,
@@ -67,7 +67,14 @@ class DebeziumJson(JsonLinesFormat):
         only_fields(obj, {"before", "after", "op", "source", "ts_ms", "ts_us", "ts_ns", "transaction"})
         op = obj.get("op")
         if not isinstance(op, str) or op not in _OPS:
-            raise FieldError("op", f"unknown Debezium op {short_repr(op)}; expected one of {sorted(_OPS)}")
+            # Flink's debezium-json fails on any other op (a truncate "t", a message "m", a typo) with these
+            # words: no unknown op is skipped.
+            shown = f'"{printable(op, 60)}"' if isinstance(op, str) else short_repr(op)
+            raise FieldError(
+                "op",
+                f'Unknown "op" value {shown} (unknown Debezium op {short_repr(op)}; expected one of '
+                f"{sorted(_OPS)})",
+            )
         source = obj.get("source")
         if source is not None and not isinstance(source, dict):
             raise FieldError("source", f"expected a JSON object, got {json_kind(source)}")
