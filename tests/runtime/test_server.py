@@ -485,7 +485,7 @@ def _check_locked_down(endpoint, demo) -> None:
     the read role confined to queries, no file reads, directory writes or code for anyone over Thrift, every JVM
     socket on loopback, the secrets unreadable to another user, and a view a client drops registered again."""
     from pyhive import hive
-    from pyspark.errors import SparkConnectGrpcException
+    from pyspark.errors.exceptions.connect import SparkConnectGrpcException
     from thrift.transport.TTransport import TTransportException
 
     from changelake.runtime.endpoint_auth import secrets_path
@@ -518,7 +518,10 @@ def _check_locked_down(endpoint, demo) -> None:
     canary = canary_dir / "secret.txt"
     canary.write_text("CANARY-3141592653\n")
     rows_before = sorted(demo.rows_arrow("shop.orders").column("order_id").to_pylist())
-    warehouse_before = sorted(str(p) for p in demo.settings.warehouse_dir.rglob("*"))
+    from urllib.parse import urlsplit
+
+    warehouse = Path(urlsplit(demo.settings.warehouse).path)
+    warehouse_before = sorted(str(p) for p in warehouse.rglob("*"))
     reader, owner = _hive(endpoint).cursor(), _hive(endpoint, "changelake").cursor()
     from hypothesis import HealthCheck, given, settings
 
@@ -547,7 +550,7 @@ def _check_locked_down(endpoint, demo) -> None:
     attack()
     assert outcomes["refused"] > 0 and outcomes["allowed"] > 0, outcomes
     assert sorted(p.name for p in canary_dir.iterdir()) == ["secret.txt"]  # no directory or table written
-    assert sorted(str(p) for p in demo.settings.warehouse_dir.rglob("*")) == warehouse_before
+    assert sorted(str(p) for p in warehouse.rglob("*")) == warehouse_before
     assert sorted(demo.rows_arrow("shop.orders").column("order_id").to_pylist()) == rows_before
 
     # The owner may drop a view (dbt's login); the server registers it again within a few polls.
