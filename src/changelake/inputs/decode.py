@@ -51,7 +51,7 @@ from changelake.engine.buckets import (
     partition_key,
 )
 from changelake.errors import BadRecordError, ChangelakeError
-from changelake.inputs import formats, readers
+from changelake.inputs import formats, landing, readers
 from changelake.inputs.records import (
     CLAIMS_SCHEMA,
     DecodedBatch,
@@ -236,7 +236,7 @@ def _checksum(paths: list[Path], fmt: str | None, target_columns: list[str] | No
 
 def _open_landed(path: Path):
     try:
-        return open(path, "rb")
+        return landing.open_landed(path)  # never through a link (a producer could swap one in mid-apply)
     except OSError as e:
         raise ChangelakeError(f"{path}: cannot read the landed file: {e.strerror or e}") from None
 
@@ -526,7 +526,7 @@ def _mapped(r: Range) -> memoryview:
     into a copy cost 27 ms, more than the column-wise path's own checks of them. The mapping goes when the last
     view of it does. A small range (a batch decoded in the applying process) is read: a landed file cut short
     while mapped would stop the process with SIGBUS, where a read only comes back short."""
-    with open(r.path, "rb") as fh:
+    with landing.open_landed(r.path) as fh:
         if r.end - r.start >= MAP_MIN_BYTES:
             try:
                 return memoryview(mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ))[r.start : r.end]

@@ -25,6 +25,7 @@ import pyarrow as pa
 from changelake.config import max_record_bytes
 from changelake.errors import BadRecordError, ChangelakeError, short_repr
 from changelake.inputs import formats
+from changelake.inputs.landing import open_landed
 from changelake.inputs.records import (
     CLAIMS_SCHEMA,
     FILE_SHIFT,
@@ -180,7 +181,7 @@ class _JsonReader:
         entries: list[_Entry] = []
         limit = max_record_bytes()
         try:
-            with open(path, "rb") as fh:
+            with open_landed(path) as fh:
                 line_no = 0
                 while line := fh.readline(limit + 1):
                     line_no += 1
@@ -404,7 +405,7 @@ def _raw_lines(path: Path, wanted: set[int]) -> dict[int, str]:
     """The text of the ``wanted`` lines of a landed file (lines within CHANGELAKE_MAX_RECORD_BYTES)."""
     out: dict[int, str] = {}
     limit = max_record_bytes()
-    with open(path, "rb") as fh:
+    with open_landed(path) as fh:
         line_no = 0
         while len(out) < len(wanted) and (line := fh.readline(limit + 1)):
             line_no += 1

@@ -767,6 +767,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     settings = load_settings()
     endpoint = Endpoint.from_env()
+    # What the endpoint writes (table files, changelogs, staged records, dbt's tables) is its user's alone, as
+    # with the CLI: applies handed over the socket run here, not under the CLI's umask.
+    os.umask(os.umask(0o077) | 0o077)
     ready = server_dir(settings) / "ready"
     ready.unlink(missing_ok=True)
     stop = threading.Event()

@@ -44,7 +44,7 @@ class ChangelogParquet(RowsFormat):
         import pyarrow.parquet as pq
 
         try:
-            table = pq.read_table(path)
+            table = pq.read_table(_open(path))
         except (pa.ArrowException, OSError, ValueError) as e:
             raise BadRecordError(str(path), 0, None, f"not a readable Parquet file: {e}") from None
         table = parquet_columns(table, path, spec, opts)
@@ -62,7 +62,7 @@ class ChangelogParquet(RowsFormat):
         import pyarrow.parquet as pq
 
         try:
-            sizes = [rg.num_rows for rg in _row_groups(pq.ParquetFile(path).metadata)]
+            sizes = [rg.num_rows for rg in _row_groups(pq.ParquetFile(_open(path)).metadata)]
         except (pa.ArrowException, OSError, ValueError):
             return None
         cuts, start, row = [], 0, 0
@@ -84,7 +84,7 @@ class ChangelogParquet(RowsFormat):
         import pyarrow.parquet as pq
 
         try:
-            parquet = pq.ParquetFile(path)
+            parquet = pq.ParquetFile(_open(path))
             picked, first, row = [], None, 0
             for i, rg in enumerate(_row_groups(parquet.metadata)):
                 if row < end and row + rg.num_rows > start:
@@ -294,3 +294,10 @@ def _valid_values(array: pa.Array) -> tuple[pa.Array, list[tuple[int, str]]]:
         flags[row] = True
     nulled = pc.if_else(pa.array(flags, pa.bool_()), pa.scalar(None, array.type), array)
     return nulled, reasons
+
+
+def _open(path: Path):
+    """The landed file, opened without following a link (an OSError, reported as an unreadable file)."""
+    from changelake.inputs.landing import open_landed  # landing imports the spec, which imports the formats
+
+    return open_landed(path)

@@ -31,8 +31,9 @@ import scala.runtime.BoxedUnit;
  *   <li>Every Thrift user: no writing to a directory ({@code INSERT OVERWRITE DIRECTORY}), no code loaded
  *       ({@code CREATE FUNCTION}, {@code ADD JAR/FILE/ARCHIVE}), no file read or written by path
  *       ({@code text.`/path`}, a table without a catalog entry), no table at a chosen location
- *       ({@code LOCATION}, {@code SET LOCATION}), no global view created or replaced, no Java reflection
- *       ({@code reflect}, {@code java_method}).
+ *       ({@code LOCATION}, {@code SET LOCATION}, {@code LIKE ... LOCATION}, {@code ADD PARTITION},
+ *       {@code LOAD DATA}, a data source's path), no global view created or replaced, no shell command
+ *       ({@code SELECT TRANSFORM ... USING}), no Java reflection ({@code reflect}, {@code java_method}).
  *   <li>The {@code read} role (every user but the owner): queries, {@code SHOW}, {@code DESCRIBE},
  *       {@code EXPLAIN}, {@code USE} and reading settings; no other command (no DDL, DML, cache or
  *       view), and no setting changed but a few harmless ones.
@@ -47,7 +48,12 @@ public final class Guard extends AbstractFunction1<SparkSessionExtensions, Boxed
       "InsertIntoDir", "InsertIntoDataSourceDirCommand", "InsertIntoHiveDirCommand",
       "CreateFunction", "CreateFunctionCommand", "CreateUserDefinedFunction", "AddJarsCommand",
       "AddFilesCommand", "AddArchivesCommand", "CreateTempViewUsing", "RefreshResource",
-      "AlterTableSetLocationCommand", "SetTableLocation"));
+      // a shell command per row (SELECT TRANSFORM ... USING 'cmd')
+      "ScriptTransformation",
+      // files moved into a table, tables and partitions at a chosen place, a data source's path changed
+      "LoadDataCommand", "LoadData", "AlterTableSetLocationCommand", "SetTableLocation",
+      "CreateTableLikeCommand", "CreateTableLike", "AlterTableAddPartitionCommand", "AddPartitions",
+      "AlterTableSetSerDePropertiesCommand", "SetTableSerDeProperties"));
   private static final Set<String> READ_COMMANDS = new HashSet<>(Arrays.asList(
       "ExplainCommand", "SetCommand", "SetNamespaceCommand", "SetCatalogAndNamespace", "SetCatalogCommand",
       "ShowCurrentNamespaceCommand", "ShowCatalogsCommand"));
@@ -97,10 +103,12 @@ public final class Guard extends AbstractFunction1<SparkSessionExtensions, Boxed
       return name;
     }
     if (name.startsWith("Create")) {
-      Object table = call(plan, "table");
-      Object type = table == null ? null : call(table, "tableType");
-      if (type != null && "EXTERNAL".equals(String.valueOf(call(type, "name")))) {
-        return "a table at a location of the client's choosing";
+      for (String accessor : new String[] {"table", "tableDesc"}) {
+        Object table = call(plan, accessor);
+        Object type = table == null ? null : call(table, "tableType");
+        if (type != null && "EXTERNAL".equals(String.valueOf(call(type, "name")))) {
+          return "a table at a location of the client's choosing";
+        }
       }
       Object viewType = call(plan, "viewType");
       if (viewType != null && String.valueOf(viewType).contains("GlobalTempView")) {
@@ -112,7 +120,7 @@ public final class Guard extends AbstractFunction1<SparkSessionExtensions, Boxed
     }
     if ("DataSourceV2Relation".equals(name)) {
       Object table = call(plan, "table");
-      if (table != null && table.getClass().getName().contains("FileTable")) {
+      if (table != null && isFileTable(table)) {
         return "reading or writing files by path";
       }
     }
@@ -142,7 +150,28 @@ public final class Guard extends AbstractFunction1<SparkSessionExtensions, Boxed
         return found;
       }
     }
+    // An analysed CREATE VIEW or CACHE TABLE ... AS keeps its query here, not among its children: a view's
+    // body is checked when it is created, so reading the view later (a View node) need not look inside.
+    Iterator<?> inner = plan.innerChildren().iterator();
+    while (inner.hasNext()) {
+      Object child = inner.next();
+      if (child instanceof LogicalPlan) {
+        String found = refusal((LogicalPlan) child, owner);
+        if (found != null) {
+          return found;
+        }
+      }
+    }
     return null;
+  }
+
+  private static boolean isFileTable(Object table) {
+    try {
+      return Class.forName("org.apache.spark.sql.execution.datasources.v2.FileTable", false,
+          table.getClass().getClassLoader()).isInstance(table);
+    } catch (ClassNotFoundException e) {
+      return false;
+    }
   }
 
   private static String refusal(Expression expression, boolean owner) {
