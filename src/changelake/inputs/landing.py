@@ -274,7 +274,7 @@ def read_manifest(path: Path) -> list[str] | None:
     return columns
 
 
-def open_landed(path: Path):
+def open_landed(path: str | Path):
     """A landed file opened for reading in binary, without following a link (``ELOOP``: an OSError) and
     only if it is a regular file."""
     fd = os.open(path, _READ_FLAGS)
