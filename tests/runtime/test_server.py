@@ -431,25 +431,36 @@ def test_endpoint_serves_dbt_sql_clients_and_new_batches(demo, spark, endpoint, 
 
 # --- security (issue: a locked-down SQL endpoint) ----------------------------------------------------------
 _PATH_READS = ["text.`{f}`", "csv.`{f}`", "json.`{f}`", "parquet.`{d}`", "binaryFile.`{f}`"]
-_STATEMENTS = [
+_PATH_STATEMENTS = [  # read files by path: the guard's words, or (runSQLOnFiles off) no such table
     "select value from {src}",
     "select * from global_temp.shop__orders where order_id in (select length(value) from {src})",
+]
+_GUARDED = [  # refused by the guard to every Thrift user, owner included
     "insert overwrite directory '{d}' using parquet select 1",
     "insert overwrite local directory '{d}' select 1",
     "create table default.t_{n} using parquet location '{d}' as select 1 as a",
+    "create table default.h_{n} stored as parquet location '{d}' as select 1 as a",
+    "create table default.l_{n} like default.t_load location '{d}'",
+    "load data local inpath '{f}' into table default.t_load",
+    "alter table default.t_load set location '{d}'",
     "create temporary view v_{n} using text options (path '{f}')",
-    "drop view global_temp.shop__orders",
-    "drop view if exists global_temp.shop__orders__changelog",
     "create or replace global temporary view shop__orders as select 1 as order_id",
+    "create view default.v_{n} as select reflect('java.lang.System', 'getenv', 'HOME') as h",
+    "select transform(order_id) using 'cat {f}' as (x string) from global_temp.shop__orders",
     "select reflect('java.lang.System', 'getenv', 'HOME')",
     "select java_method('java.lang.System', 'getProperty', 'user.home')",
     "add jar {f}",
     "create function f_{n} as 'org.example.F' using jar '{f}'",
+]
+_OWNER_ONLY = [  # refused by the guard to the read role, allowed to the owner (dbt's login)
+    "drop view global_temp.shop__orders",
+    "drop view if exists global_temp.shop__orders__changelog",
     "set spark.sql.runSQLOnFiles=true",
     "cache table c_{n} as select * from global_temp.shop__orders",
     "create database if not exists db_{n}",
-    "select count(*) from global_temp.shop__orders",
 ]
+_ALLOWED = ["select count(*) from global_temp.shop__orders"]
+_STATEMENTS = _PATH_STATEMENTS + _GUARDED + _OWNER_ONLY + _ALLOWED
 
 
 def _locked_down_reader_statements():
@@ -523,31 +534,67 @@ def _check_locked_down(endpoint, demo) -> None:
     warehouse = Path(urlsplit(demo.settings.warehouse).path)
     warehouse_before = sorted(str(p) for p in warehouse.rglob("*"))
     reader, owner = _hive(endpoint).cursor(), _hive(endpoint, "changelake").cursor()
+    _query(owner, "create table if not exists default.t_load (value string) stored as textfile")
+    _query(owner, "set spark.sql.runSQLOnFiles=true")  # the owner may; the guard still refuses path reads
     from hypothesis import HealthCheck, given, settings
 
     outcomes = {"allowed": 0, "refused": 0}
 
-    @settings(max_examples=60, deadline=None, database=None, suppress_health_check=list(HealthCheck))
-    @given(_locked_down_reader_statements())
-    def attack(case):
-        template, source, n, as_owner = case
-        src = source.format(f=canary, d=canary_dir)
-        sql = template.format(src=src, f=canary, d=canary_dir / f"out{n}", n=n)
-        cursor = owner if as_owner else reader
+    def attack(template: str, source: str, n: int, as_owner: bool) -> None:
+        sql = template.format(
+            src=source.format(f=canary, d=canary_dir), f=canary, d=canary_dir / f"o{n}", n=n
+        )
+        who = "owner" if as_owner else "reader"
         try:
-            got = _query(cursor, sql)
-        except Exception as e:  # noqa: BLE001 - refused: the message says why
+            got = _query(owner if as_owner else reader, sql)
+        except Exception as e:  # noqa: BLE001 - refused: the message must say by whom and why
             outcomes["refused"] += 1
-            assert "Error running query" in str(e) or "AnalysisException" in str(e), str(e)[:500]
+            message = str(e)
+            guarded = template in _GUARDED or (template in _OWNER_ONLY and not as_owner)
+            if guarded:
+                assert "changelake SQL endpoint:" in message, f"{who}: {sql}: {message[:400]}"
+            elif template in _PATH_STATEMENTS:
+                # The guard's words; or, before it, no such table (the reader cannot turn runSQLOnFiles on) or
+                # no plan for the file's format (nothing read either way).
+                words = (
+                    "changelake SQL endpoint:",
+                    "TABLE_OR_VIEW_NOT_FOUND",
+                    "FAILED_TO_CREATE_PLAN_FOR_DIRECT",
+                )
+                assert any(w in message for w in words), f"{who}: {sql}: {message[:400]}"
+                assert "TABLE_OR_VIEW_NOT_FOUND" not in message or not as_owner  # the owner's reach the guard
+            else:  # a name the fuzzing reused
+                assert "ALREADY_EXISTS" in message, f"{who}: {sql}: {message[:400]}"
             return
         outcomes["allowed"] += 1
         assert "CANARY" not in repr(got)
-        harmless = sql.startswith("select count(*)") or (
-            as_owner and sql.startswith(("create database", "drop view", "set ", "cache table"))
-        )
-        assert harmless, f"allowed for {'owner' if as_owner else 'reader'}: {sql}"
+        assert template in _ALLOWED or (as_owner and template in _OWNER_ONLY), f"allowed for {who}: {sql}"
+        if sql.startswith("drop view"):
+            views_back()  # the next statements meet the views as a client would after the server's next poll
 
-    attack()
+    def views_back(timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        for view in ("shop__orders", "shop__orders__changelog"):
+            while True:
+                try:
+                    _query(reader, f"select 1 from global_temp.{view} limit 1")
+                    break
+                except Exception:  # noqa: BLE001 - not registered again yet
+                    if time.monotonic() > deadline:
+                        pytest.fail(f"global_temp.{view} was not registered again within {timeout:.0f} s")
+                    time.sleep(0.3)
+
+    # Every statement for both roles once, then a fuzzed mix of them (sources, names, order).
+    for i, template in enumerate(_STATEMENTS):
+        for as_owner in (False, True):
+            attack(template, _PATH_READS[i % len(_PATH_READS)], i, as_owner)
+
+    @settings(max_examples=60, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @given(_locked_down_reader_statements())
+    def fuzzed(case):
+        attack(*case)
+
+    fuzzed()
     assert outcomes["refused"] > 0 and outcomes["allowed"] > 0, outcomes
     assert sorted(p.name for p in canary_dir.iterdir()) == ["secret.txt"]  # no directory or table written
     assert sorted(str(p) for p in warehouse.rglob("*")) == warehouse_before
@@ -555,13 +602,5 @@ def _check_locked_down(endpoint, demo) -> None:
 
     # The owner may drop a view (dbt's login); the server registers it again within a few polls.
     _query(owner, "drop view if exists global_temp.shop__orders")
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            count = _query(reader, "select count(*) from global_temp.shop__orders")
-            break
-        except Exception:  # noqa: BLE001 - not registered again yet
-            time.sleep(0.5)
-    else:
-        pytest.fail("global_temp.shop__orders was not registered again within 30 s")
-    assert count == [(len(rows_before),)]
+    views_back()
+    assert _query(reader, "select count(*) from global_temp.shop__orders") == [(len(rows_before),)]
