@@ -316,8 +316,21 @@ class Truth:
         return snap.snapshot_id if snap else None
 
     def row_count(self) -> int:
-        """Rows of the current snapshot, from the record counts of the files pyiceberg plans."""
-        return sum(task.file.record_count for task in self.pk.scan().plan_files())
+        """Rows of the current snapshot: the record counts of the data files pyiceberg plans, less the distinct
+        rows their position-delete files name (merge-on-read batches replace rows by position)."""
+        import pyarrow.parquet as pq
+
+        tasks = list(self.pk.scan().plan_files())
+        paths = {task.file.file_path for task in tasks}
+        gone: set[tuple[str, int]] = set()
+        for path in {d.file_path for task in tasks for d in task.delete_files}:
+            with self.pk.io.new_input(path).open() as stream:
+                deletes = pq.read_table(stream, columns=["file_path", "pos"])
+            named = zip(
+                deletes.column("file_path").to_pylist(), deletes.column("pos").to_pylist(), strict=True
+            )
+            gone.update((file, pos) for file, pos in named if file in paths)
+        return sum(task.file.record_count for task in tasks) - len(gone)
 
     def keys(self) -> np.ndarray:
         return self.pk.scan(selected_fields=(KEY,)).to_arrow()[KEY].to_numpy()
