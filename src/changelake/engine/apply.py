@@ -497,14 +497,14 @@ class Applier:
         markers = merged.buckets + merged.groups
         added = self.storage.to_data_files(plan.table, sorted(p for m in markers for p in m["_paths"]))
         by_path = {f.path: f for f in plan.files}
+
+        def partition_of(d: dict):
+            """The partition of the live data files a delete file names. (A folded delete file may also name
+            files a compaction has since removed: Iceberg readers ignore positions of files not in the table.)"""
+            return next(by_path[p] for p in d["files"] if p in by_path).data_file.partition
+
         deletes = [
-            self.storage.to_delete_file(
-                plan.table,
-                d["path"],
-                d["stats"],
-                d["size"],
-                by_path[d["stats"]["path_lower"]].data_file.partition,  # the partition of the files it names
-            )
+            self.storage.to_delete_file(plan.table, d["path"], d["stats"], d["size"], partition_of(d))
             for m in merged.groups
             for d in json.loads(m["_deletes"] or "[]")
         ]
