@@ -506,9 +506,12 @@ def _check_locked_down(endpoint, demo) -> None:
     for login in ({"username": "test"}, {"username": "changelake", "password": "guess", "auth": "CUSTOM"}):
         with pytest.raises(TTransportException, match="Error validating the login"):
             hive.connect(host="127.0.0.1", port=port, **login)
-    with pytest.raises(SparkConnectGrpcException, match="UNAUTHENTICATED|authentication token"):
-        bare = connect_session(url=endpoint["connect_url"].replace("127.0.0.1", "localhost") + "/;token=x")
-        bare.range(1).collect()
+    bare = connect_session(url=endpoint["connect_url"].replace("127.0.0.1", "localhost") + "/;token=x")
+    try:
+        with pytest.raises(SparkConnectGrpcException, match="UNAUTHENTICATED|authentication token"):
+            bare.range(1).collect()
+    finally:
+        bare.stop()  # a client session left open keeps its threads, and pytest's process, alive at exit
 
     secret = secrets_path(demo.settings)
     assert (
