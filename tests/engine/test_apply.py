@@ -305,6 +305,7 @@ def test_status_views_and_dataframe_batches(lake, spark):
         "last_maintenance": None,
         "changelog_records": 2,
         "pending_batches": 0,
+        "incomplete": None,  # no landed file waiting for its producer to finish
         "problem": None,
         "quarantined": 0,
         "redelivered": 0,
