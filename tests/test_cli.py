@@ -228,9 +228,15 @@ def test_create_and_apply_json_report_tables_and_batch_results(home, capfd, no_j
 
     (home / "tables" / "demo.fruit.yaml").write_text(SPEC)
     created, _ = run_json(capfd, home, "create", "--json")
-    assert created == {
-        "created": [{"table": "demo.fruit", "changelog": "demo.fruit__changelog", "buckets": 2}]
-    }
+    fruit = {"table": "demo.fruit", "changelog": "demo.fruit__changelog", "buckets": 2}
+    assert created == {"created": [{**fruit, "outcome": "created"}]}
+    again, _ = run_json(capfd, home, "create", "--json")
+    assert again == {"created": [{**fruit, "outcome": "exists"}]}, "a second create must not claim it created"
+    from changelake.cli import main
+
+    assert main(["--home", str(home), "--tables", str(home / "tables"), "create"]) == 0
+    out = capfd.readouterr().out
+    assert "exists, unchanged: demo.fruit" in out and "created demo.fruit" not in out
 
     landing = home / "landing" / "demo.fruit"
     landing.mkdir(parents=True)

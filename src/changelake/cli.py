@@ -426,29 +426,45 @@ def _to_stderr(message: str) -> None:
 
 
 def _create(lake, args: argparse.Namespace) -> dict[str, Any]:
-    """``create``: the tables created (each with its changelog table), as :func:`_created`."""
+    """``create``: each table and what happened to it (created, altered, or already there unchanged), as
+    :func:`_created`."""
+    from changelake.spec import TableSpec
+
     if args.spec:
-        created = [lake.create_table(args.spec)]
+        given = [TableSpec.from_yaml(args.spec)]
     else:
         specs = lake.specs()
         unknown = [t for t in args.table if t not in specs]
         if unknown:
             raise ChangelakeError(f"no spec for {unknown} in {lake.settings.tables_dir}")
-        created = [lake.create_table(specs[t]) for t in (args.table or sorted(specs))]
-    for spec in created:
-        print(f"created {spec.full_name} (+ {spec.full_name}__changelog), {spec.bucket_num} bucket(s)")
+        given = [specs[t] for t in (args.table or sorted(specs))]
+    outcomes = []
+    for spec in given:
+        before = lake.storage.stored_spec(spec.namespace, spec.table)
+        created = lake.create_table(spec)
+        after = lake.storage.stored_spec(spec.namespace, spec.table)
+        outcome = "created" if before is None else "exists" if before == after else "altered"
+        outcomes.append((created, outcome))
+        what = {"created": "created", "exists": "exists, unchanged:", "altered": "altered"}[outcome]
+        print(f"{what} {created.full_name} (+ {created.full_name}__changelog), {created.bucket_num} bucket(s)")
     if not args.spec and not args.table:
         specs.check()  # the other tables are created; a spec that did not load fails the command
-    return _created(created)
+    return _created(outcomes)
 
 
-def _created(specs: list) -> dict[str, Any]:
-    """The JSON document of ``create --json``:
-    ``{"created": [{"table": "ns.t", "changelog": "ns.t__changelog", "buckets": 4}, ...]}``."""
+def _created(outcomes: list) -> dict[str, Any]:
+    """The JSON document of ``create --json``: ``{"created": [{"table": "ns.t", "changelog":
+    "ns.t__changelog", "buckets": 4, "outcome": "created"}, ...]}``; ``outcome`` is ``created``, ``altered``
+    (an existing table took the spec's supported changes) or ``exists`` (already so: nothing done)."""
     return {
         "created": [
-            {"table": s.full_name, "changelog": f"{s.full_name}__changelog", "buckets": s.bucket_num}
-            for s in specs
+            {
+                "table": s.full_name,
+                "changelog": f"{s.full_name}__changelog",
+                "buckets": s.bucket_num,
+                "outcome": outcome,
+            }
+            for s, outcome in outcomes
         ]
     }
 
