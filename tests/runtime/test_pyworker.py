@@ -25,7 +25,7 @@ SCRIPT = textwrap.dedent(
     original = zipimport._read_directory
     zipimport._read_directory = lambda path: reads.append(path) or original(path)
 
-    from changelake.runtime.pyworker import lazy_zip_invalidation
+    from changelake.pyworker import lazy_zip_invalidation
 
     importlib.invalidate_caches()
     before = reads.count(archive)  # unpatched: re-read

@@ -32,7 +32,7 @@ import pyarrow.parquet as pq
 from changelake.engine.columnar import _group_ids, _key_numbers, increasing, merge_records
 from changelake.errors import ChangelakeError
 from changelake.lru import BoundedLRU
-from changelake.runtime.pyworker import lazy_zip_invalidation
+from changelake.pyworker import lazy_zip_invalidation
 from changelake.spec import TableSpec
 from changelake.storage.files import (
     POSITION_DELETE_SCHEMA,

@@ -63,7 +63,7 @@ from changelake.inputs.records import (
     message_digests,
     record_digests,
 )
-from changelake.runtime.pyworker import lazy_zip_invalidation
+from changelake.pyworker import lazy_zip_invalidation
 from changelake.spec import TableSpec
 
 # JSON lines are planned in ranges of about RANGE_BYTES; a decode task reads the consecutive ranges of its

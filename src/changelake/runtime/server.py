@@ -367,7 +367,7 @@ def _import_engine(batches):
     """mapInArrow function: import the engine's modules in a Python worker, pass the batches through."""
     import changelake.engine.buckets
     import changelake.inputs.decode  # noqa: F401  (imported for its cost, once per reused worker)
-    from changelake.runtime.pyworker import lazy_zip_invalidation
+    from changelake.pyworker import lazy_zip_invalidation
 
     lazy_zip_invalidation()
 
