@@ -1,5 +1,7 @@
 """Demo source: land one new deterministic batch per demo table with `changelake datagen`, on a schedule, so
-the UI shows a living pipeline (thin DAG file; helpers in changelake_dags)."""
+the UI shows a living pipeline (thin DAG file; helpers in changelake_dags). Paused when Airflow first sees it:
+it writes data, so it runs on its own only when asked (`make airflow DEMO_SOURCE=1`, or unpause it in the UI);
+`make demo` triggers it once."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ LANDING = common.landing_asset()
     start_date=common.START_DATE,
     catchup=False,
     max_active_runs=1,
+    is_paused_upon_creation=True,
     default_args=common.DEFAULT_ARGS,
     tags=["changelake", "demo"],
     params={

@@ -53,7 +53,7 @@ case "${1:-start}" in
     done
     echo " ready in $((SECONDS - started)) s"
     urls
-    echo "stop with: make sql-stop"
+    if [[ "${STOP_HINT:-1}" != 0 ]]; then echo "stop with: make sql-stop"; fi
     ;;
   stop)
     if running; then

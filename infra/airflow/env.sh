@@ -8,7 +8,8 @@ export AIRFLOW_HOME="${AIRFLOW_HOME:-$CHANGELAKE_HOME/airflow}"
 export AIRFLOW_PORT="${AIRFLOW_PORT:-8080}"
 export AIRFLOW__CORE__DAGS_FOLDER="$REPO_ROOT/dags"
 export AIRFLOW__CORE__LOAD_EXAMPLES=False
-# The DAGs run on their schedules as soon as Airflow sees them: the demo is a living pipeline.
+# The DAGs run on their schedules as soon as Airflow sees them, except changelake_demo_source, which lands
+# data and is paused at creation in its own file (make airflow DEMO_SOURCE=1 unpauses it).
 export AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION=False
 export AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS="${AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS:-admin:admin}"
 export AIRFLOW__API__PORT="$AIRFLOW_PORT"

@@ -73,6 +73,9 @@ def test_dag_conventions(dagbag, dag_id):
     assert dag.doc_md
     for task in dag.tasks:
         assert task.retries >= 2, task.task_id
+    # only the DAG that writes data of its own (the demo source) waits to be unpaused; the env's default
+    # (DAGS_ARE_PAUSED_AT_CREATION=False) unpauses the rest, which only react to data or maintain
+    assert dag.is_paused_upon_creation is (True if dag_id == "changelake_demo_source" else None)
 
 
 def test_apply_dag_has_a_task_pair_per_table_with_assets_and_the_spark_pool(dagbag):
