@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from changelake import evolution
 from changelake.config import Settings, load_settings
 from changelake.engine.apply import Applier, BatchResult, Progress, stderr_progress
-from changelake.errors import ChangelakeError
+from changelake.errors import BatchRefusedError, ChangelakeError
 from changelake.identifiers import split_table_name
 from changelake.inputs.landing import landing_status, read_manifest, scan_landing
 from changelake.spec import SpecDirectory, TableSpec, check_new_table, load_specs
@@ -33,6 +33,8 @@ from changelake.storage.iceberg import CHANGELOG_SUFFIX, Storage
 
 if TYPE_CHECKING:
     import pyarrow as pa
+
+    from changelake.sqlwrite import SqlResult
 
 __all__ = ["ChangeLake", "json_default"]
 
@@ -188,7 +190,126 @@ class ChangeLake:
             specs.check()  # every other table is applied; a broken spec's batches are not silently left
         return results
 
-    def _stage_records(self, spec: TableSpec, records) -> Path:
+    def sql(
+        self, statements: str, idempotency_key: str | None = None, batch_id: int | None = None
+    ) -> list[SqlResult]:
+        """Run Flink-style write statements (docs/sql-writes.md): ``INSERT INTO t [(cols)] VALUES …`` or
+        ``… SELECT … FROM s [WHERE …]``, ``UPDATE t SET … WHERE <pk> = …``, ``DELETE FROM t WHERE <pk> = …``.
+
+        Each statement is one exactly-once batch of its table, applied through :meth:`apply`'s path (so
+        every merge engine's rules and changelog hold); statements run in order, and a refused one stops the
+        rest (those before it stay applied). ``idempotency_key`` makes a retried statement a no-op: the
+        batch that applied it under that key is found in the table's batch history and reported as
+        ``already-applied`` (with several statements, statement *i* uses ``<key>#<i>``). ``batch_id`` (one
+        statement only) applies it as that batch, exactly once like any batch id. Refusals raise
+        :class:`~changelake.errors.WriteRefusedError` with Fluss's words; nothing is written then.
+        """
+        from changelake import sqlwrite
+
+        trees = sqlwrite.parse(statements)
+        if batch_id is not None and len(trees) != 1:
+            raise ChangelakeError(f"a batch id applies to one statement; got {len(trees)} statements")
+        if idempotency_key is not None and (not isinstance(idempotency_key, str) or not idempotency_key):
+            raise ChangelakeError("an idempotency key is a non-empty string")
+        results = []
+        for number, tree in enumerate(trees, start=1):
+            key = idempotency_key
+            if key is not None and len(trees) > 1:
+                key = f"{key}#{number}"
+            results.append(self._sql_statement(tree, key, batch_id))
+        return results
+
+    def _sql_statement(self, tree: Any, key: str | None, batch_id: int | None) -> SqlResult:
+        """One statement as one batch: find it applied under ``key``, else plan it on the table's current
+        state and apply it as the next batch (planned again if another writer took that batch id first)."""
+        from changelake import sqlwrite
+
+        text = sqlwrite.statement_text(tree)
+        table = sqlwrite.target_table(tree, self._known_tables)
+        spec = self._ensure(table)
+        kind = type(tree).__name__.lower()
+        digest = hashlib.sha256(text.encode()).hexdigest()[:20]
+        key_prefix = None if key is None else f"sql-{hashlib.sha256(key.encode()).hexdigest()[:20]}-"
+        for _attempt in range(MAX_INSERT_ATTEMPTS):
+            pk = self.storage.pk_table(spec)
+            if key is not None and key_prefix is not None:
+                done = self._sql_applied(spec, pk, key_prefix, digest, key)
+                if done is not None:
+                    return sqlwrite.SqlResult(
+                        text, kind, spec.full_name, "already-applied", idempotency_key=key, **done
+                    )
+            last = Storage.state(pk).last_batch
+            plan = sqlwrite.plan(
+                tree,
+                spec,
+                lookup=lambda s, k: next(iter(self.reader.lookup(s.full_name, k)), None),
+                read_rows=lambda s: self.reader.rows_arrow(s.full_name),
+                known=self._known_tables,
+                spec_of=self.spec,
+            )
+            if not plan.records:
+                return sqlwrite.SqlResult(
+                    text, kind, spec.full_name, "nothing to write", note=plan.note, idempotency_key=key
+                )
+            name = f"{key_prefix}{digest}.jsonl" if key_prefix is not None else None
+            staged = self._stage_records(spec, plan.records, name=name)
+            try:
+                result = self.applier.apply_files(
+                    spec, batch_id or last + 1, [staged], "changelog-json", plan.target_columns
+                )
+            except BatchRefusedError:
+                if batch_id is not None or Storage.state(self.storage.pk_table(spec)).last_batch == last:
+                    raise  # refused for another reason than a race
+                self.progress(
+                    f"[{spec.full_name}] sql: another writer committed batch {last + 1} first; planning again"
+                )
+                continue
+            return sqlwrite.SqlResult(
+                text,
+                kind,
+                spec.full_name,
+                result.status,
+                batch_id=result.batch_id,
+                idempotency_key=key,
+                changelog_records=result.changelog_records,
+                counts=_row_counts(result.counts),
+            )
+        raise ChangelakeError(
+            f"{spec.full_name}: {MAX_INSERT_ATTEMPTS} other batches were committed while this statement was "
+            "planned; retry it"
+        )
+
+    def _sql_applied(
+        self, spec: TableSpec, pk: Any, key_prefix: str, digest: str, key: str
+    ) -> dict[str, Any] | None:
+        """The batch an idempotency key applied (its id and counts), newest first in the table's batch
+        history; a batch of the same key but another statement is a refusal."""
+        for _snapshot_id, summary in reversed(Storage.batch_history(pk)):
+            files = (summary.input or {}).get("files") or []
+            for name in files:
+                if not name.startswith(key_prefix):
+                    continue
+                if name != f"{key_prefix}{digest}.jsonl":
+                    raise BatchRefusedError(
+                        f"{spec.full_name}: idempotency key {key!r} was used by another statement, applied as "
+                        f"batch {summary.batch_id}; refusing"
+                    )
+                self.progress(
+                    f"[{spec.full_name}] sql: idempotency key {key!r} already applied as batch "
+                    f"{summary.batch_id}: nothing to do"
+                )
+                return {
+                    "batch_id": summary.batch_id,
+                    "changelog_records": summary.changelog_records,
+                    "counts": _row_counts(summary.counts),
+                }
+        return None
+
+    def _known_tables(self) -> list[str]:
+        """Tables a statement may name: those with a spec file and those in the catalog."""
+        return sorted({*self.specs(), *self._catalog_tables()})
+
+    def _stage_records(self, spec: TableSpec, records, name: str | None = None) -> Path:
         """Write API records to a content-addressed file, so re-applying the same records is a no-op."""
         directory = self.settings.staging_dir / spec.full_name
         directory.mkdir(parents=True, exist_ok=True)
@@ -197,7 +318,8 @@ class ChangeLake:
                 json.dumps(_finite(r), default=json_default, sort_keys=True, allow_nan=False) + "\n"
                 for r in records
             ).encode()
-            path = directory / f"api-{hashlib.sha256(payload).hexdigest()[:20]}.jsonl"
+            # A statement's idempotency key names its file (the batch history finds the key by it).
+            path = directory / (name or f"api-{hashlib.sha256(payload).hexdigest()[:20]}.jsonl")
             path.write_bytes(payload)
             return path
         # A DataFrame: one Parquet file in the DataFrame's order.
@@ -338,7 +460,6 @@ class ChangeLake:
         """Apply the missing ``keys`` as the table's next batch: ``+I`` records of the primary key columns
         only. A batch id another writer took first is not an error: the caller looks the keys up again."""
         from changelake.engine import merge
-        from changelake.errors import BatchRefusedError
 
         target = list(spec.primary_key)
         merge.check_target_columns(spec, target)  # first_row/versioned: Fluss's message, before any write
@@ -510,6 +631,11 @@ class ChangeLake:
             _verify(spec, batch_id, paths, batch_spec, fmt, target_columns, summary.checksum)
             parts.append(_project(_batch_input(batch_id, paths, batch_spec, fmt), spec))
         return pa.concat_tables(parts) if parts else _input_schema(spec).empty_table()
+
+
+def _row_counts(counts: dict[str, int]) -> dict[str, int]:
+    """The row counts a statement reports, from a batch's counts."""
+    return {k: int(counts.get(k, 0)) for k in ("inserted", "updated", "deleted", "ignored")}
 
 
 def _finite(value: Any) -> Any:
