@@ -200,6 +200,19 @@ def _parser() -> argparse.ArgumentParser:
     cp.add_argument("--full", action="store_true", help="rewrite every partition with delta or delete files")
     cp.add_argument("--json", action="store_true", help=_JSON_HELP)
 
+    sq = sub.add_parser(
+        "sql",
+        help="INSERT INTO / UPDATE / DELETE FROM statements on PK tables, each one exactly-once batch",
+    )
+    sq.add_argument("statement", nargs="?", help="the statement(s), ';'-separated (or -f FILE)")
+    sq.add_argument("-f", "--file", dest="sql_file", type=Path, help="read the statements from this file")
+    sq.add_argument(
+        "--idempotency-key",
+        help="a retried statement with this key is a no-op (statement i of several: KEY#i)",
+    )
+    sq.add_argument("--batch-id", type=int, help="apply the (single) statement as this batch id")
+    sq.add_argument("--json", action="store_true", help=_JSON_HELP)
+
     st = sub.add_parser(
         "status", help="per table: last batch, rows, snapshots, files, bytes, maintenance, pending batches"
     )
@@ -352,6 +365,8 @@ def _run(args: argparse.Namespace) -> tuple[int, Any]:
     results are their artifacts: dbt's run results, the quality summary). Text goes to stdout."""
     if args.command in _FAST_COMMANDS and not getattr(args, "insert_if_not_exists", False):
         return 0, _run_fast(args)
+    if args.command == "sql":
+        return 0, _sql(args)
     if args.command == "apply":
         warm = _apply_on_endpoint(args)
         if warm is not None:
@@ -446,7 +461,9 @@ def _create(lake, args: argparse.Namespace) -> dict[str, Any]:
         outcome = "created" if before is None else "exists" if before == after else "altered"
         outcomes.append((created, outcome))
         what = {"created": "created", "exists": "exists, unchanged:", "altered": "altered"}[outcome]
-        print(f"{what} {created.full_name} (+ {created.full_name}__changelog), {created.bucket_num} bucket(s)")
+        print(
+            f"{what} {created.full_name} (+ {created.full_name}__changelog), {created.bucket_num} bucket(s)"
+        )
     if not args.spec and not args.table:
         specs.check()  # the other tables are created; a spec that did not load fails the command
     return _created(outcomes)
@@ -520,6 +537,56 @@ def _apply_on_endpoint(args: argparse.Namespace) -> list[dict[str, Any]] | None:
         "from_batch": args.from_batch,
     }
     return applyservice.request_apply(sock, request, _to_stderr)
+
+
+def _sql(args: argparse.Namespace) -> dict[str, Any]:
+    """``sql``: run the statements (on the warm endpoint's driver if one listens, else here; a statement of a
+    few records needs no JVM either way), print a line per statement and return ``{"statements": [...]}``,
+    one :class:`changelake.sqlwrite.SqlResult` object per statement."""
+    from changelake.sqlwrite import describe
+
+    if (args.statement is None) == (args.sql_file is None):
+        raise ChangelakeError(
+            'sql takes one statement argument or -f FILE (e.g. changelake sql "DELETE ...")'
+        )
+    if args.sql_file is not None:
+        try:
+            text = args.sql_file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise ChangelakeError(f"{args.sql_file}: cannot read the statements: {e}") from None
+    else:
+        text = args.statement
+    results = _sql_on_endpoint(args, text)
+    if results is None:
+        from changelake.api import ChangeLake
+
+        lake = ChangeLake(home=args.home, tables_dir=args.tables, spark_master=args.master)
+        results = [r.to_dict() for r in lake.sql(text, args.idempotency_key, args.batch_id)]
+    for r in results:
+        print(describe(r), flush=True)
+    return {"statements": results}
+
+
+def _sql_on_endpoint(args: argparse.Namespace, text: str) -> list[dict[str, Any]] | None:
+    """The statements run by the warm endpoint's driver (as :func:`_apply_on_endpoint`), or None."""
+    from changelake.config import load_settings
+    from changelake.runtime import applyservice
+
+    settings = load_settings(home=args.home, tables_dir=args.tables)
+    if not settings.spark_remote or len(text.encode()) > applyservice.MAX_STATEMENT_BYTES:
+        return None
+    sock = applyservice.connect(settings.home)
+    if sock is None:
+        return None
+    _to_stderr(f"[sql] on the warm endpoint of {settings.home} (its driver applies; progress follows)")
+    shared = (*applyservice.SHARED_SETTINGS, *applyservice.PER_REQUEST_SETTINGS)
+    request = {
+        "settings": {key: str(getattr(settings, key)) for key in shared},
+        "statement": text,
+        "idempotency_key": args.idempotency_key,
+        "batch_id": args.batch_id,
+    }
+    return applyservice.request_apply(sock, request, _to_stderr, command="sql")
 
 
 def _report_applied(batches: list[dict[str, Any]], args: argparse.Namespace) -> dict[str, Any]:

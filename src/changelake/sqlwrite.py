@@ -34,18 +34,18 @@ from typing import TYPE_CHECKING, Any
 
 from changelake.errors import ChangelakeError, WriteRefusedError, java_list
 from changelake.identifiers import check_name
-from changelake.spec import TableSpec
-from changelake.types import SPECIAL_FLOATS
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from sqlglot import exp
 
+    from changelake.spec import TableSpec
+
 #: A statement's text is at most this long (a VALUES list of a few thousand rows).
 MAX_STATEMENT_CHARS = 16 << 20
 
-Lookup = Callable[[TableSpec, dict[str, Any]], "dict[str, Any] | None"]
-ReadRows = Callable[[TableSpec], "pa.Table"]
+Lookup = Callable[["TableSpec", dict[str, Any]], "dict[str, Any] | None"]
+ReadRows = Callable[["TableSpec"], "pa.Table"]
 
 
 @dataclass
@@ -79,18 +79,22 @@ class SqlResult:
         return asdict(self)
 
     def describe(self) -> str:
-        """One line for the CLI: what happened, the batch, the rows touched."""
-        where = f"{self.kind.upper()} {self.table}"
-        if self.status == "nothing to write":
-            return f"{where}: nothing to write ({self.note})"
-        c = self.counts
-        counts = (
-            f"inserted {c.get('inserted', 0)}, updated {c.get('updated', 0)}, deleted {c.get('deleted', 0)}, "
-            f"ignored {c.get('ignored', 0)}; changelog {self.changelog_records} record(s)"
-        )
-        if self.status == "already-applied":
-            return f"{where}: no-op (already applied as batch {self.batch_id}); {counts}"
-        return f"{where}: batch {self.batch_id} applied; {counts}"
+        return describe(self.to_dict())
+
+
+def describe(result: dict[str, Any]) -> str:
+    """One line for the CLI of a :class:`SqlResult` (as a dict): what happened, the batch, the rows."""
+    where = f"{str(result['kind']).upper()} {result['table']}"
+    if result["status"] == "nothing to write":
+        return f"{where}: nothing to write ({result.get('note')})"
+    c = result.get("counts") or {}
+    counts = (
+        f"inserted {c.get('inserted', 0)}, updated {c.get('updated', 0)}, deleted {c.get('deleted', 0)}, "
+        f"ignored {c.get('ignored', 0)}; changelog {result.get('changelog_records', 0)} record(s)"
+    )
+    if result["status"] == "already-applied":
+        return f"{where}: no-op (already applied as batch {result['batch_id']}); {counts}"
+    return f"{where}: batch {result['batch_id']} applied; {counts}"
 
 
 # --- parsing -----------------------------------------------------------------------------------------------
@@ -606,7 +610,7 @@ def _typed(node: Any, spec: TableSpec, column: str, where: str) -> Any:
             raise _type_error(
                 column, c.type, original, where
             )  # '1.5' into a number column: not without a CAST
-        if n in ("FLOAT", "DOUBLE") and value not in SPECIAL_FLOATS:
+        if n in ("FLOAT", "DOUBLE") and value not in _special_floats():
             value = _number(value, n, column, where, original)
     elif isinstance(node, exp.HexString) and not negative:
         if n not in ("BINARY", "BYTES"):
@@ -630,6 +634,12 @@ def _typed(node: Any, spec: TableSpec, column: str, where: str) -> Any:
                 f"{where}: {_short(original)} for column '{column}' ({c.type}): {e}"
             ) from None
     return value
+
+
+def _special_floats() -> dict[str, float]:
+    from changelake.types import SPECIAL_FLOATS
+
+    return SPECIAL_FLOATS
 
 
 def _number(text: str, type_name: str, column: str, where: str, node: Any) -> Any:

@@ -72,6 +72,8 @@ _ERRORS = {
 _CONNECT_TIMEOUT = 2.0
 _MAX_SOCKET_PATH = 100  # sun_path holds 108 bytes on Linux, 104 on macOS
 _MAX_REQUEST = 1 << 20  # a request is a few hundred bytes; refuse anything absurd before parsing it
+#: A longer ``changelake sql`` text runs in the client's own process (it would not fit a request).
+MAX_STATEMENT_BYTES = 512 << 10
 #: Seconds a connection has to deliver its request line; then it is closed (its thread ends).
 REQUEST_TIMEOUT = 10.0
 #: Connections served at once; one more is answered "busy" and closed.
@@ -192,13 +194,13 @@ def connect(home: Path) -> socket.socket | None:
 
 
 def request_apply(
-    sock: socket.socket, request: dict[str, Any], progress: Callable[[str], None]
+    sock: socket.socket, request: dict[str, Any], progress: Callable[[str], None], command: str = "apply"
 ) -> list[dict[str, Any]]:
-    """Send one apply request on ``sock`` (closed afterwards); relay the progress lines; return the batch
-    results as dicts. Raises the batch's ChangelakeError as the endpoint raised it, ApplyServiceError for
-    anything else."""
+    """Send one apply request (``command`` ``sql``: statements of ``changelake sql``) on ``sock`` (closed
+    afterwards); relay the progress lines; return the batch (statement) results as dicts. Raises the batch's
+    ChangelakeError as the endpoint raised it, ApplyServiceError for anything else."""
     with sock, sock.makefile("rwb") as stream:
-        stream.write(json.dumps({"version": PROTOCOL_VERSION, "command": "apply", **request}).encode())
+        stream.write(json.dumps({"version": PROTOCOL_VERSION, "command": command, **request}).encode())
         stream.write(b"\n")
         stream.flush()
         for line in stream:
@@ -372,7 +374,7 @@ class ApplyService(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
         """Apply what ``request`` asks for, as ``changelake apply`` would in the client's process."""
         from dataclasses import replace
 
-        if request.get("version") != PROTOCOL_VERSION or request.get("command") != "apply":
+        if request.get("version") != PROTOCOL_VERSION or request.get("command") not in ("apply", "sql"):
             raise errors.ChangelakeError(
                 f"the endpoint speaks apply protocol {PROTOCOL_VERSION}; this client sent "
                 f"{request.get('version')!r}/{request.get('command')!r}: use the same changelake for both"
@@ -393,6 +395,14 @@ class ApplyService(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
         ):
             raise errors.ChangelakeError("apply request: target_columns must be a list of column names")
         lake = self.lake_for(settings, progress)
+        if request["command"] == "sql":  # changelake sql: each statement one batch (changelake.sqlwrite)
+            statement = _text(request, "statement")
+            if statement is None:
+                raise errors.ChangelakeError("sql request: no statement")
+            idempotency_key, batch_id = _text(request, "idempotency_key"), _int(request, "batch_id")
+            return [
+                r.to_dict() for r in lake.sql(statement, idempotency_key=idempotency_key, batch_id=batch_id)
+            ]
         table, file = _text(request, "table"), _text(request, "file")
         if file is not None:
             if table is None or request.get("batch_id") is None:
