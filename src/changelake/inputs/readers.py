@@ -271,7 +271,9 @@ class _JsonReader:
             line = line.removeprefix("\ufeff")  # a UTF-8 byte order mark
         try:
             return self._decode_line(file, line_no, line)
-        except formats.FieldError:
+        except (formats.FieldError, ChangelakeError):
+            # ChangelakeError: not the record's fault (a schema registry that cannot be asked, a key/value
+            # format the table's columns cannot take): the batch stops, whatever on-bad-record says.
             raise
         except Exception as e:  # a rule nobody wrote yet: still a bad record, never a crash
             raise formats.FieldError(

@@ -9,6 +9,9 @@ They live in the table spec under ``source:`` (validated when the spec loads)::
       on-bad-record: quarantine     # fail (default) | quarantine: dead-letter bad records, commit the rest
       key.fields-prefix: "k_"       # upsert-kafka: prefix of the key's field names
       value.fields-include: EXCEPT_KEY  # upsert-kafka: ALL (default) | EXCEPT_KEY
+      key.format: avro-confluent    # upsert-kafka: json (default) | csv | raw | avro | avro-confluent
+      key.avro-confluent.url: http://registry:8081   # ... and each format's options, prefixed key./value.
+      value.format: avro            # upsert-kafka: the value's format, as key.format
       database.include: "shop"      # canal/maxwell/debezium: regex on the record's database (full match)
       table.include: "orders"       # ... and on its table
       timestamp-epoch-unit: ms      # debezium without a schema envelope: ms (default) | us | ns
@@ -23,6 +26,8 @@ from typing import Any
 
 from changelake.errors import SpecError, short_repr
 from changelake.inputs.formats import FORMATS
+from changelake.inputs.formats.kafka_codecs import SOURCE_KEYS as KAFKA_FORMAT_KEYS
+from changelake.inputs.formats.kafka_codecs import PartOptions, parse_part
 
 #: Every source option; the format-specific ones (an InputFormat's ``options``) are checked in this order.
 _KEYS = (
@@ -36,6 +41,7 @@ _KEYS = (
     "value.fields-include",
     "timestamp-epoch-unit",
     "ignore-unknown-fields",
+    *KAFKA_FORMAT_KEYS,
 )
 _PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}(?:\.[A-Za-z_][A-Za-z0-9_]{0,127}){0,15}")  # fullmatch
 
@@ -54,6 +60,8 @@ class SourceOptions:
     table_include: re.Pattern | None = None
     timestamp_epoch_unit: str = "ms"
     ignore_unknown_fields: bool = False
+    key_format: PartOptions = PartOptions()
+    value_format: PartOptions = PartOptions()
 
     @property
     def quarantine(self) -> bool:
@@ -146,4 +154,6 @@ def parse_source(source: dict[str, Any] | None, table: str = "?") -> SourceOptio
         table_include=_regex(source, "table.include"),
         timestamp_epoch_unit=_choice(source, "timestamp-epoch-unit", ("ms", "us", "ns"), "ms"),
         ignore_unknown_fields=ignore_unknown,
+        key_format=parse_part(source, "key", table),
+        value_format=parse_part(source, "value", table),
     )

@@ -4,6 +4,9 @@
 is a tombstone (``-D`` of the key); any other value an upsert (``+U``): the table decides whether that is an
 insert or an update. The only format whose records carry Kafka metadata, for ``dedup: kafka-offsets`` and
 ``ordering: kafka-offset``.
+
+``key.format`` / ``value.format`` pick how the key and value are encoded (json objects by default; csv text;
+raw, avro and avro-confluent bytes in base64): :mod:`changelake.inputs.formats.kafka_codecs`.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from changelake.errors import short_repr
+from changelake.inputs.formats import kafka_codecs
 from changelake.inputs.formats.base import (
     FieldError,
     JsonLinesFormat,
@@ -20,9 +24,7 @@ from changelake.inputs.formats.base import (
     SourceEvent,
     json_kind,
     json_object,
-    json_value,
     only_fields,
-    plain_row,
 )
 
 if TYPE_CHECKING:
@@ -37,7 +39,7 @@ _TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
 
 class UpsertKafka(JsonLinesFormat):
     name = "upsert-kafka"
-    options = frozenset({"key.fields-prefix", "value.fields-include"})
+    options = frozenset({"key.fields-prefix", "value.fields-include", *kafka_codecs.SOURCE_KEYS})
     kafka_metadata = True
 
     def decode(self, obj: Any, spec: TableSpec, opts: SourceOptions) -> Message:
@@ -49,7 +51,10 @@ class UpsertKafka(JsonLinesFormat):
             raise FieldError(
                 "key" if "key" not in obj else "value", "missing; upsert-kafka records need key and value"
             )
-        key = json_object(obj["key"], "key")
+        key_codec, value_codec = self.codecs(spec, opts)
+        if obj["key"] is None:
+            raise FieldError("key", "null; upsert-kafka records need a key (the primary key)")
+        key = key_codec.decode(obj["key"])
         prefix = opts.key_fields_prefix
         row: dict[str, Any] = {}
         for name, value in key.items():
@@ -68,14 +73,14 @@ class UpsertKafka(JsonLinesFormat):
         value = obj["value"]
         if value is None:
             return Message([("-D", row)], kafka=kafka, order_root=obj)
-        value = json_object(value, "value")
+        value = value_codec.decode(value)
         for name, v in value.items():
             if name in spec.primary_key:
                 if opts.value_fields_include == "EXCEPT_KEY":
                     raise FieldError(
                         f"value.{name}", "key field in the value, but value.fields-include is EXCEPT_KEY"
                     )
-                if v != row[name]:
+                if not _same(spec, name, v, row[name]):
                     raise FieldError(
                         f"value.{name}",
                         f"differs from the record key ({short_repr(v)} != {short_repr(row[name])})",
@@ -84,8 +89,16 @@ class UpsertKafka(JsonLinesFormat):
             row[name] = v
         return Message([("+U", row)], kafka=kafka, order_root=obj)
 
+    def codecs(self, spec: TableSpec, opts: SourceOptions) -> tuple[kafka_codecs.Codec, kafka_codecs.Codec]:
+        """The table's key and value codecs (SpecError if its columns cannot take the chosen formats)."""
+        return kafka_codecs.codecs_for(
+            spec, opts.key_format, opts.value_format, opts.key_fields_prefix, opts.value_fields_include
+        )
+
     def render(self, spec: TableSpec, events: list[SourceEvent], envelope: bool = False) -> list[str]:
-        """One record per event, at the event's Kafka position; a delete is a tombstone."""
+        """One record per event, at the event's Kafka position; a delete is a tombstone. Key and value are
+        encoded in the table's ``key.format`` / ``value.format``."""
+        key_codec, value_codec = self.codecs(spec, spec.source_options)
         lines = []
         for event in events:
             row = event.after or event.before or {}
@@ -93,8 +106,8 @@ class UpsertKafka(JsonLinesFormat):
                 raise ValueError("upsert-kafka renders events with their Kafka topic, partition and offset")
             topic, partition, offset = event.kafka
             record = {
-                "key": {k: json_value(row[k]) for k in spec.primary_key},
-                "value": None if event.kind == "delete" else plain_row(event.after),
+                "key": key_codec.encode(row),
+                "value": None if event.kind == "delete" else value_codec.encode(event.after or {}),
                 "topic": topic,
                 "partition": partition,
                 "offset": offset,
@@ -102,6 +115,18 @@ class UpsertKafka(JsonLinesFormat):
             }
             lines.append(json.dumps(record))
         return lines
+
+
+def _same(spec: TableSpec, column: str, a: Any, b: Any) -> bool:
+    """Whether a key field repeated in the value holds the key's value, compared as the column's values (the
+    key and value formats may write one value differently: ``"1.50"`` and ``1.5`` for a DECIMAL(4,2))."""
+    if a == b:
+        return True
+    decode = spec.column(column).type.decode_json
+    try:
+        return bool(decode(a) == decode(b))
+    except ValueError:
+        return False
 
 
 def _kafka_metadata(obj: dict, opts: SourceOptions) -> tuple[str, int, int] | None:
