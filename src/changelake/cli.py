@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from changelake.atomic import atomic_write_text
 from changelake.errors import ChangelakeError
 
 # Output of the read commands: aligned text, one JSON object per line, or one JSON array (one document).
@@ -604,7 +605,7 @@ def _report_applied(batches: list[dict[str, Any]], args: argparse.Namespace) -> 
         )
     if args.summary:
         args.summary.parent.mkdir(parents=True, exist_ok=True)
-        args.summary.write_text(json.dumps(document["batches"], indent=2) + "\n")
+        atomic_write_text(args.summary, json.dumps(document["batches"], indent=2) + "\n")
     return document
 
 

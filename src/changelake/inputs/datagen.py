@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from changelake.atomic import atomic_write_text
 from changelake.errors import ChangelakeError, short_repr
 from changelake.inputs.formats import DEFAULT_FORMAT, FORMATS, SourceEvent
 from changelake.spec import TableSpec
@@ -337,7 +338,7 @@ def generate(
         if profile.partial:
             target = profile.partial[(batch_id - 1) % len(profile.partial)]
             manifest = path.with_name(f"{batch_id}.manifest.json")
-            manifest.write_text(json.dumps({"target_columns": target}) + "\n")
+            atomic_write_text(manifest, json.dumps({"target_columns": target}) + "\n")
         tmp.replace(
             path
         )  # the batch file appears whole (after its manifest): appliers never see half a batch

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from changelake.atomic import create_private
 from changelake.errors import BatchRefusedError, ChangelakeError, printable
 from changelake.spec import TableSpec
 from changelake.storage.summary import BatchSummary
@@ -512,8 +513,5 @@ def write_private(location: str, data: Iterable[bytes]) -> bool:
     info = os.lstat(directory)
     if info.st_uid == os.geteuid() and stat.S_IMODE(info.st_mode) & 0o077:
         os.chmod(directory, 0o700)  # made by an earlier version with the umask's mode
-    fd = os.open(local, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    with os.fdopen(fd, "wb") as out:
-        for chunk in data:
-            out.write(chunk)
+    create_private(local, data)  # whole or not at all: a killed writer leaves no half a file
     return True

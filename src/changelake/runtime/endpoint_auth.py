@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from changelake.atomic import create_private
 from changelake.config import Settings
 from changelake.errors import ChangelakeError
 
@@ -136,9 +137,7 @@ def ensure_secrets(settings: Settings) -> EndpointSecrets:
         f"thrift.user.{READER_USER}.role=read\n"
         f"thrift.user.{READER_USER}.password={reader}\n"
     )
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
+    create_private(path, [text.encode()])  # whole or not at all; a racing creator's file wins
     return _parse(path, text)
 
 

@@ -37,6 +37,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from changelake.atomic import atomic_write_text
 from changelake.config import Settings
 from changelake.errors import ChangelakeError
 from changelake.runtime import endpoint_auth
@@ -791,7 +792,7 @@ def main(argv: list[str] | None = None) -> int:
             "apply_socket": str(server.apply_service.path) if server.apply_service else None,
             "start_seconds": round(time.monotonic() - started, 2),
         }
-        ready.write_text(json.dumps(info, indent=2) + "\n")
+        atomic_write_text(ready, json.dumps(info, indent=2) + "\n")  # waiters poll for it: never half
         _stderr(f"[server] ready in {info['start_seconds']}s: {endpoint.connect_url} {endpoint.jdbc_url}")
         server.serve(stop, poll)
     finally:
