@@ -24,7 +24,9 @@ def _temporary(path: Path) -> Path:
 
 
 @contextmanager
-def atomic_open(path: str | os.PathLike[str], mode: str = "w", encoding: str | None = "utf-8") -> Iterator[IO[Any]]:
+def atomic_open(
+    path: str | os.PathLike[str], mode: str = "w", encoding: str | None = "utf-8"
+) -> Iterator[IO[Any]]:
     """Open a temporary file for writing that replaces ``path`` when the block ends without an exception.
 
     ``mode`` is ``"w"`` (text, ``encoding``) or ``"wb"``. On an exception the temporary file is removed and
