@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from changelake.engine.aggregates import AGGREGATE_FUNCTIONS, DEFAULT_FUNCTION
+from changelake.engine.aggregates import AGGREGATE_FUNCTIONS, DEFAULT_FUNCTION, retract_refused
 from changelake.errors import SpecError, java_list, short_repr
 from changelake.identifiers import check_column_name, check_table_name, derived_names, split_table_name
 from changelake.inputs.sources import SourceOptions, parse_source
@@ -112,6 +112,7 @@ _KNOWN_OPTIONS = {
     "table.changelog.image",
     "table.merge-engine",
     "sink.ignore-delete",
+    "table.agg.retract",
     *_PASSTHROUGH_OPTIONS,
     *_FLUSS_TABLE_OPTIONS,
     *_STORAGE_OPTIONS,
@@ -217,6 +218,29 @@ class TableSpec:
         return self.options.get("table.delete.behavior") or (
             "allow" if self.merge_engine is None else "ignore"
         )
+
+    @property
+    def agg_retract(self) -> bool:
+        """``table.agg.retract``: an aggregation table's ``-U`` (and, unless a delete behaviour is set, ``-D``)
+        records take their values back (docs/semantics.md §4.7)."""
+        return self.merge_engine == "aggregation" and self.options.get("table.agg.retract") == "true"
+
+    def ignores_retract(self, column: str) -> bool:
+        """``fields.<column>.ignore-retract``: retractions leave this column as it is."""
+        return self.options.get(f"fields.{column}.ignore-retract") == "true"
+
+    @property
+    def retracts_update_before(self) -> bool:
+        """Whether ``-U`` records retract (else they are dropped): a retraction table, unless
+        ``sink.ignore-delete`` drops them before the table, as a Flink sink does."""
+        return self.agg_retract and not self.ignore_delete
+
+    @property
+    def retracts_delete(self) -> bool:
+        """Whether ``-D`` records retract: a retraction table with no explicit ``table.delete.behavior`` (an
+        explicit one keeps its meaning: ``allow`` -- remove-record-on-delete -- removes the row, ``ignore`` drops
+        the delete, ``disable`` refuses it) and no ``sink.ignore-delete``."""
+        return self.retracts_update_before and "table.delete.behavior" not in self.options
 
     @property
     def changelog_image(self) -> str:
@@ -538,6 +562,9 @@ def _normalize_options(raw: Any) -> dict[str, str]:
                 f"Option {short_repr(k)}: expected a name with a single value, got {short_repr(v)}"
             )
     opts = {k: ("true" if v is True else "false" if v is False else str(v)) for k, v in raw.items()}
+    # On a retraction table, remove-record-on-delete false means what Paimon's does: a delete retracts (no
+    # delete behaviour is set), not "deletes are errors".
+    retract = opts.get("table.agg.retract", "").lower() == "true"
     out: dict[str, str] = {}
     aliases: dict[str, str] = {}  # released name -> alias it came from
 
@@ -562,7 +589,8 @@ def _normalize_options(raw: Any) -> dict[str, str]:
         elif key == "table.agg.remove-record-on-delete":
             if value.lower() not in ("true", "false"):
                 raise SpecError(f"Option '{key}' must be true or false, got '{value}'")
-            put("table.delete.behavior", "allow" if value.lower() == "true" else "disable", key)
+            if value.lower() == "true" or not retract:
+                put("table.delete.behavior", "allow" if value.lower() == "true" else "disable", key)
         else:
             put(key, value)
     return out
@@ -667,7 +695,18 @@ def _build(data: dict[str, Any]) -> TableSpec:
     source = data.get("source") or {}
     if not isinstance(source, dict):
         raise SpecError("'source' must be a mapping")
-    parse_source(source, f"{namespace}.{table}")
+    source_options = parse_source(source, f"{namespace}.{table}")
+    if (
+        source_options.format == "upsert-kafka"
+        and options.get("table.agg.retract") == "true"
+        and "table.delete.behavior" not in options
+    ):
+        # An upsert-kafka tombstone holds the key only: it has no before image to take back (§4.7).
+        raise SpecError(
+            f"{namespace}.{table}: the upsert-kafka format has no before image, so its tombstones cannot "
+            "retract; a 'table.agg.retract' table fed by it must say what a tombstone does with "
+            "'table.delete.behavior' (ignore, allow or disable)."
+        )
     datagen = data.get("datagen") or {}
     if not isinstance(datagen, dict):
         raise SpecError("'datagen' must be a mapping")
@@ -710,6 +749,7 @@ def _validate_options(
         ("table.delete.behavior", DELETE_BEHAVIORS),
         ("table.changelog.image", CHANGELOG_IMAGES),
         ("sink.ignore-delete", ("true", "false")),
+        ("table.agg.retract", ("true", "false")),
         ("table.merge-engine", MERGE_ENGINES),
     )
     for key, choices in enums:
@@ -939,6 +979,51 @@ def fluss_type_text(column: Column, primary_key: tuple[str, ...]) -> str:
     return text if column.nullable and column.name not in primary_key else f"{text} NOT NULL"
 
 
+_IGNORE_RETRACT = ".ignore-retract"
+
+
+def _validate_retract(
+    options: dict[str, str],
+    types: dict[str, DataType],
+    primary_key: tuple[str, ...],
+    functions: dict[str, str],
+) -> None:
+    """``table.agg.retract`` and ``fields.<c>.ignore-retract`` (docs/semantics.md §4.7): only on aggregation
+    tables, and every column of a retraction table retracts or ignores retractions."""
+    engine = options.get("table.merge-engine")
+    retract = options.get("table.agg.retract") == "true"
+    if retract and engine != "aggregation":
+        raise SpecError(
+            "'table.agg.retract' is only supported for aggregation merge engine table, but the merge engine is "
+            f"'{engine or 'default (last row)'}'."
+        )
+    for key in [k for k in options if k.startswith("fields.") and k.endswith(_IGNORE_RETRACT)]:
+        column = key[len("fields.") : -len(_IGNORE_RETRACT)]
+        if column not in types:
+            raise SpecError(f"Option '{key}': column '{column}' does not exist in the schema {list(types)}")
+        if engine != "aggregation":
+            raise SpecError(
+                f"Option '{key}' is only supported for aggregation merge engine table, but column '{column}' "
+                "is in a table without it."
+            )
+        if column in primary_key:
+            raise SpecError(
+                f"Option '{key}': primary key column '{column}' is never aggregated or retracted."
+            )
+        value = options[key].lower()
+        if value not in ("true", "false"):
+            raise SpecError(f"Option '{key}' must be true or false, got '{options[key]}'")
+        options[key] = value
+    if not retract:
+        return
+    for column in types:
+        if column in primary_key or options.get(f"fields.{column}{_IGNORE_RETRACT}") == "true":
+            continue
+        fn = functions.get(column, DEFAULT_FUNCTION)
+        if not AGGREGATE_FUNCTIONS[fn].retractable:
+            raise SpecError(retract_refused(fn, column))
+
+
 def _validate_engine(options: dict[str, str], columns: list[Column], primary_key: tuple[str, ...]) -> None:
     """Fluss's create-time checks for merge engines, aggregate functions and delete behaviour (docs/semantics.md §3-§5).
 
@@ -1004,7 +1089,8 @@ def _validate_engine(options: dict[str, str], columns: list[Column], primary_key
             )
         options[key] = fn
         functions[column] = fn
-    for key in [k for k in options if k.startswith("fields.") and not k.endswith(".agg")]:
+    _validate_retract(options, types, primary_key, functions)
+    for key in [k for k in options if k.startswith("fields.") and not k.endswith((".agg", _IGNORE_RETRACT))]:
         parts = key.split(".")
         if len(parts) != 4 or parts[1] not in types:
             raise SpecError(

@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from changelake.errors import WriteRefusedError
+from changelake.errors import WriteRefusedError, java_list
 from changelake.types import INT_BITS, DataType
 
 if TYPE_CHECKING:
@@ -45,6 +45,9 @@ ArrowFold = Callable[["pa.Array", "pa.Array"], "pa.Array"]
 Pick = Callable[
     ["np.ndarray", "np.ndarray", Callable[["np.ndarray"], tuple["np.ndarray", "np.ndarray"]]], "np.ndarray"
 ]
+#: ``f(stored_null, input_null) -> cleared?`` (a boolean array): a retraction of a function that clears sets the
+#: value to null where True and keeps the stored value elsewhere (last_value, last_value_ignore_nulls).
+Clear = Callable[["np.ndarray", "np.ndarray"], "np.ndarray"]
 #: Build a column's merges from its type and its parameters (declared, else the defaults).
 ScalarBuilder = Callable[[DataType, Mapping[str, str]], Fold]
 ArrayBuilder = Callable[[DataType, Mapping[str, str]], ArrayFold]
@@ -68,6 +71,15 @@ class AggregateFunction:
     #: Whether ``pick``/``array`` are exact on DECIMAL(<=18) held as unscaled longs (a product rounds: no).
     exact_decimal64: bool = True
     parameters: Mapping[str, str] = field(default_factory=dict)  # name -> default
+    #: The one-record retraction ``f(stored, retracted)`` (docs/semantics.md §4.7); None: it cannot retract.
+    retract: ScalarBuilder | None = None
+    retract_array: ArrayBuilder | None = None  # columnar retraction: numpy arithmetic (sum, product)
+    retract_clears: Clear | None = None  # columnar retraction of a function that clears to null
+
+    @property
+    def retractable(self) -> bool:
+        """Whether a ``-U``/``-D`` can take this function's contribution back (``table.agg.retract``)."""
+        return self.retract is not None
 
     def accepts(self, column_type: DataType) -> bool:
         """Whether a column of this type may use the function (Fluss's create-time check)."""
@@ -95,6 +107,32 @@ def scalar_fold(spec: TableSpec, column: str) -> Fold:
     """The one-record merge ``f(stored, input)`` of a column of an aggregation table."""
     function, parameters = of_column(spec, column)
     return function.scalar(spec.column(column).type, parameters)
+
+
+def retract_refused(function: str, column: str) -> str:
+    """Why a retraction table cannot have this column (its function cannot retract), in Fluss's words where
+    its PR has them and with Paimon's way out (``ignore-retract``)."""
+    return (
+        f"Aggregation function '{function}' of column '{column}' does not support retract, but "
+        f"'table.agg.retract' is true. Set 'fields.{column}.ignore-retract' = 'true' to keep the column "
+        "unchanged by retractions, or use a function that supports retract: "
+        f"{java_list(sorted(n for n, f in AGGREGATE_FUNCTIONS.items() if f.retractable))}."
+    )
+
+
+def _keep_stored(acc: Any, value: Any) -> Any:
+    return acc
+
+
+def scalar_retract(spec: TableSpec, column: str) -> Fold:
+    """The one-record retraction ``f(stored, retracted)`` of a column of a retraction table: the function's,
+    or "keep the stored value" for a column that ignores retractions (``fields.<c>.ignore-retract``)."""
+    if spec.ignores_retract(column):
+        return _keep_stored
+    function, parameters = of_column(spec, column)
+    if function.retract is None:  # a loaded spec never gets here (spec.py refuses it)
+        raise WriteRefusedError(retract_refused(function.name, column))
+    return function.retract(spec.column(column).type, parameters)
 
 
 # --- one record at a time -------------------------------------------------------------------------------
@@ -197,6 +235,62 @@ def _listagg(t: DataType, parameters: Mapping[str, str]) -> Fold:
     return _ignore_nulls(lambda a, b: a + delimiter + b)
 
 
+# --- retractions, one record at a time (docs/semantics.md §4.7) -------------------------------------------
+def _sum_retract(t: DataType, parameters: Mapping[str, str]) -> Fold:
+    """sum takes a value back by subtracting it, with the add path's arithmetic (integers wrap, FLOAT is
+    float32, a DECIMAL beyond the precision is null). Into a null sum it stores the negated value (Paimon), so
+    a retraction that arrives before its addition still cancels it."""
+    subtract = _arith(t, operator.sub)
+    negate = _arith(t, lambda a, b: -b)
+
+    def retract(acc, value):
+        if value is None:
+            return acc
+        if acc is None:
+            return negate(value, value)
+        return subtract(acc, value)
+
+    return retract
+
+
+def _java_divide(t: DataType) -> Callable[[Any, Any], Any]:
+    """Java's division of a column type: integers truncate toward zero and wrap (MIN / -1 is MIN), FLOAT is
+    float32, DECIMAL exact then HALF_UP to the scale (null beyond the precision). Never called with 0."""
+    if t.name in INT_BITS:
+        bits = INT_BITS[t.name]
+
+        def int_divide(a, b):
+            quotient = abs(a) // abs(b)
+            return _wrap(quotient if (a < 0) == (b < 0) else -quotient, bits)
+
+        return int_divide
+    if t.name == "DOUBLE":
+        import numpy as np
+
+        return lambda a, b: float(np.float64(a) / np.float64(b))  # inf on overflow, as Java's (not an error)
+    return _arith(t, operator.truediv)
+
+
+def _product_retract(t: DataType, parameters: Mapping[str, str]) -> Fold:
+    """product takes a factor back by dividing by it. Taking back 0, or taking back from a null product, gives
+    null: the product of the other factors cannot be recovered from 0, and 1/x is no value of an integer
+    column; the next factor then starts the product again (nulls are ignored)."""
+    divide = _java_divide(t)
+
+    def retract(acc, value):
+        if value is None:
+            return acc
+        if acc is None or value == 0:
+            return None
+        return divide(acc, value)
+
+    return retract
+
+
+_LAST_VALUE_RETRACT = _fixed(lambda acc, value: None)  # clears, whatever the retracted value
+_LAST_NON_NULL_RETRACT = _fixed(lambda acc, value: acc if value is None else None)
+
+
 # --- over arrays (the columnar merge) -------------------------------------------------------------------
 def _wrap_array(x: np.ndarray, bits: int) -> np.ndarray:
     """:func:`_wrap` over an int64 array."""
@@ -277,6 +371,51 @@ def _product_array(t: DataType, parameters: Mapping[str, str]) -> ArrayFold:
     return _array_ignoring_nulls(lambda a, b, both: multiply(a, b))
 
 
+def _sum_retract_array(t: DataType, parameters: Mapping[str, str]) -> ArrayFold:
+    """:func:`_sum_retract` over arrays."""
+    import numpy as np
+
+    subtract = _array_arith(t, np.subtract)
+    negate = _array_arith(t, lambda a, b: np.negative(b))
+    largest = 10 ** (t.precision or 0) - 1 if t.name == "DECIMAL" else None
+
+    def fold(a, a_null, b, b_null):
+        value = np.where(b_null, a, np.where(a_null, negate(b, b), subtract(a, b)))
+        null = a_null & b_null
+        if largest is not None:  # two longs of at most 18 digits cannot overflow a long
+            null = null | (~a_null & ~b_null & (np.abs(value) > largest))
+        return value, null
+
+    return fold
+
+
+def _product_retract_array(t: DataType, parameters: Mapping[str, str]) -> ArrayFold:
+    """:func:`_product_retract` over arrays (not DECIMAL: products of DECIMALs are computed one by one)."""
+    import numpy as np
+
+    bits = INT_BITS.get(t.name)
+
+    def divide(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        with np.errstate(all="ignore"):
+            if bits is None:
+                return a.astype(np.float32) / b.astype(np.float32) if t.name == "FLOAT" else a / b
+            # Java's truncating division; x / -1 is the wrapped negation (numpy's MIN // -1 is undefined).
+            minus_one = b == -1
+            divisor = np.where(minus_one, 1, b)
+            quotient = a // divisor
+            inexact = (a - quotient * divisor != 0) & ((a < 0) != (divisor < 0))
+            quotient = np.where(minus_one, np.negative(a), quotient + inexact)
+            return quotient if bits == 64 else _wrap_array(quotient, bits)
+
+    def fold(a, a_null, b, b_null):
+        cleared = ~b_null & (a_null | (b == 0))
+        safe = np.where(cleared | b_null, 1, b).astype(b.dtype)
+        value = np.where(b_null | cleared, a, divide(a, safe))
+        return value, np.where(b_null, a_null, cleared)
+
+    return fold
+
+
 def _listagg_arrow(t: DataType, parameters: Mapping[str, str]) -> ArrowFold:
     """:func:`_listagg` over Arrow string arrays: UTF-8 bytes joined in Arrow, no Python string per value."""
     import pyarrow.compute as pc
@@ -327,6 +466,19 @@ _BOOL_AND = _fixed(_ignore_nulls(lambda a, b: a and b))
 _BOOL_OR = _fixed(_ignore_nulls(lambda a, b: a or b))
 
 
+def _always_clears(a_null: np.ndarray, b_null: np.ndarray) -> np.ndarray:
+    return b_null | True
+
+
+def _clears_unless_null(a_null: np.ndarray, b_null: np.ndarray) -> np.ndarray:
+    return ~b_null
+
+
+def never_clears(a_null: np.ndarray, b_null: np.ndarray) -> np.ndarray:
+    """The columnar retraction of a column that ignores retractions: the stored value stays."""
+    return b_null & False
+
+
 def _always_input(a_null: np.ndarray, b_null: np.ndarray, values: Any) -> np.ndarray:
     return b_null | True
 
@@ -346,14 +498,41 @@ def _registry(*functions: AggregateFunction) -> dict[str, AggregateFunction]:
 #: Fluss's aggregate functions by name (docs/semantics.md §4.2). listagg/string_agg follow Fluss's code,
 #: which refuses CHAR when the merger is built (§12 #2).
 AGGREGATE_FUNCTIONS: dict[str, AggregateFunction] = _registry(
-    AggregateFunction("sum", _NUMERIC, scalar=_arith_scalar(operator.add), array=_sum_array),
     AggregateFunction(
-        "product", _NUMERIC, scalar=_arith_scalar(operator.mul), array=_product_array, exact_decimal64=False
+        "sum",
+        _NUMERIC,
+        scalar=_arith_scalar(operator.add),
+        array=_sum_array,
+        retract=_sum_retract,
+        retract_array=_sum_retract_array,
+    ),
+    AggregateFunction(
+        "product",
+        _NUMERIC,
+        scalar=_arith_scalar(operator.mul),
+        array=_product_array,
+        exact_decimal64=False,
+        retract=_product_retract,
+        retract_array=_product_retract_array,
     ),
     AggregateFunction("max", _ORDERED, scalar=_extreme_scalar(operator.gt), pick=_extreme_pick(operator.gt)),
     AggregateFunction("min", _ORDERED, scalar=_extreme_scalar(operator.lt), pick=_extreme_pick(operator.lt)),
-    AggregateFunction("last_value", None, scalar=_LAST_VALUE, pick=_always_input),
-    AggregateFunction("last_value_ignore_nulls", None, scalar=_LAST_NON_NULL, pick=_input_unless_null),
+    AggregateFunction(
+        "last_value",
+        None,
+        scalar=_LAST_VALUE,
+        pick=_always_input,
+        retract=_LAST_VALUE_RETRACT,
+        retract_clears=_always_clears,
+    ),
+    AggregateFunction(
+        "last_value_ignore_nulls",
+        None,
+        scalar=_LAST_NON_NULL,
+        pick=_input_unless_null,
+        retract=_LAST_NON_NULL_RETRACT,
+        retract_clears=_clears_unless_null,
+    ),
     AggregateFunction("first_value", None, scalar=_FIRST_VALUE, pick=_input_where_stored_null),
     AggregateFunction("first_value_ignore_nulls", None, scalar=_FIRST_VALUE, pick=_input_where_stored_null),
     AggregateFunction("listagg", ("STRING",), scalar=_listagg, arrow=_listagg_arrow, parameters=_DELIMITER),

@@ -108,14 +108,20 @@ class _BucketMerge:
         before = pc.equal(op, "-U").to_numpy(zero_copy_only=False)
         if m.disable_deletes and deletes.any():
             raise WriteRefusedError(merge.DELETE_DISABLED)
-        counts.dropped_update_before = int(before.sum())
-        effective = ~before
+        if m.retracts_update_before:
+            effective = np.ones(len(before), bool)
+        else:
+            counts.dropped_update_before = int(before.sum())
+            effective = ~before
         if m.drop_deletes:
             counts.ignored += int(deletes.sum())
             effective &= ~deletes
         recs = self.records.filter(pa.array(effective)) if not effective.all() else self.records
         self.seq = recs.column("_seq").to_numpy()
-        self.is_delete = deletes[effective]
+        # A retraction table's -U (and -D without an explicit delete behaviour) retract (docs/semantics.md §4.7).
+        retracts = before | (deletes if m.retracts_delete else np.zeros(len(deletes), bool))
+        self.is_retract = retracts[effective]
+        self.is_delete = (deletes & ~retracts)[effective]
         self.recs = recs.select(self.names).cast(self.schema)
         H = self.stored.num_rows if self.stored is not None else 0
         n = self.recs.num_rows
@@ -123,7 +129,7 @@ class _BucketMerge:
         self.ID_BASE = H + n + 1  # ids allocated to first writes: one slot per record
         self._group(H, n)
         if H == 0 and len(self.levels) == 1 and m.target is None and m.auto_increment_index is None:
-            if not self.is_delete.any():
+            if not self.is_delete.any() and not self.is_retract.any():
                 return self._first_writes_only()
         self._init_state()
         for records_at_depth in self.levels:
@@ -263,12 +269,14 @@ class _BucketMerge:
         g = self.rgid[r]
         ex = self.exists[g]
         dele = self.is_delete[r]
+        retract = self.is_retract[r]
         # Deletes of missing keys change nothing.
         counts.ignored += int((dele & ~ex).sum())
         self._deletes(r[dele & ex], g[dele & ex])
-        first = ~dele & ~ex
+        self._retracts(r[retract], g[retract], ex[retract])
+        first = ~dele & ~retract & ~ex
         self._first_writes(r[first], g[first])
-        upd = ~dele & ex
+        upd = ~dele & ~retract & ex
         self._updates(r[upd], g[upd])
 
     def _emit(self, r: np.ndarray, sub: int, change: int, idx: np.ndarray) -> None:
@@ -306,6 +314,31 @@ class _BucketMerge:
             self.idx[:, g[kept]] = new.T
             self.counts.updated += int(kept.sum())
             self._emit_update(r[kept], old[kept], new)
+
+    def _retracts(self, r: np.ndarray, g: np.ndarray, ex: np.ndarray) -> None:
+        """Retractions (:meth:`changelake.engine.merge.RowMerger._retract`): an existing row takes the values
+        back (-U/+U); a key with no row retracts from nulls and is stored (+I, an id if the table has one)."""
+        if not len(r):
+            return
+        assert self.agg is not None, "only an aggregation table retracts"
+        old = np.take(self.idx, g, axis=1).T
+        base = old.copy()
+        base[~ex] = self.NULL  # a key with no row (never written, or deleted) retracts from nulls
+        new = base.copy()
+        for i in self.key_index:
+            new[:, i] = self.H + r
+        for i, column in self.agg.items():
+            new[:, i] = column.retract(base[:, i], r)
+        created = ~ex
+        if self.ai is not None and created.any():
+            new[created, self.ai] = self.ID_BASE + r[created]
+            self.takes_id[r[created]] = True
+        self.idx[:, g] = new.T
+        self.exists[g] = True
+        self.counts.inserted += int(created.sum())
+        self.counts.updated += int(ex.sum())
+        self._emit(r[created], 0, INSERT, new[created])
+        self._emit_update(r[ex], old[ex], new[ex])
 
     def _first_writes(self, r: np.ndarray, g: np.ndarray) -> None:
         if not len(r):
@@ -728,6 +761,22 @@ class _AggColumn:
         self.array: aggregates.ArrayFold | None = None
         self.arrow: aggregates.ArrowFold | None = None
         self.objects = not self.function.vectorized(column.type)
+        # A retraction table's retraction: clear to null where ``clears`` says (functions that clear, columns
+        # that ignore retractions: never), else compute with ``retract_array`` like ``array``.
+        self.clears: aggregates.Clear | None = None
+        self.retract_array: aggregates.ArrayFold | None = None
+        if bm.m.retracts_update_before or bm.m.retracts_delete:
+            if spec.ignores_retract(column.name):
+                self.clears = aggregates.never_clears
+            elif self.function.retract_clears is not None:
+                self.clears = self.function.retract_clears
+            elif self.objects:
+                self.retract_array = _per_value(aggregates.scalar_retract(spec, column.name))
+            else:
+                assert self.function.retract_array is not None, (
+                    "spec.py refuses a function that cannot retract"
+                )
+                self.retract_array = self.function.retract_array(column.type, parameters)
         if self.objects:
             self.array = _per_value(self.function.scalar(column.type, parameters))
         elif self.function.arrow is not None:
@@ -799,9 +848,22 @@ class _AggColumn:
             self.computed.append((result, result.is_null().to_numpy(zero_copy_only=False)))
             return np.arange(start, start + len(r))
         assert self.array is not None, "a column that picks no input computes its values"
+        return self._compute(self.array, old_positions, r)
+
+    def retract(self, old_positions: np.ndarray, r: np.ndarray) -> np.ndarray:
+        """Retract record ``r``'s value from the values at ``old_positions``; returns the new positions."""
+        if self.clears is not None:
+            cleared = self.clears(self.null_at(old_positions), self.null_at(self.bm.H + r))
+            return np.where(cleared, self.bm.NULL, old_positions)
+        assert self.retract_array is not None, "a retraction table's column clears or computes"
+        return self._compute(self.retract_array, old_positions, r)
+
+    def _compute(self, fn: aggregates.ArrayFold, old_positions: np.ndarray, r: np.ndarray) -> np.ndarray:
+        """Store ``fn`` of the values at ``old_positions`` and record ``r``'s; returns where they are."""
+        start = self.offset + sum(len(v) for v, _ in self.computed)
         old, old_null = self.value_at(old_positions)
         new, new_null = self.value_at(self.bm.H + r)
-        value, null = self.array(old, old_null, new, new_null)
+        value, null = fn(old, old_null, new, new_null)
         if self.objects:  # only the one-record merge refuses a value
             for j in [j for j, v in enumerate(value) if isinstance(v, _Refused)]:
                 self.bm.failures.append((int(self.bm.seq[r[j]]), value[j].message))

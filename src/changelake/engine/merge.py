@@ -46,13 +46,15 @@ class BatchCounts:
 
 
 def deletes_dropped_before_table(spec: TableSpec) -> bool:
-    """True when ``-D`` records never reach the table (``sink.ignore-delete`` or behaviour ``ignore``)."""
-    return spec.ignore_delete or spec.delete_behavior == "ignore"
+    """True when ``-D`` records never reach the table (``sink.ignore-delete`` or behaviour ``ignore``; on a
+    retraction table without an explicit behaviour they retract instead)."""
+    return spec.ignore_delete or (spec.delete_behavior == "ignore" and not spec.retracts_delete)
 
 
 def check_batch_ops(spec: TableSpec, op_counts: dict[str, int]) -> BatchCounts:
     """Validate a batch's operations before any work and count what is dropped up front."""
-    counts = BatchCounts(records=sum(op_counts.values()), dropped_update_before=op_counts.get("-U", 0))
+    dropped = 0 if spec.retracts_update_before else op_counts.get("-U", 0)
+    counts = BatchCounts(records=sum(op_counts.values()), dropped_update_before=dropped)
     deletes = op_counts.get("-D", 0)
     if deletes and not spec.ignore_delete and spec.delete_behavior == "disable":
         raise WriteRefusedError(
@@ -102,6 +104,9 @@ class RowMerger:
         self.needs_values = type(self).needs_values or target is not None or ai is not None
         # Fluss's WAL shortcut: only full-row writes of the plain last-row engine skip reading the old row.
         self.wal_shortcut = self.wal and spec.merge_engine is None and target is None
+        # A retraction table's -U (and -D with no explicit delete behaviour) take values back (§4.7).
+        self.retracts_update_before = spec.retracts_update_before
+        self.retracts_delete = spec.retracts_delete
         self.counts = BatchCounts()
 
     def key_of(self, row: Row) -> Row:
@@ -130,6 +135,33 @@ class RowMerger:
             return None
         return tuple(None if i in self.target and i not in self.key_index else v for i, v in enumerate(old))
 
+    def retract(self, old, row):
+        """The row after retracting ``row`` from ``old`` (None: a key with no row yet). Only a retraction
+        table's merger (:class:`AggregationMerger`) is asked."""
+        raise NotImplementedError(f"the {self.spec.merge_engine} merge engine does not retract")
+
+    def _insert(self, rows: dict, key: Row, row) -> list[Change]:
+        """Store a key's first row: only a key's first insert takes an auto-increment id; later writes keep it
+        (it is never a target column)."""
+        if self.auto_increment_index is not None:
+            i = self.auto_increment_index
+            assert self.ids is not None, "an auto-increment table's merger is given its id ranges"
+            row = (*row[:i], self.ids.next(), *row[i + 1 :])
+        rows[key] = row
+        self.counts.inserted += 1
+        return [("+U" if self.wal_shortcut else "+I", row)]
+
+    def _retract(self, rows: dict, key: Row, row) -> list[Change]:
+        """A retraction: the key's row with the record's values taken back, logged as any update (``-U``/``+U``),
+        or, for a key with no row yet, stored and logged ``+I`` (docs/semantics.md §4.7)."""
+        old = rows.get(key)
+        if old is None:
+            return self._insert(rows, key, self.retract(None, row))
+        merged = self.retract(old, row)
+        rows[key] = merged
+        self.counts.updated += 1
+        return [("-U", old), ("+U", merged)]  # a retraction table has the FULL image (aggregation)
+
     def apply(self, rows: dict[Row, Row], op: str, row: Row) -> list[Change]:
         """Apply one record and return the changelog it emits (possibly empty)."""
         return self.apply_keyed(rows, op, self.key_of(row), row)
@@ -139,6 +171,8 @@ class RowMerger:
         so callers may pass a handle (e.g. an index into an Arrow table) and gather the images afterwards."""
         counts = self.counts
         if op == "-U":
+            if self.retracts_update_before:
+                return self._retract(rows, key, row)
             counts.dropped_update_before += 1
             return []
         old = rows.get(key)
@@ -148,6 +182,8 @@ class RowMerger:
                 return []
             if self.disable_deletes:
                 raise WriteRefusedError(DELETE_DISABLED)
+            if self.retracts_delete:
+                return self._retract(rows, key, row)
             if old is None:
                 counts.ignored += 1
                 return []
@@ -160,15 +196,7 @@ class RowMerger:
             counts.updated += 1
             return [("+U", replacement)] if self.wal else [("-U", old), ("+U", replacement)]
         if old is None:
-            row = self.first_write(row)
-            if self.auto_increment_index is not None:
-                # Only a key's first insert takes an id; later writes keep it (it is never a target column).
-                i = self.auto_increment_index
-                assert self.ids is not None, "an auto-increment table's merger is given its id ranges"
-                row = (*row[:i], self.ids.next(), *row[i + 1 :])
-            rows[key] = row
-            counts.inserted += 1
-            return [("+U" if self.wal_shortcut else "+I", row)]
+            return self._insert(rows, key, self.first_write(row))
         merged = self.merge(old, row)
         if merged is UNCHANGED:
             counts.ignored += 1
@@ -228,6 +256,10 @@ class AggregationMerger(RowMerger):
         self.functions = [
             None if c.name in spec.primary_key else aggregates.scalar_fold(spec, c.name) for c in spec.columns
         ]
+        self.retractions = [
+            None if fn is None or not spec.agg_retract else aggregates.scalar_retract(spec, c.name)
+            for fn, c in zip(self.functions, spec.columns, strict=True)
+        ]
 
     def first_write(self, new):
         # Fluss stores an aggregation key's first row as given, even for a partial write (docs/semantics.md §4.3, §12 #3).
@@ -239,6 +271,16 @@ class AggregationMerger(RowMerger):
         return tuple(
             new[i] if fn is None else fn(old[i], new[i]) if t is None or i in t else old[i]
             for i, fn in enumerate(self.functions)
+        )
+
+    def retract(self, old, row):
+        # As merge, with each column's retraction; a key with no row yet retracts from nulls (§4.7).
+        if old is None:
+            old = (None,) * len(self.functions)
+        t = self.target
+        return tuple(
+            row[i] if fn is None else fn(old[i], row[i]) if t is None or i in t else old[i]
+            for i, fn in enumerate(self.retractions)
         )
 
 
