@@ -308,6 +308,7 @@ def retraction_cases(draw, function: str, targets: bool = False, recompute: bool
     return draw(build_case(columns, options, targets=targets))
 
 
+@pytest.mark.slow  # 300 examples each: make test, not test-unit
 @pytest.mark.parametrize("function", list(RETRACTING))
 @given(data=st.data())
 @EXAMPLES
@@ -317,6 +318,7 @@ def test_columnar_equals_reference(function, data):
     check(data.draw(retraction_cases(function), label="case"))
 
 
+@pytest.mark.slow  # 300 examples each: make test, not test-unit
 @given(case=retraction_cases("sum", targets=True))
 @EXAMPLES
 def test_partial_retractions_columnar_equals_reference(case):
@@ -328,6 +330,7 @@ def _wrap(value: int, type_text: str) -> int:
     return (value - lo) % (hi - lo + 1) + lo
 
 
+@pytest.mark.slow  # 300 examples each: make test, not test-unit
 @given(case=retraction_cases("sum", recompute=True))
 @EXAMPLES
 def test_integer_sum_equals_recomputation_from_the_surviving_inputs(case):
@@ -351,3 +354,59 @@ def test_integer_sum_equals_recomputation_from_the_surviving_inputs(case):
             values = [(sign, row[i]) for sign, row in contributions if row[i] is not None]
             want = _wrap(sum(sign * v for sign, v in values), column.type.name) if values else None
             assert got[key][i] == want, (key, column.name, contributions)
+
+
+# --- Kafka-offset dedup ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("dedup", [True, False])
+def test_a_redelivered_retraction_is_not_applied_twice(dedup):
+    """Dedup works on messages, whatever their records' kinds: a CDC update's -U/+U pair and a -D sent again
+    at their offsets (or at an offset the table already applied) are dropped with ``dedup: kafka-offsets``;
+    without it they are counted as redeliveries and applied again, as any redelivery is."""
+    from changelake.engine.buckets import BucketContext, order_and_dedup
+    from changelake.inputs.records import MESSAGE_SHIFT
+
+    s = spec({"v": ("BIGINT", "sum")})
+    ctx = BucketContext(
+        s, (), {}, {}, "", "", 1, 0, ordering="kafka-offset", dedup_offsets=dedup, applied_offsets={"t:0": 9}
+    )
+    messages = [  # (offset, records)
+        (9, [("-D", 100)]),  # applied by an earlier batch
+        (10, [("+I", 20)]),
+        (11, [("-U", 20), ("+U", 7)]),  # a corrected update: its before image retracts
+        (12, [("-D", 7)]),  # a refund
+        (11, [("-U", 20), ("+U", 7)]),  # redelivered
+        (12, [("-D", 7)]),  # redelivered
+    ]
+    rows = [
+        {
+            "_seq": (m << MESSAGE_SHIFT) | sub,
+            "_op": op,
+            "k": 1,
+            "v": v,
+            "_kafka_topic": "t",
+            "_kafka_partition": 0,
+            "_kafka_offset": offset,
+        }
+        for m, (offset, records) in enumerate(messages)
+        for sub, (op, v) in enumerate(records)
+    ]
+    table = pa.Table.from_pylist(rows).cast(
+        pa.schema(
+            [
+                ("_seq", pa.int64()),
+                ("_op", pa.string()),
+                ("k", pa.int32()),
+                ("v", pa.int64()),
+                ("_kafka_topic", pa.string()),
+                ("_kafka_partition", pa.int32()),
+                ("_kafka_offset", pa.int64()),
+            ]
+        )
+    )
+    records, source = order_and_dedup(table, ctx)
+    assert (source["redelivered"], source["offsets"]) == (3, {"t:0": 12})
+    assert source["deduplicated"] == (3 if dedup else 0)
+    empty = pa.table({"k": pa.array([], pa.int32()), "v": pa.array([], pa.int64())})
+    got = columnar.merge_records(s, empty, records)
+    assert got.rows.to_pylist() == [{"k": 1, "v": 0 if dedup else -120}]
+    # 20 - 20 + 7 - 7 = 0 once; the redeliveries and the already applied -D take 20 - 7 + 7 + 100 more
