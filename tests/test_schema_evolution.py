@@ -490,7 +490,8 @@ def test_an_applier_with_a_stale_spec_refuses_to_rewrite_a_bucket_holding_newer_
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from changelake.engine.buckets import TaskIO, read_stored
+    from changelake.engine.buckets import read_stored
+    from changelake.storage.taskio import TaskIO
 
     path = tmp_path / "written-after-the-alter.parquet"
     pq.write_table(

@@ -500,7 +500,8 @@ def test_lookup_by_keys_holding_nanosecond_timestamps(lake, cli_env):
     ]
     lake.apply("t.keys", records, batch_id=1)
     spec = lake.spec("t.keys")
-    from changelake.storage.fastread import bucket_of, decode_lookup_value
+    from changelake.bucketing import bucket_of
+    from changelake.storage.fastread import decode_lookup_value
 
     buckets = set()
     for i in range(24):

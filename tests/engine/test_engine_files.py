@@ -15,6 +15,7 @@ import pytest
 from changelake.engine import buckets
 from changelake.inputs import decode
 from changelake.spec import TableSpec
+from changelake.storage.taskio import TaskIO
 
 SPEC = TableSpec.from_dict(
     {
@@ -55,7 +56,7 @@ def test_staged_records_merge_into_files_of_the_tables_codec(tmp_path, codec, th
     path = tmp_path / "1.jsonl"
     path.write_text(lines)
     plan = decode.plan_batch([path], SPEC, None, None)
-    io = buckets.TaskIO({})
+    io = TaskIO({})
     stats = [decode.decode_range(r, SPEC, str(tmp_path / "staging"), io) for r in plan.ranges]
     summary = decode.summarize([{**s, "error": None} for s in stats])
     assert summary.records == 40 and len(summary.groups) == 3
@@ -106,7 +107,7 @@ def test_staged_files_leave_out_columns_null_in_all_their_records(tmp_path):
         "".join(f'{{"op": "+U", "data": {{"k": {i}, "v": "v{i}"}}}}\n' for i in range(12))
     )
     plan = decode.plan_batch([tmp_path / "1.jsonl", tmp_path / "2.jsonl"], SPEC, None, None)
-    io = buckets.TaskIO({})
+    io = TaskIO({})
     stats = [decode.decode_range(r, SPEC, str(tmp_path / "staging"), io) for r in plan.ranges]
     staged = decode.staged_schema(SPEC)
     left_out = {f.name for f in staged} - {"_seq", "_op", "k", "v"}
@@ -169,7 +170,7 @@ def test_a_large_bucket_merged_in_process_is_two_files_in_key_order(tmp_path, mo
     core); the next merge reads them back in key order whatever order the plan lists them in, and gives what
     the one-file bucket gives."""
     monkeypatch.setattr(buckets, "SPLIT_ROWS", 100)
-    io = buckets.TaskIO({})
+    io = TaskIO({})
     keys = list(range(0, 600, 3))[::-1]  # 200 keys, arriving in descending order
     first = {}
     for threads in (True, False):
@@ -202,7 +203,7 @@ def test_the_rows_a_process_wrote_are_kept_for_its_next_merge_of_the_bucket(tmp_
     them instead of reading the files, and they equal what reading the files gives (so does the merge)."""
     monkeypatch.setattr(buckets, "STORED_ROWS", buckets.StoredRows(64 << 20))
     monkeypatch.setattr(buckets, "SPLIT_ROWS", 100)
-    io = buckets.TaskIO({})
+    io = TaskIO({})
     ctx = dataclasses.replace(_bucket_ctx(tmp_path / "a", threads=True), keep_rows=True)
     files = _merge(ctx, io, _records(list(range(300)), "a"))[0]["_paths"]
     read = buckets.read_stored(SPEC, io, files)
@@ -278,7 +279,7 @@ def test_a_shared_file_is_read_by_the_row_groups_of_a_bucket(tmp_path):
     """A file of several buckets (a merge-on-read batch's new rows), in small row groups: a bucket task that
     does not keep rows reads only the row groups holding its bucket, and finds the same rows at the same file
     positions as reading the whole file; deleted positions are marked alike."""
-    io = buckets.TaskIO({})
+    io = TaskIO({})
     ctx = _bucket_ctx(tmp_path, threads=False)
     keys = list(range(60))
     rows = pa.table({"k": pa.array(keys, pa.int64()), "v": pa.array([f"v{k}" for k in keys])})

@@ -24,13 +24,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from changelake.bucketing import bucket_of
 from changelake.config import DEFAULT_MAX_RECORD_BYTES, max_record_bytes
 from changelake.engine.apply import _run_here
 from changelake.errors import BadRecordError, ChangelakeError
 from changelake.inputs import decode
 from changelake.inputs.readers import read_batch
 from changelake.spec import TableSpec
-from changelake.storage.fastread import bucket_of
 from tests.helpers import REPO, sparkless_lake
 
 COLUMNS = [{"name": "id", "type": "BIGINT"}, {"name": "n", "type": "BIGINT"}, {"name": "s", "type": "STRING"}]

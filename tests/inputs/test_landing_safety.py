@@ -31,7 +31,7 @@ import pytest
 from changelake import ChangeLake
 from changelake.engine.apply import Applier
 from changelake.errors import BatchRefusedError, ChangelakeError
-from changelake.inputs import decode
+from changelake.inputs import decode, landing
 from changelake.inputs.landing import changed_inputs, scan_landing
 from changelake.storage.iceberg import Storage
 from changelake.storage.maintenance import remove_orphans
@@ -319,7 +319,7 @@ def test_an_applied_file_that_changes_is_reported_with_both_checksums(lake, tmp_
     recorded = Storage.state(lake.storage.pk_table(lake.spec(TABLE))).checksum
     with open(path, "a") as out:  # the producer was not done after all
         out.write(record(2, "b") + "\n")
-    current = decode._checksum([path], None, None)
+    current = landing.batch_checksum([path], None, None)
     assert current != recorded
 
     with pytest.raises(BatchRefusedError, match="changed after batch 1 was applied") as refused:

@@ -14,10 +14,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from changelake.bucketing import bucket_of, spark_xxhash64
 from changelake.errors import ChangelakeError
 from changelake.spec import TableSpec
 from changelake.storage import fastread
-from changelake.storage.fastread import FastReader, bucket_of, spark_xxhash64
+from changelake.storage.fastread import FastReader
 from changelake.storage.files import TableFile
 
 # Arrow type of a fast read -> Spark's simpleString of the same column in the Spark read.

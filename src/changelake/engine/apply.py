@@ -59,6 +59,7 @@ from changelake.inputs.landing import (
     scan_landing,
     write_private,
 )
+from changelake.inputs.records import partition_key
 from changelake.spec import TableSpec
 from changelake.storage import sparkread
 from changelake.storage.files import Layout, TableFile
@@ -695,15 +696,15 @@ def _bucket_tasks(
     deletes: dict[str, list[str]] = {}
     for f in files:
         if f.is_delete:
-            deletes.setdefault(buckets.partition_key(f.partition), []).append(f.path)
+            deletes.setdefault(partition_key(f.partition), []).append(f.path)
         else:
-            by_values.setdefault(buckets.partition_key(layout.key_values(f.partition)), []).append(f)
+            by_values.setdefault(partition_key(layout.key_values(f.partition)), []).append(f)
     merge_on_read = spec.write_mode == "merge-on-read"
     tasks = []
     for key, group in sorted(decoded.groups.items()):
         values = tuple(json.loads(key)[:-1])
-        candidates = [f for f in by_values.get(buckets.partition_key(values), []) if f.holds(group.bucket)]
-        output = buckets.partition_key(layout.partition_of(values, group.bucket))
+        candidates = [f for f in by_values.get(partition_key(values), []) if f.holds(group.bucket)]
+        output = partition_key(layout.partition_of(values, group.bucket))
         tasks.append(
             BucketTask(
                 key=key,

@@ -28,6 +28,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from changelake.arrow_keys import group_ids, increasing, key_numbers
 from changelake.engine import aggregates, merge
 from changelake.errors import WriteRefusedError
 from changelake.spec import TableSpec
@@ -175,7 +176,7 @@ class _BucketMerge:
         if gid is None:
             keys = [self.names[i] for i in self.key_index]
             parts = ([self.stored.select(keys)] if self.stored is not None else []) + [self.recs.select(keys)]
-            gid = _group_ids(pa.concat_tables(parts) if len(parts) > 1 else parts[0])
+            gid = group_ids(pa.concat_tables(parts) if len(parts) > 1 else parts[0])
         self.G = int(gid.max()) + 1 if len(gid) else 0
         self.stored_of_group = np.full(self.G, -1, np.int64)
         self.stored_of_group[gid[:H]] = np.arange(H)
@@ -198,13 +199,13 @@ class _BucketMerge:
         self.levels = [by_depth[bounds[d] : bounds[d + 1]] for d in range(len(bounds) - 1)]
 
     def _sorted_key_ids(self, H: int) -> np.ndarray | None:
-        """Group ids (as :func:`_group_ids` numbers them) found by binary search, for a one-column numeric
+        """Group ids (as :func:`group_ids` numbers them) found by binary search, for a one-column numeric
         key whose stored values increase (a bucket file is written in key order): no hashing of the bucket's
         keys. None when that does not hold."""
         if len(self.key_index) != 1 or self.stored is None:
             return None
         i = self.key_index[0]
-        stored, records = _key_numbers(self.stored.column(i)), _key_numbers(self.recs.column(i))
+        stored, records = key_numbers(self.stored.column(i)), key_numbers(self.recs.column(i))
         if stored is None or records is None or not increasing(stored):
             return None
         self.group_keys = stored  # a group's key, for ordering the final rows (new keys appended below)
@@ -221,11 +222,11 @@ class _BucketMerge:
     def _distinct_key_ids(self, n: int) -> np.ndarray | None:
         """Group ids for records into an empty bucket whose one integer (or date, timestamp) key is distinct
         in every record -- an initial load or a backfill: one group per record, numbered by position, as
-        :func:`_group_ids` would number them, found by one check of sortedness (a snapshot usually arrives in
+        :func:`group_ids` would number them, found by one check of sortedness (a snapshot usually arrives in
         key order) or one sort instead of hashing every key. None when that does not hold."""
         if len(self.key_index) != 1 or n < 2:
             return None
-        keys = _key_numbers(self.recs.column(self.key_index[0]))
+        keys = key_numbers(self.recs.column(self.key_index[0]))
         if keys is None or keys.dtype.kind not in "iu":
             return None
         if increasing(keys):
@@ -633,48 +634,6 @@ def _remaining_after(ranges: list[tuple[int, int]], used: int) -> tuple[int, int
             return lo + used, hi
         used -= size
     return None
-
-
-def increasing(values: np.ndarray) -> bool:
-    """Whether every value is greater than the one before it (sorted, no value twice)."""
-    return bool(np.all(values[1:] > values[:-1]))
-
-
-def _key_numbers(column: pa.ChunkedArray) -> np.ndarray | None:
-    """A key column as numbers numpy orders as Arrow does (integers, floats, dates, timestamps; -0.0 as 0.0),
-    or None for another type or a null."""
-    t = column.type
-    if column.null_count:
-        return None
-    if pa.types.is_floating(t):
-        column = pc.add(column, pa.scalar(0.0, t))
-    elif pa.types.is_date32(t):
-        column = column.cast(pa.int32())
-    elif pa.types.is_timestamp(t):
-        column = column.cast(pa.int64())
-    elif not pa.types.is_integer(t):
-        return None
-    array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
-    return array.to_numpy(zero_copy_only=False)
-
-
-def _group_ids(keys: pa.Table) -> np.ndarray:
-    """A dense id per row, equal for equal keys, numbered in order of first appearance (floats: -0.0 and 0.0
-    are one key, as in Python)."""
-    codes = None
-    for column in keys.columns:
-        if pa.types.is_floating(column.type):
-            column = pc.add(column, pa.scalar(0.0, column.type))  # -0.0 + 0.0 == 0.0
-        array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
-        encoded = array.dictionary_encode(null_encoding="encode")
-        code = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-        if codes is None:
-            codes = code
-        else:
-            # Pairs of dense codes -> one dense code, again in order of first appearance.
-            combined = codes * np.int64(len(encoded.dictionary) + 1) + code
-            codes = pa.array(combined).dictionary_encode().indices.to_numpy().astype(np.int64)
-    return codes if codes is not None else np.zeros(keys.num_rows, np.int64)
 
 
 # --- values as numpy arrays (versioned comparisons, aggregation) ---------------------------------------------

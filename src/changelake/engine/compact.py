@@ -41,13 +41,14 @@ from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Operation
 
 from changelake.engine import buckets
-from changelake.engine.buckets import BucketContext, BucketTask, SourceFile, TaskIO
+from changelake.engine.buckets import BucketContext, BucketTask, SourceFile
 from changelake.faults import fault
 from changelake.spec import TableSpec
 from changelake.storage import summary
 from changelake.storage.files import TableFile, int_bound
 from changelake.storage.iceberg import Storage
 from changelake.storage.maintenance import delete_files
+from changelake.storage.taskio import TaskIO
 
 #: A full compaction run after a commit (not by ``changelake compact``) leaves partitions whose bucket files
 #: hold more than this to the maintenance job: it rewrites the whole partition.

@@ -4,7 +4,7 @@ The driver plans the files (:func:`plan_batch`): it cuts JSON-lines files into b
 line boundaries, noting each range's first line number, while a thread hashes them (the batch's checksum).
 Each range (a Parquet file is cut into ranges of rows along its row groups) becomes a task that decodes its
 lines with the per-message path of :mod:`changelake.inputs.readers` (same validation, same errors naming file,
-line and field), computes every record's bucket (:func:`changelake.engine.buckets.bucket_ids`, Spark's
+line and field), computes every record's bucket (:func:`changelake.bucketing.bucket_ids`, Spark's
 function) and writes the records as one staged Arrow IPC file with one record batch per (partition, bucket) it
 touched. It returns one small row: what it read, skipped, quarantined, its counts per operation and where each
 bucket's records are. The staged files are the shuffle: a bucket task reads its record batches directly, no
@@ -25,8 +25,6 @@ A line longer than CHANGELAKE_MAX_RECORD_BYTES is planned as a range of its own 
 from __future__ import annotations
 
 import decimal
-import functools
-import hashlib
 import json
 import mmap
 import os
@@ -41,19 +39,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc  # noqa: F401 - pa.ipc
 
+from changelake.arrow_keys import group_ids
+from changelake.bucketing import bucket_ids
 from changelake.config import max_record_bytes
-from changelake.engine.buckets import (
-    KAFKA_COLUMNS,
-    MESSAGE_SHIFT,
-    ORDER_COLUMNS,
-    TaskIO,
-    bucket_ids,
-    partition_key,
-)
 from changelake.errors import BadRecordError, ChangelakeError
 from changelake.inputs import formats, landing, readers
 from changelake.inputs.records import (
     CLAIMS_SCHEMA,
+    KAFKA_COLUMNS,
+    MESSAGE_SHIFT,
+    ORDER_COLUMNS,
     DecodedBatch,
     OffsetIndex,
     batch_arrow_schema,
@@ -61,10 +56,12 @@ from changelake.inputs.records import (
     encode_claims,
     line_of,
     message_digests,
+    partition_key,
     record_digests,
 )
 from changelake.pyworker import lazy_zip_invalidation
 from changelake.spec import TableSpec
+from changelake.storage.taskio import TaskIO
 
 # JSON lines are planned in ranges of about RANGE_BYTES; a decode task reads the consecutive ranges of its
 # share as one, up to MAX_RANGE_BYTES (what one read and one JSON parse hold in a task's memory).
@@ -122,7 +119,7 @@ class DecodeSummary:
     records: int = 0
     op_counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(OPS, 0))
     dead_letters: list[dict] = field(default_factory=list)
-    # partition key (``buckets.partition_key`` of partition values + bucket) -> the bucket's staged records
+    # partition key (``records.partition_key`` of partition values + bucket) -> the bucket's staged records
     groups: dict[str, StagedGroup] = field(default_factory=dict)
 
 
@@ -169,7 +166,7 @@ def plan_batch(
         total += size
         messages += lines + 1
     hasher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="changelake-checksum")
-    digest = hasher.submit(_checksum, list(paths), fmt, target_columns)
+    digest = hasher.submit(landing.batch_checksum, list(paths), fmt, target_columns)
     hasher.shutdown(wait=False)
     return BatchPlan(ranges, total, messages, digest)
 
@@ -221,17 +218,6 @@ def _line_ranges(path: Path, index: int, fmt: str, limit: int | None = None) -> 
     if offset > start or not ranges:
         ranges.append(Range(index, str(path), fmt, start, offset, first_line))
     return ranges, offset, lines
-
-
-def _checksum(paths: list[Path], fmt: str | None, target_columns: list[str] | None) -> str:
-    """sha256 of format and target columns, then every file's bytes and a separator."""
-    h = hashlib.sha256(json.dumps([fmt, target_columns]).encode())
-    for path in paths:
-        with _open_landed(path) as fh:
-            for chunk in iter(functools.partial(fh.read, 1 << 20), b""):
-                h.update(chunk)  # hashlib releases the GIL on large updates
-        h.update(b"\x00")
-    return h.hexdigest()
 
 
 def _open_landed(path: Path):
@@ -352,7 +338,7 @@ def decode_range(r: Range, spec: TableSpec, staging_dir: str, io, offsets: Offse
 def bucket_groups(spec: TableSpec, table: pa.Table) -> tuple[np.ndarray, list[tuple[str, int]]]:
     """A group id per record and, per group, its partition key and bucket: the records' (partition, bucket).
 
-    The key is :func:`changelake.engine.buckets.partition_key` of the partition values as Iceberg keeps them
+    The key is :func:`changelake.inputs.records.partition_key` of the partition values as Iceberg keeps them
     (dates as days, timestamps as microseconds) and the bucket, as the bucket's data files are keyed."""
     bucket = bucket_ids(spec, table)
     if not spec.partition_keys:
@@ -360,11 +346,9 @@ def bucket_groups(spec: TableSpec, table: pa.Table) -> tuple[np.ndarray, list[tu
         slot = np.zeros(spec.bucket_num, np.int64)
         slot[present] = np.arange(len(present))
         return slot[bucket], [(partition_key((int(b),)), int(b)) for b in present]
-    from changelake.engine.columnar import _group_ids
-
     columns = [_iceberg_values(table.column(k)) for k in spec.partition_keys]
     keys = pa.Table.from_arrays([*columns, pa.array(bucket, pa.int32())], names=[*spec.partition_keys, "_b"])
-    gid = _group_ids(keys)
+    gid = group_ids(keys)
     first = np.full(int(gid.max()) + 1, len(gid), np.int64)
     np.minimum.at(first, gid, np.arange(len(gid)))
     rows = keys.take(pa.array(first)).to_pylist()

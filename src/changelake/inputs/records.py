@@ -72,6 +72,17 @@ class DecodedBatch:
 #: changes 0 and 1 of one message), in the decode tasks and the batch reader alike.
 FILE_SHIFT, MESSAGE_SHIFT = 48, 2
 _LINE_MASK = (1 << (FILE_SHIFT - MESSAGE_SHIFT)) - 1
+# Source metadata columns a decoded record may carry (absent when the format has none).
+KAFKA_COLUMNS = ("_kafka_topic", "_kafka_partition", "_kafka_offset")
+ORDER_COLUMNS = ("_order_number", "_order_text")  # the ``ordering`` field's value (number or text)
+
+
+def partition_key(partition: tuple) -> str:
+    """The JSON key of a (partition values..., bucket) tuple in the batch's bookkeeping (the staged files'
+    groups, the merge tasks' outputs)."""
+    return json.dumps(list(partition), default=str)
+
+
 _KAFKA_KEY = ["topic", "partition", "offset"]
 #: The messages :meth:`OffsetIndex.claim` takes (and its claims, as decode tasks report them).
 CLAIMS_SCHEMA = pa.schema(
@@ -95,7 +106,7 @@ def record_digests(spec: TableSpec, records: pa.Table) -> np.ndarray:
     """A 64-bit digest (int64) of each record's content: its row kind and its values in storage types, a null
     told apart from any value. Two deliveries of one Kafka record digest alike; two different records differ
     but for a 2^-64 chance. Spark's xxhash64 over the columns, the bucket hash's own code (vectorised)."""
-    from changelake.engine.buckets import xxhash64_columns
+    from changelake.bucketing import xxhash64_columns
     from changelake.types import parse_type
 
     n = records.num_rows

@@ -3,7 +3,7 @@
 Spark is for applying batches; reading one key or the first rows of a table must not wait for a JVM.
 :class:`FastReader` plans the files of a snapshot from Iceberg metadata and reads them with pyarrow:
 
-* a lookup computes the key's bucket exactly as the apply does (:func:`bucket_of`, Spark's xxhash64 in
+* a lookup computes the key's bucket exactly as the apply does (:func:`changelake.bucketing.bucket_of`, Spark's xxhash64 in
   Python), so it opens only the files of that (partition, bucket), skips row groups whose Parquet
   statistics exclude the key, and reads the other columns only of row groups that hold it;
 * a scan with a limit reads the key columns first and then only the row groups holding the first rows;
@@ -35,7 +35,6 @@ import decimal
 import functools
 import gzip
 import json
-import math
 import sqlite3
 import struct
 import sys
@@ -52,6 +51,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from changelake.bucketing import bucket_of, partition_value
 from changelake.config import Settings
 from changelake.errors import ChangelakeError, java_list
 from changelake.identifiers import split_table_name
@@ -92,142 +92,6 @@ def json_default(value: Any) -> Any:
     if isinstance(value, bytes | bytearray):
         return base64.b64encode(bytes(value)).decode()
     raise TypeError(f"cannot encode {type(value).__name__}")
-
-
-# --- Spark's xxhash64, for the bucket of a key --------------------------------------------------------------
-# org.apache.spark.sql.catalyst.expressions.XXH64 and XxHash64's per-type rules (seed 42; a null column
-# leaves the hash unchanged), over the storage types. Verified against Spark in tests/storage/test_fastread.py.
-_P1, _P2, _P3 = 0x9E3779B185EBCA87, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9
-_P4, _P5 = 0x85EBCA77C2B2AE63, 0x27D4EB2F165667C5
-_M = (1 << 64) - 1
-_SEED = 42
-_EPOCH = dt.datetime(1970, 1, 1)
-_EPOCH_UTC = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
-_EXACT = decimal.Context(
-    prec=80
-)  # scaling a DECIMAL(38,s) without rounding (the default context keeps 28 digits)
-
-
-def _rotl(x: int, r: int) -> int:
-    return ((x << r) | (x >> (64 - r))) & _M
-
-
-def _fmix(h: int) -> int:
-    h ^= h >> 33
-    h = (h * _P2) & _M
-    h ^= h >> 29
-    h = (h * _P3) & _M
-    return h ^ (h >> 32)
-
-
-def _hash_int(value: int, seed: int) -> int:
-    h = (seed + _P5 + 4) & _M
-    h ^= ((value & 0xFFFFFFFF) * _P1) & _M
-    return _fmix((_rotl(h, 23) * _P2 + _P3) & _M)
-
-
-def _hash_long(value: int, seed: int) -> int:
-    h = (seed + _P5 + 8) & _M
-    h ^= (_rotl(((value & _M) * _P2) & _M, 31) * _P1) & _M
-    return _fmix((_rotl(h, 27) * _P1 + _P4) & _M)
-
-
-def _hash_bytes(data: bytes, seed: int) -> int:
-    n, i = len(data), 0
-    if n >= 32:
-        v = [(seed + _P1 + _P2) & _M, (seed + _P2) & _M, seed & _M, (seed - _P1) & _M]
-        while i <= n - 32:
-            for j, word in enumerate(struct.unpack_from("<4Q", data, i)):
-                v[j] = (_rotl((v[j] + word * _P2) & _M, 31) * _P1) & _M
-            i += 32
-        h = (_rotl(v[0], 1) + _rotl(v[1], 7) + _rotl(v[2], 12) + _rotl(v[3], 18)) & _M
-        for lane in v:
-            h = ((h ^ ((_rotl((lane * _P2) & _M, 31) * _P1) & _M)) * _P1 + _P4) & _M
-    else:
-        h = (seed + _P5) & _M
-    h = (h + n) & _M
-    while i <= n - 8:
-        (word,) = struct.unpack_from("<Q", data, i)
-        h ^= (_rotl((word * _P2) & _M, 31) * _P1) & _M
-        h = (_rotl(h, 27) * _P1 + _P4) & _M
-        i += 8
-    if i + 4 <= n:
-        (word,) = struct.unpack_from("<I", data, i)
-        h ^= (word * _P1) & _M
-        h = (_rotl(h, 23) * _P2 + _P3) & _M
-        i += 4
-    while i < n:
-        h ^= (data[i] * _P5) & _M
-        h = (_rotl(h, 11) * _P1) & _M
-        i += 1
-    return _fmix(h)
-
-
-def _micros(value: dt.datetime) -> int:
-    delta = value - (_EPOCH_UTC if value.tzinfo is not None else _EPOCH)
-    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
-
-
-def _hash_value(value: Any, dtype: DataType, seed: int) -> int:
-    """One column's step of Spark's xxhash64, for a storage value of ``dtype``."""
-    kind = dtype.storage_kind
-    if value is None:
-        return seed
-    if kind == "boolean":
-        return _hash_int(1 if value else 0, seed)
-    if kind == "int":
-        return _hash_int(value, seed)
-    if kind == "long":
-        return _hash_long(value, seed)
-    if kind == "date":
-        return _hash_int((value - _EPOCH.date()).days, seed)
-    if kind in ("timestamp", "timestamptz"):
-        return _hash_long(_micros(value), seed)
-    if kind == "float":
-        bits = 0x7FC00000 if math.isnan(value) else struct.unpack("<i", struct.pack("<f", value))[0]
-        return _hash_int(0 if value == 0.0 else bits, seed)
-    if kind == "double":
-        bits = 0x7FF8000000000000 if math.isnan(value) else struct.unpack("<q", struct.pack("<d", value))[0]
-        return _hash_long(0 if value == 0.0 else bits, seed)
-    if kind == "decimal":
-        precision, scale = dtype.decimal_shape
-        unscaled = int(decimal.Decimal(value).scaleb(scale, context=_EXACT))
-        if precision <= 18:
-            return _hash_long(unscaled, seed)
-        # java.math.BigInteger.toByteArray: minimal big-endian two's complement
-        bits = unscaled.bit_length() if unscaled >= 0 else (-unscaled - 1).bit_length()
-        return _hash_bytes(unscaled.to_bytes(bits // 8 + 1, "big", signed=True), seed)
-    if kind == "string":
-        return _hash_bytes(value.encode("utf-8"), seed)
-    if kind == "binary":
-        return _hash_bytes(bytes(value), seed)
-    raise AssertionError(kind)
-
-
-def spark_xxhash64(values: list[Any], dtypes: list[DataType]) -> int:
-    """Spark's ``xxhash64(c1, c2, ...)`` (a signed long) of storage values of the given types."""
-    h = _SEED
-    for value, dtype in zip(values, dtypes, strict=True):
-        h = _hash_value(value, dtype, h)
-    return h - (1 << 64) if h >> 63 else h
-
-
-def bucket_of(spec: TableSpec, values: dict[str, Any]) -> int:
-    """The bucket the apply puts a key in: ``pmod(xxhash64(bucket key columns), bucket.num)`` (see
-    :func:`changelake.storage.sparkread.bucket_expr`), from storage values of the bucket key columns."""
-    h = spark_xxhash64([values[k] for k in spec.bucket_key], [spec.column(k).type for k in spec.bucket_key])
-    return h % spec.bucket_num  # Python's % of a positive modulus is Spark's pmod
-
-
-def partition_value(value: Any) -> Any:
-    """A storage value as Iceberg keeps it in an identity partition (as ``tables.iceberg_partition_value``)."""
-    if isinstance(value, dt.datetime):
-        return _micros(value if value.tzinfo is None else value.astimezone(dt.UTC))
-    if isinstance(value, dt.date):
-        return (value - _EPOCH.date()).days
-    if isinstance(value, bytearray):
-        return bytes(value)
-    return value
 
 
 # --- types ------------------------------------------------------------------------------------------------

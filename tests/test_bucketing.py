@@ -1,5 +1,5 @@
-"""The decode tasks bucket records with a vectorised Spark xxhash64 (``buckets.bucket_ids``); it must equal the
-one-value reference (``fastread.spark_xxhash64``, itself checked against Spark in test_fastread.py) on every
+"""The decode tasks bucket records with a vectorised Spark xxhash64 (``bucketing.bucket_ids``); it must equal the
+one-value reference (``bucketing.spark_xxhash64``, itself checked against Spark in test_fastread.py) on every
 storage type, nulls and multi-column keys included. No Spark here."""
 
 from __future__ import annotations
@@ -13,9 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from changelake.engine.buckets import bucket_ids, xxhash64_columns
+from changelake.bucketing import bucket_ids, bucket_of, spark_xxhash64, xxhash64_columns
 from changelake.spec import TableSpec
-from changelake.storage.fastread import bucket_of, spark_xxhash64
 
 TYPES = {
     "BOOLEAN": st.booleans(),
@@ -173,7 +172,7 @@ def test_bucket_counts_that_are_powers_of_two_or_not(n, type_name):
 
 def test_the_column_hashes_leave_the_callers_arrays_as_they_were():
     """The hashes work in place on arrays of their own: a caller's writable values and seeds stay unchanged."""
-    from changelake.engine.buckets import _hash_int, _hash_long
+    from changelake.bucketing import _hash_int, _hash_long
 
     values = np.random.default_rng(3).integers(-(2**63), 2**63 - 1, 1000, dtype=np.int64)
     seeds = np.random.default_rng(4).integers(0, 2**63, 1000, dtype=np.int64).astype(np.uint64)
