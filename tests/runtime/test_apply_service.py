@@ -206,3 +206,46 @@ def test_a_home_too_deep_for_a_socket_path_gets_one_in_the_temp_dir(tmp_path):
     assert len(os.fsencode(path)) <= 100 and path != deep / "spark-server" / applyservice.SOCKET_NAME
     assert path == applyservice.socket_path(deep)  # the client finds what the service made
     assert applyservice.socket_path(tmp_path) == tmp_path / "spark-server" / applyservice.SOCKET_NAME
+
+
+def test_cli_sql_runs_in_the_endpoint_and_a_refusal_keeps_its_words(served, home):
+    _, recorder = served
+    probe = (
+        "import sys; from changelake.cli import main; code = main(['sql', sys.argv[1], '--json', "
+        "'--idempotency-key', 'fix-1']); print(sorted(m for m in ('pyspark', 'pyiceberg', 'changelake.api') "
+        "if m in sys.modules), file=sys.stderr); sys.exit(code)"
+    )
+    statement = (
+        "INSERT INTO demo.fruit VALUES (7, 1.5, 'kiwi'); UPDATE demo.fruit SET name = 'gold kiwi' WHERE k = 7"
+    )
+    for status in ("applied", "already-applied"):
+        result = subprocess.run(
+            [sys.executable, "-c", probe, statement],
+            env=warm_env(home),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert result.returncode == 0, result.stderr[-3000:]
+        document = json.loads(result.stdout)
+        assert [(s["kind"], s["status"], s["batch_id"]) for s in document["statements"]] == [
+            ("insert", status, 1),
+            ("update", status, 2),
+        ]
+        assert "[sql] on the warm endpoint" in result.stderr
+        assert result.stderr.strip().splitlines()[-1] == "[]"  # nothing heavy was imported by the client
+    assert len(recorder.requests) == 2
+    assert rows(home) == [{"k": 7, "price": 1.5, "name": "gold kiwi"}]
+    refused = subprocess.run(
+        [*CLI, "sql", "DELETE FROM demo.fruit WHERE price = 1.5"],
+        env=warm_env(home),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert refused.returncode == 2
+    assert (
+        "Currently, Fluss table only supports DELETE statement with conditions on primary key."
+        in refused.stderr
+    )
+    assert "Traceback" not in refused.stderr
