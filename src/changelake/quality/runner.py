@@ -1,8 +1,11 @@
 """The data-quality app (``changelake quality``): Great Expectations suites on the current snapshots.
 
 Builds the checks of :mod:`changelake.quality.suites` for every PK table and for the dbt marts that
-exist, validates each through a GX checkpoint (file context under ``$CHANGELAKE_HOME/quality``), then rebuilds the Data Docs once and writes a compact JSON summary and a PNG of redelivery share per batch and drift
-per aggregation table. Returns 1 when an expectation of severity ``critical`` failed, else 0.
+exist, validates each through a GX checkpoint (file context under ``$CHANGELAKE_HOME/quality``, see
+:mod:`.gxproject`), then rebuilds the Data Docs once (made to work offline by :mod:`.datadocs`) and writes a
+compact JSON summary and a PNG of the redelivered share per batch and the drift per batch of each
+aggregation table, each replacing its previous version atomically. Returns 1 when an expectation of
+severity ``critical`` failed, else 0.
 """
 
 from __future__ import annotations
@@ -16,7 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from changelake.config import CHECKOUT, Settings
+from changelake.atomic import atomic_write_bytes, atomic_write_text
+from changelake.config import Settings
+from changelake.quality.datadocs import localize_data_docs
 
 MAX_REPORTED_KEYS = 20
 
@@ -130,16 +135,12 @@ def run_quality(
                 f"[quality] {dbt_schema}.{mart} not built yet (run `changelake dbt build`): drift not checked"
             )
 
-    context = _context(settings)
+    context = _context(settings, progress)
     results = []
     for i, check in enumerate(checks, start=1):
         progress(f"[quality] {i}/{len(checks)} {check.suite}: {check.asset}")
         results.append(_validate(context, check))
-    context.build_data_docs()
-    docs = context.get_docs_sites_urls()[0]["site_url"]
-    localized = localize_data_docs(Path(docs.removeprefix("file://")).parent)
-    if localized:
-        progress(f"[quality] Data Docs use local copies of their scripts ({localized} page(s) rewritten)")
+    docs = build_data_docs(context, progress)
     failed_critical = [
         r for r in results for e in r["expectations"] if not e["success"] and e["severity"] == "critical"
     ]
@@ -161,7 +162,7 @@ def run_quality(
         "data_docs": docs,
     }
     out = quality_dir(settings)
-    (out / "quality_summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    atomic_write_text(out / "quality_summary.json", json.dumps(summary, indent=2, default=str) + "\n")
     plot = _plot(redeliveries, drift_totals, out / "drift_redelivery.png")
     for r in results:
         for e in r["expectations"]:
@@ -182,65 +183,29 @@ def run_quality(
     return 1 if failed_critical else 0
 
 
-#: CDN address of each asset Data Docs load -> its file in the npm packages of infra/datadocs_assets.sh.
-CDN_ASSETS = {
-    "https://code.jquery.com/jquery-3.7.1.min.js": "jquery/dist/jquery.min.js",
-    "https://stackpath.bootstrapcdn.com/bootstrap/4.3.1/js/bootstrap.min.js": "bootstrap/dist/js/bootstrap.min.js",
-    "https://maxcdn.bootstrapcdn.com/bootstrap/4.3.1/css/bootstrap.min.css": "bootstrap/dist/css/bootstrap.min.css",
-    "https://cdnjs.cloudflare.com/ajax/libs/popper.js/1.12.9/umd/popper.min.js": "popper.js/dist/umd/popper.min.js",
-    "https://unpkg.com/bootstrap-table@1.19.1/dist/bootstrap-table.min.js": "bootstrap-table/dist/bootstrap-table.min.js",
-    "https://unpkg.com/bootstrap-table@1.19.1/dist/bootstrap-table.min.css": "bootstrap-table/dist/bootstrap-table.min.css",
-    "https://unpkg.com/bootstrap-table@1.19.1/dist/extensions/filter-control/bootstrap-table-filter-control.min.js":
-        "bootstrap-table/dist/extensions/filter-control/bootstrap-table-filter-control.min.js",
-    "https://unpkg.com/bootstrap-table@1.19.0/dist/extensions/filter-control/bootstrap-table-filter-control.min.css":
-        "bootstrap-table/dist/extensions/filter-control/bootstrap-table-filter-control.min.css",
-    "https://cdnjs.cloudflare.com/ajax/libs/bootstrap-datepicker/1.9.0/js/bootstrap-datepicker.min.js":
-        "bootstrap-datepicker/dist/js/bootstrap-datepicker.min.js",
-    "https://cdnjs.cloudflare.com/ajax/libs/bootstrap-datepicker/1.9.0/css/bootstrap-datepicker.min.css":
-        "bootstrap-datepicker/dist/css/bootstrap-datepicker.min.css",
-    "https://cdn.jsdelivr.net/npm/vega@5": "vega/build/vega.min.js",
-    "https://cdn.jsdelivr.net/npm/vega-lite@5": "vega-lite/build/vega-lite.min.js",
-    "https://cdn.jsdelivr.net/npm/vega-embed@6": "vega-embed/build/vega-embed.min.js",
-    "https://cdn.jsdelivr.net/npm/@forevolve/bootstrap-dark@1.1.0/dist/css/bootstrap-prefers-dark.css":
-        "@forevolve/bootstrap-dark/dist/css/bootstrap-prefers-dark.css",
-    "https://cdnjs.cloudflare.com/ajax/libs/font-awesome/6.6.0/css/all.min.css": "@fortawesome/fontawesome-free/css/all.min.css",
-}  # fmt: skip
+def build_data_docs(context, progress=print) -> str:
+    """Rebuild the Data Docs from every stored validation, make them work offline; returns the index URL."""
+    context.build_data_docs()
+    docs = context.get_docs_sites_urls()[0]["site_url"]
+    _report_localized(localize_data_docs(Path(docs.removeprefix("file://")).parent), progress)
+    return docs
 
 
-def localize_data_docs(site: Path, assets: Path | None = None) -> int:
-    """Point the Data Docs pages at local copies of their CDN scripts and styles, so they render offline.
-
-    ``assets`` is the ``node_modules`` that ``infra/datadocs_assets.sh`` fills (default: the data env's);
-    without it the pages keep their CDN links. Returns how many pages were rewritten.
-    """
-    import shutil
-
-    default = CHECKOUT / ".venv" / "datadocs-assets" / "node_modules"
-    assets = Path(os.environ.get("CHANGELAKE_DATADOCS_ASSETS", assets or default))
-    if not (assets / "jquery").is_dir():
-        return 0
-    vendor = site / "static" / "vendor"
-    for relative in CDN_ASSETS.values():
-        target = vendor / relative
-        if not target.exists():
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy(assets / relative, target)
-    fonts = assets / "@fortawesome" / "fontawesome-free" / "webfonts"
-    if fonts.is_dir() and not (vendor / "@fortawesome" / "fontawesome-free" / "webfonts").exists():
-        shutil.copytree(fonts, vendor / "@fortawesome" / "fontawesome-free" / "webfonts")
-    rewritten = 0
-    for page in site.rglob("*.html"):
-        text = page.read_text(encoding="utf-8")
-        if "https://" not in text:
-            continue
-        prefix = os.path.relpath(vendor, page.parent)
-        new = text
-        for url, relative in CDN_ASSETS.items():
-            new = new.replace(f'"{url}"', f'"{prefix}/{relative}"')
-        if new != text:
-            page.write_text(new, encoding="utf-8")
-            rewritten += 1
-    return rewritten
+def _report_localized(localized, progress) -> None:
+    if localized.missing:
+        progress(
+            f"[quality] WARNING: Data Docs need internet: {len(localized.missing)} of their scripts/styles are "
+            f"not in {localized.assets} (e.g. {localized.missing[0]}), so the pages load them from CDNs. "
+            "Run infra/datadocs_assets.sh (needs npm) to make them work offline."
+        )
+    elif localized.remote:
+        page, urls = next(iter(localized.remote.items()))
+        progress(
+            f"[quality] WARNING: {len(localized.remote)} Data Docs page(s) still load from the network "
+            f"(e.g. {page}: {urls[0]})"
+        )
+    else:
+        progress(f"[quality] Data Docs work offline ({localized.pages} page(s) rewritten to local copies)")
 
 
 def _existing_marts(spark, schema: str) -> set[str]:
@@ -249,16 +214,11 @@ def _existing_marts(spark, schema: str) -> set[str]:
     return {t.name for t in spark.catalog.listTables(schema)}
 
 
-def _context(settings: Settings):
-    import great_expectations as gx
-    from great_expectations.data_context.types.base import ProgressBarsConfig
+def _context(settings: Settings, progress=None):
+    """The GX file context under ``quality/gx``, checked and mended first (:mod:`.gxproject`)."""
+    from changelake.quality.gxproject import open_context
 
-    root = quality_dir(settings)
-    root.mkdir(parents=True, exist_ok=True)
-    context = gx.get_context(mode="file", project_root_dir=str(root))
-    context.variables.progress_bars = ProgressBarsConfig(globally=False)
-    context.variables.save()
-    return context
+    return open_context(quality_dir(settings), *([progress] if progress else []))
 
 
 def local_rows_limit() -> int:
@@ -356,7 +316,38 @@ def _validate(context, check) -> dict[str, Any]:
     }
 
 
-def _plot(redeliveries: list[dict], drift_totals: dict[str, float], path: Path) -> Path:
+def drift_per_batch(redeliveries: list[dict], drift_totals: dict[str, float]) -> dict[str, dict[str, Any]]:
+    """Per aggregation table checked for drift: the records each batch counted twice, the mart's total drift
+    and the label the plot gives it.
+
+    An aggregation table counts a redelivered record twice unless the source deduplicates it
+    (``dedup: kafka-offsets``), so a batch adds ``redelivered - deduplicated`` records of drift; the drift mart
+    measures the resulting difference in value (its ``drift`` column, summed over keys).
+    """
+    panel = {}
+    for table in sorted(drift_totals):
+        batches = sorted(
+            (r["batch_id"], r["redelivered"] - r["deduplicated"]) for r in redeliveries if r["table"] == table
+        )
+        total = drift_totals[table]
+        twice = sum(n for _, n in batches)
+        if total == 0 and twice == 0:
+            label = "no drift"
+        elif total == 0:
+            label = f"no drift in the mart ({twice} records counted twice)"
+        else:
+            label = f"drift {total:g} (sum over keys), {twice} records counted twice"
+        panel[table] = {
+            "batch_ids": [b for b, _ in batches],
+            "counted_twice": [n for _, n in batches],
+            "drift_total": total,
+            "label": label,
+        }
+    return panel
+
+
+def _figure(redeliveries: list[dict], drift_totals: dict[str, float]):
+    """The two panels: redelivered share per batch, and drift per batch of each aggregation table."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -377,19 +368,54 @@ def _plot(redeliveries: list[dict], drift_totals: dict[str, float], path: Path) 
     left.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
     if tables:
         left.legend(fontsize=8)
-    names = sorted(drift_totals)
-    right.bar(
-        names,
-        [drift_totals[n] for n in names],
-        color=["#2a9d8f" if drift_totals[n] == 0 else "#e76f51" for n in names],
-    )
-    right.set(title="Drift vs exact recomputation (sum over keys)", ylabel="drift")
-    right.set_ylim(bottom=0, top=max([1.0, *drift_totals.values()]) * 1.15)
-    for i, n in enumerate(names):
-        right.annotate(f"{drift_totals[n]:g}", (i, drift_totals[n]), ha="center", va="bottom")
+
+    panel = drift_per_batch(redeliveries, drift_totals)
+    right.set(title="Drift per batch (aggregation tables)", xlabel="batch id", ylabel="records counted twice")
+    right.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+    for table, p in panel.items():
+        color = "#2a9d8f" if p["label"] == "no drift" else "#e76f51"
+        right.plot(
+            p["batch_ids"], p["counted_twice"], marker="o", color=color, label=f"{table}: {p['label']}"
+        )
+    if panel:
+        right.legend(fontsize=8, loc="upper left")
+        right.set_ylim(bottom=0, top=max([1, *(n for p in panel.values() for n in p["counted_twice"])]) * 1.3)
+    if not panel:
+        right.text(
+            0.5,
+            0.5,
+            "no aggregation table checked for drift",
+            ha="center",
+            va="center",
+            transform=right.transAxes,
+        )
+    elif all(p["label"] == "no drift" for p in panel.values()):
+        right.text(
+            0.5,
+            0.5,
+            "no drift",
+            ha="center",
+            va="center",
+            fontsize=20,
+            color="#2a9d8f",
+            transform=right.transAxes,
+        )
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    return fig
+
+
+def _plot(redeliveries: list[dict], drift_totals: dict[str, float], path: Path) -> Path:
+    import io
+
+    import matplotlib.pyplot as plt
+
+    fig = _figure(redeliveries, drift_totals)
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=100)
     plt.close(fig)
+    atomic_write_bytes(
+        path, png.getvalue()
+    )  # a run stopped mid-save leaves the previous plot, not half a PNG
     return path
 
 
