@@ -372,6 +372,7 @@ def _figure(redeliveries: list[dict], drift_totals: dict[str, float]):
     panel = drift_per_batch(redeliveries, drift_totals)
     right.set(title="Drift per batch (aggregation tables)", xlabel="batch id", ylabel="records counted twice")
     right.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+    right.yaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))  # records, not fractions
     for table, p in panel.items():
         color = "#2a9d8f" if p["label"] == "no drift" else "#e76f51"
         right.plot(
