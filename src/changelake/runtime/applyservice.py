@@ -11,7 +11,9 @@ Protocol: one JSON object per line. The client sends one request
 ``{"version": 1, "command": "apply", "settings": {...}, "table": ..., "file": ..., "batch_id": ...,
 "fmt": ..., "target_columns": ..., "up_to": ..., "from_batch": ...}``; the service answers with any number of
 ``{"progress": "..."}`` lines, then either ``{"results": [<BatchResult as a dict>, ...]}`` or
-``{"error": {"type": ..., "message": ..., ...}}``.
+``{"error": {"type": ..., "message": ..., ...}}``. ``changelake sql`` sends ``"command": "sql"`` with
+``"statement"``, ``"idempotency_key"`` and ``"batch_id"`` instead; its results are
+:class:`changelake.sqlwrite.SqlResult` dicts, one per statement.
 
 Who may use it: the endpoint's user alone, checked three ways, because the request carries the client's
 settings (the catalog URI, its password included). The socket (0600) lives in a private directory (0700,
