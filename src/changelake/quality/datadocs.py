@@ -96,9 +96,7 @@ def localize_data_docs(site: Path, assets: Path | None = None) -> Localized:
     result = Localized(assets=assets)
     static = site / "static"
     vendor = static / "vendor"
-    result.missing = [r for r in sorted(set(CDN_ASSETS.values())) if not (assets / r).is_file()]
-    if not (assets / WEBFONTS).is_dir():
-        result.missing.append(WEBFONTS + "/")
+    result.missing = missing_assets(assets)
     available = {url: rel for url, rel in CDN_ASSETS.items() if rel not in result.missing}
     for relative in sorted(set(available.values())):
         _copy_if_changed(assets / relative, vendor / relative)
@@ -168,3 +166,31 @@ def remote_references(html: str) -> list[str]:
         m.group(1) for m in re.finditer(r"""url\(\s*["']?([^"')\s]+)""", html) if REMOTE.match(m.group(1))
     ]
     return found
+
+
+def missing_assets(assets: Path | None = None) -> list[str]:
+    """The files of :data:`CDN_ASSETS` (and the Font Awesome fonts) not in ``assets``."""
+    assets = assets or default_assets()
+    missing = [r for r in sorted(set(CDN_ASSETS.values())) if not (assets / r).is_file()]
+    return missing + ([WEBFONTS + "/"] if not (assets / WEBFONTS).is_dir() else [])
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m changelake.quality.datadocs [node_modules]``: exit 1 naming what the Data Docs would
+    still load from a CDN (``infra/datadocs_assets.sh`` checks its download with it)."""
+    import sys
+
+    args = sys.argv[1:] if argv is None else argv
+    assets = Path(args[0]) if args else default_assets()
+    missing = missing_assets(assets)
+    if missing:
+        print(
+            f"{assets}: missing {', '.join(missing)}: Data Docs would load these from CDNs", file=sys.stderr
+        )
+        return 1
+    print(f"{assets}: every script, style and font the Data Docs load is here")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
