@@ -199,7 +199,7 @@ def test_datagen_is_deterministic_and_continues_after_the_last_landed_batch(home
     specs = load_specs(REPO / "examples" / "tables")
     assert set(specs) == {
         "shop.orders", "shop.shop_user_stats", "shop.customers", "web.user_profiles", "web.pageviews",
-        "web.uid_mapping",
+        "web.uid_mapping", "shop.shop_revenue",
     }  # fmt: skip
     for spec in specs.values():
         a = generate(spec, tmp_path / "a", batches=3)
@@ -223,11 +223,13 @@ def test_demo_tables_apply_cleanly(lake):
     for spec in lake.specs().values():
         generate(spec, lake.settings.landing_dir, batches=2, records=30)
     results = lake.apply_pending()
-    assert len(results) == 12 and all(r.source["quarantined"] == 0 for r in results)
+    assert len(results) == 14 and all(r.source["quarantined"] == 0 for r in results)
     by_table = {r.table: r for r in results}
     assert by_table["web.user_profiles"].counts["ignored"] > 0  # stale versions ignored by `versioned`
     assert by_table["web.pageviews"].counts["ignored"] > 0  # redelivered events collapse under first_row
     assert by_table["shop.shop_user_stats"].source["deduplicated"] > 0
+    revenue = by_table["shop.shop_revenue"].counts  # refunds and corrections retract (table.agg.retract)
+    assert revenue["dropped_update_before"] == revenue["deleted"] == 0 and revenue["updated"] > 0
     customers = {r["customer_id"]: r for r in lake.rows("shop.customers").collect()}
     assert any(r["name"] and r["tier"] for r in customers.values())  # both streams merged into one row
     uids = [r["uid"] for r in lake.rows("web.uid_mapping").collect()]

@@ -81,7 +81,7 @@ def test_dag_conventions(dagbag, dag_id):
 def test_apply_dag_has_a_task_pair_per_table_with_assets_and_the_spark_pool(dagbag):
     dag = dagbag.dags["changelake_apply"]
     tables = sorted(p.stem for p in (REPO / "examples" / "tables").glob("*.yaml"))
-    assert len(tables) == 6
+    assert len(tables) == 7
     for table in tables:
         name = table.replace(".", "__")
         apply = dag.get_task(f"apply__{name}")

@@ -10,6 +10,8 @@ A profile lives in the table spec under ``datagen:`` (every field optional)::
     datagen:
       mode: cdc              # cdc: a database table (insert/update/delete of live keys)
                              # events: every record a new event for a key drawn from `keys`
+                             # refunds: the CDC stream of orders that an aggregation table sums per key
+                             #   drawn from `keys`: orders inserted, corrected (update) or refunded (delete)
       records: 200           # records per batch
       keys: 100              # key cardinality
       mix: {insert: 0.6, update: 0.3, delete: 0.1}   # cdc mode
@@ -67,9 +69,9 @@ class Profile:
             raise ChangelakeError(f"{spec.full_name}: unknown datagen setting '{unknown[0]}'")
         _check_types(spec, data)
         profile = cls(**data)
-        if profile.mode not in ("cdc", "events"):
+        if profile.mode not in ("cdc", "events", "refunds"):
             raise ChangelakeError(
-                f"{spec.full_name}: datagen mode must be cdc or events, got {profile.mode!r}"
+                f"{spec.full_name}: datagen mode must be cdc, events or refunds, got {profile.mode!r}"
             )
         for name in ("out_of_order", "redelivery"):
             if not 0 <= getattr(profile, name) <= 1:
@@ -170,6 +172,7 @@ class _Source:
         self.previous: list[SourceEvent] = []  # the last batch's events, without redelivered copies
         self.ai = spec.auto_increment_column
         self.version = spec.version_column
+        self.orders: dict[int, dict] = {}  # mode refunds: the live orders by order number
 
     def batch(self, batch_id: int) -> list[SourceEvent]:
         rng = random.Random(f"{self.seed}:{self.stream}:{batch_id}")
@@ -205,6 +208,8 @@ class _Source:
 
     def _next(self, rng: random.Random, clock: dt.datetime, target: list[str] | None) -> SourceEvent:
         p = self.profile
+        if p.mode == "refunds":
+            return self._order_event(rng, clock)
         if p.mode == "events" or target is not None:
             key_row = self._key_values(rng, rng.randrange(1, p.keys + 1))
             row = {**key_row, **self._values(rng, clock, skip=set(key_row))}
@@ -238,6 +243,29 @@ class _Source:
             stale = old[self.version] - dt.timedelta(seconds=rng.randint(1, 3600))
             return SourceEvent("update", old, {**new, self.version: stale})
         self.rows[key] = new
+        return SourceEvent("update", old, new)
+
+    def _order_event(self, rng: random.Random, clock: dt.datetime) -> SourceEvent:
+        """mode refunds: one change of an orders table whose rows carry the aggregation table's columns, its
+        key (a shop) drawn from ``keys``. A new order is an insert; a corrected one an update whose before
+        image is the old order; a refund deletes the order (its before image). Fed to a ``table.agg.retract``
+        table, the before images take their values back, so its rows equal the live orders' sums per key."""
+        p = self.profile
+        kind = rng.choices(list(p.mix), weights=list(p.mix.values()))[0]
+        if kind != "insert" and not self.orders:
+            kind = "insert"
+        keys = set(self.spec.primary_key)
+        if kind == "insert":
+            row = {**self._key_values(rng, rng.randrange(1, p.keys + 1)), **self._values(rng, clock, keys)}
+            self.orders[self.next_key] = row
+            self.next_key += 1
+            return SourceEvent("insert", None, row)
+        order = rng.choice(sorted(self.orders))
+        old = self.orders[order]
+        if kind == "delete":
+            del self.orders[order]
+            return SourceEvent("delete", old, None)
+        self.orders[order] = new = {**old, **self._values(rng, clock, keys)}
         return SourceEvent("update", old, new)
 
     def _key_values(self, rng: random.Random, n: int) -> dict:
