@@ -517,3 +517,94 @@ def test_datagen_writes_each_format_and_it_reads_back(tmp_path, source):
         rows[1]["name"] = rows[1]["ref"] = ""  # CSV has no null string (no csv.null-literal set)
     assert want == rows
     assert got[2]["id"] == DELETED
+
+
+# --- the decode tasks' column-wise path equals the per-message path ------------------------------------------
+def _decode(path: Path, s: TableSpec, fast: bool, monkeypatch):
+    from changelake.inputs import decode
+    from changelake.inputs.records import DecodedBatch, batch_arrow_schema
+
+    monkeypatch.setattr(decode, "FAST_JSON", fast)
+    r = decode.Range(0, str(path), "upsert-kafka", 0, path.stat().st_size, 1)
+    out = DecodedBatch(batch_arrow_schema(s).empty_table())
+    return decode._decode_lines(r, s, out), out
+
+
+def _column_wise(path: Path, s: TableSpec):
+    return FORMATS["upsert-kafka"].columns(path.read_bytes(), 1, s)
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        {"key.format": "avro-confluent", "value.format": "avro-confluent"},
+        {"key.format": "avro", "value.format": "avro", "key.fields-prefix": "k_"},
+        {"key.format": "avro", "value.format": "avro", "value.avro.encoding": "single-object",
+         "value.fields-include": "EXCEPT_KEY", "dedup": "kafka-offsets"},
+    ],
+)  # fmt: skip
+def test_column_wise_decode_equals_the_per_message_path(tmp_path, monkeypatch, source):
+    source = dict(source)
+    for part in ("key", "value"):
+        if source.get(f"{part}.format") == "avro-confluent":
+            source[f"{part}.avro-confluent.schema-dir"] = str(tmp_path / "schemas")
+    s = spec(source)
+    rows = [dict(r) for r in ROWS] + [{**ROWS[0], "id": 10 + i, "amount": D(f"-{i}.05")} for i in range(40)]
+    events = [SourceEvent("insert", None, r, kafka=("orders", i % 3, i)) for i, r in enumerate(rows)]
+    events.insert(5, SourceEvent("delete", rows[0], None, kafka=("orders", 2, 99)))
+    events.append(events[7])  # a redelivery: the same record at its offset again
+    path = tmp_path / "1.jsonl"
+    FORMATS["upsert-kafka"].write(s, events, path)
+    assert _column_wise(path, s) is not None
+    fast, fast_out = _decode(path, s, True, monkeypatch)
+    slow, slow_out = _decode(path, s, False, monkeypatch)
+    assert fast.num_rows == len(events)
+    assert fast.to_pylist() == slow.to_pylist()
+    assert fast_out.messages == slow_out.messages
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "reason"),
+    [
+        (lambda r: {**r, "value": "***"}, "value", "not valid base64"),
+        (lambda r: {**r, "value": confluent(77, VALUE_SCHEMA, avro_row(ROWS[0]))}, "value", "schema id 77"),
+        (lambda r: {**r, "key": confluent(3, KEY_SCHEMA, {"id": 8})}, "value.id", "differs from the record key"),
+        (lambda r: {k: v for k, v in r.items() if k != "value"}, "value", "missing"),
+        (lambda r: {**r, "partition": None}, "partition", "got None"),
+        (lambda r: {**r, "topic": "a b"}, "topic", "is not a Kafka topic name"),
+        (lambda r: {**r, "value": confluent(11, VALUE_SCHEMA, {**avro_row(ROWS[0]), "qty": 2**31 - 1})}, None, None),
+        (lambda r: {**r, "value": confluent(11, VALUE_SCHEMA, {**avro_row(ROWS[0]), "amount": D("1e10")})},
+         "amount", "does not fit DECIMAL(12,2)"),
+        (lambda r: {**r, "value": confluent(11, VALUE_SCHEMA, {**avro_row(ROWS[0]), "at": dt.datetime(9999, 12, 31)})},
+         None, None),
+        (lambda r: json.dumps(r).replace('"key"', '"\\u006bey"'), None, None),
+    ],
+)  # fmt: skip
+def test_what_the_column_wise_path_declines_is_decided_by_the_per_message_path(
+    tmp_path, monkeypatch, change, field, reason
+):
+    """A bad or unusual record anywhere in a range: the range goes message by message, so the error, or the
+    data, is that path's own."""
+    directory = schema_dir(tmp_path, {3: KEY_SCHEMA, 11: VALUE_SCHEMA})
+    source = {
+        "key.format": "avro-confluent", "key.avro-confluent.schema-dir": directory,
+        "value.format": "avro-confluent", "value.avro-confluent.schema-dir": directory,
+    }  # fmt: skip
+    s = spec(source)
+    good = [
+        kafka(confluent(3, KEY_SCHEMA, {"id": r["id"]}), confluent(11, VALUE_SCHEMA, avro_row(r)), i)
+        for i, r in enumerate(ROWS)
+    ]
+    odd = change(good[0])
+    path = tmp_path / "1.jsonl"
+    path.write_text(json.dumps(good[1]) + "\n" + (odd if isinstance(odd, str) else json.dumps(odd)) + "\n")
+    if field is None:  # valid data the column-wise path leaves to the other
+        fast, _ = _decode(path, s, True, monkeypatch)
+        slow, _ = _decode(path, s, False, monkeypatch)
+        assert fast.to_pylist() == slow.to_pylist() and fast.num_rows == 2
+    else:
+        with pytest.raises(BadRecordError) as e:
+            _decode(path, s, True, monkeypatch)
+        assert (e.value.line, e.value.field) == (2, field), str(e.value)
+        assert reason in e.value.reason
+    assert _column_wise(path, s) is None

@@ -409,6 +409,11 @@ def _decode_lines(
         table = _json_columns(view, r, spec)
         if table is not None:
             out.messages += table.num_rows
+            if table.num_rows and table.column("_kafka_offset").null_count < table.num_rows:
+                raw = view.tobytes() if opts.quarantine else b""  # the dead letters' text, if any
+                table = _claim_offsets(
+                    table, r, raw, spec, out, offsets or OffsetIndex({r.file_index: r.path})
+                )
             return table
     data = view.tobytes()  # the per-message path splits lines of bytes
     reader = readers._JsonReader(spec, r.fmt, opts, out)
@@ -526,12 +531,15 @@ def _json_columns(data: bytes | memoryview, r: Range, spec: TableSpec) -> pa.Tab
     decoded = f.columns(data, r.first_line, spec) if isinstance(f, formats.JsonLinesFormat) else None
     if decoded is None:
         return None
-    line_numbers, op, arrays = decoded
+    # A format whose records carry Kafka metadata adds its [topic, partition, offset] columns.
+    line_numbers, op, arrays = decoded[:3]
+    extra: tuple = tuple(decoded)[3:]
+    kafka = list(extra[0]) if extra else []
     staged = staged_schema(spec)
     if not len(line_numbers):
         return staged.empty_table()
     seq = (r.file_index << FILE_SHIFT) | (line_numbers << LINE_SHIFT)
-    columns = [pa.array(seq, pa.int64()), op, *arrays]
+    columns = [pa.array(seq, pa.int64()), op, *arrays, *kafka]
     columns += [pa.nulls(len(line_numbers), meta.type) for meta in list(staged)[len(columns) :]]
     return pa.Table.from_arrays(columns, schema=staged)
 

@@ -89,6 +89,15 @@ class UpsertKafka(JsonLinesFormat):
             row[name] = v
         return Message([("+U", row)], kafka=kafka, order_root=obj)
 
+    def columns(self, data: bytes | memoryview, first_line: int, spec: TableSpec) -> Any:
+        """Lines whose key and value are Avro, column-wise (:mod:`changelake.inputs.formats.kafka_columns`):
+        (line numbers, ops, storage-typed columns, [topic, partition, offset]), or None."""
+        from changelake.inputs.formats.kafka_columns import decode_columns
+
+        opts = spec.source_options
+        key_codec, value_codec = self.codecs(spec, opts)
+        return decode_columns(data, first_line, spec, key_codec, value_codec)
+
     def codecs(self, spec: TableSpec, opts: SourceOptions) -> tuple[kafka_codecs.Codec, kafka_codecs.Codec]:
         """The table's key and value codecs (SpecError if its columns cannot take the chosen formats)."""
         return kafka_codecs.codecs_for(
