@@ -13,7 +13,8 @@ import pytest
 from changelake.config import load_settings
 from changelake.errors import ChangelakeError
 from changelake.runtime import endpoint_auth
-from changelake.runtime.server import _LISTENING, Endpoint, server_conf
+from changelake.runtime.endpoint import Endpoint
+from changelake.runtime.server import _LISTENING, server_conf
 
 
 def _mode(path) -> int:

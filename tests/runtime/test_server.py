@@ -22,8 +22,10 @@ from types import SimpleNamespace
 
 import pytest
 
+from changelake.runtime.endpoint import Endpoint
 from changelake.runtime.endpoint_auth import thrift_env
-from changelake.runtime.server import WARM_DBT_SCHEMA, Endpoint, ViewRefresher, server_conf
+from changelake.runtime.server import ViewRefresher, server_conf
+from changelake.runtime.warmup import WARM_DBT_SCHEMA
 from tests.helpers import DEMO_TABLES, REPO, land_and_apply_demo
 
 DEMO = DEMO_TABLES

@@ -10,10 +10,10 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
-from changelake.runtime import server
-from changelake.runtime.server import (
+from changelake.runtime import warmup
+from changelake.runtime.endpoint import Endpoint
+from changelake.runtime.warmup import (
     WARM_DBT_SCHEMA,
-    Endpoint,
     dbt_source_views,
     warm_dbt,
     warm_model_statements,
@@ -82,8 +82,8 @@ def test_warm_model_statements_rebuild_a_table_in_the_scratch_database():
 
 
 def test_warm_sql_runs_over_the_synthetic_relation_and_small_views_only_and_cleans_up(tmp_path, monkeypatch):
-    monkeypatch.setattr(server, "WARM_ROUNDS", 2)
-    spark = _FakeSpark({"small": 1000, "big": server.WARM_MAX_BYTES + 1})
+    monkeypatch.setattr(warmup, "WARM_ROUNDS", 2)
+    spark = _FakeSpark({"small": 1000, "big": warmup.WARM_MAX_BYTES + 1})
     scratch = tmp_path / "warm-up"
     scratch.mkdir()
     (scratch / "leftover").write_text("x")
@@ -103,7 +103,7 @@ def test_warm_sql_runs_over_the_synthetic_relation_and_small_views_only_and_clea
 
 
 def test_the_synthetic_relation_warms_even_without_tables(tmp_path, monkeypatch):
-    monkeypatch.setattr(server, "WARM_ROUNDS", 1)
+    monkeypatch.setattr(warmup, "WARM_ROUNDS", 1)
     spark = _FakeSpark({})
     ran = warm_sql(spark, [], tmp_path / "warm-up", lambda _m: None)
     assert spark.statements == [
