@@ -32,12 +32,15 @@ ENGINES = {
 }
 
 
-def make_spec(name: str = "s.t", options: dict | None = None, columns=None, pk=("k",)) -> TableSpec:
+def make_spec(
+    name: str = "s.t", options: dict | None = None, columns=None, pk=("k",), partition_keys=()
+) -> TableSpec:
     return TableSpec.from_dict(
         {
             "name": name,
             "columns": columns or COLUMNS,
             "primary_key": list(pk),
+            "partition_keys": list(partition_keys),
             "options": {"bucket.num": 1, **(options or {})},
         }
     )
@@ -489,3 +492,28 @@ def test_cli_sql_reports_each_statement_and_exits_2_on_a_refusal(home, cli_env):
         timeout=300,
     )
     assert json.loads(status.stdout)[0]["last_batch"] == 3
+
+
+def test_partitioned_keys_ignored_deletes_and_auto_increment_tables(tmp_path):
+    lake = sparkless_lake(tmp_path)
+    day = {"name": "day", "type": "STRING"}
+    lake.create_table(make_spec("s.p", columns=[*COLUMNS, day], pk=("k", "day"), partition_keys=("day",)))
+    lake.sql("INSERT INTO s.p VALUES (1, 'a', 1, 1, '2024-01-01'), (1, 'b', 2, 2, '2024-01-02')")
+    lake.sql("UPDATE s.p SET c = 'x' WHERE k = 1 AND day = '2024-01-02'")
+    (deleted,) = lake.sql("DELETE FROM s.p WHERE day = '2024-01-01' AND k = 1")
+    assert deleted.counts["deleted"] == 1
+    assert [(r["day"], r["c"]) for r in lake.rows_arrow("s.p").to_pylist()] == [("2024-01-02", "x")]
+
+    lake.create_table(make_spec("s.ig", options={"table.delete.behavior": "ignore"}))
+    lake.sql("INSERT INTO s.ig VALUES (1, 'a', 1, 1)")
+    (ignored,) = lake.sql("DELETE FROM s.ig WHERE k = 1")  # committed, dropped by the table's behaviour
+    assert (ignored.status, ignored.counts["ignored"], ignored.changelog_records) == ("applied", 1, 0)
+    assert lake.rows_arrow("s.ig").num_rows == 1
+
+    auto = [{"name": "k", "type": "INT"}, {"name": "id", "type": "BIGINT"}, {"name": "c", "type": "STRING"}]
+    lake.create_table(make_spec("s.ai", columns=auto, options={"auto-increment.fields": "id"}))
+    (inserted,) = lake.sql("INSERT INTO s.ai (k, c) VALUES (1, 'a')")  # every write names its columns
+    assert inserted.counts["inserted"] == 1 and lake.lookup("s.ai", {"k": 1})[0]["id"] is not None
+    for full_row in ("INSERT INTO s.ai VALUES (2, 5, 'b')", "UPDATE s.ai SET c = 'z' WHERE k = 1"):
+        with pytest.raises(WriteRefusedError, match=r"^This table has auto increment column \[id\]"):
+            lake.sql(full_row)
