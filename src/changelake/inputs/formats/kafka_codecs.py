@@ -263,7 +263,8 @@ class CsvCodec(Codec):
     def encode(self, row: dict[str, Any]) -> Any:
         out = io.StringIO()
         writer = csv.writer(out, delimiter=self.delimiter, quotechar=self.quote, lineterminator="")
-        writer.writerow(["" if (v := row.get(f.column)) is None else _csv_text(v) for f in self.fields])
+        null = "" if self.null is None else self.null
+        writer.writerow([null if (v := row.get(f.column)) is None else _csv_text(v) for f in self.fields])
         return out.getvalue()
 
 
