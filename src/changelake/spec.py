@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from changelake.engine.aggregates import AGGREGATE_FUNCTIONS, DEFAULT_FUNCTION, retract_refused
+from changelake.aggregate_signatures import AGGREGATE_SIGNATURES, DEFAULT_FUNCTION, retract_refused
 from changelake.errors import SpecError, java_list, short_repr
 from changelake.identifiers import check_column_name, check_table_name, derived_names, split_table_name
 from changelake.inputs.sources import SourceOptions, parse_source
@@ -1020,14 +1020,14 @@ def _validate_retract(
         if column in primary_key or options.get(f"fields.{column}{_IGNORE_RETRACT}") == "true":
             continue
         fn = functions.get(column, DEFAULT_FUNCTION)
-        if not AGGREGATE_FUNCTIONS[fn].retractable:
+        if not AGGREGATE_SIGNATURES[fn].retractable:
             raise SpecError(retract_refused(fn, column))
 
 
 def _validate_engine(options: dict[str, str], columns: list[Column], primary_key: tuple[str, ...]) -> None:
     """Fluss's create-time checks for merge engines, aggregate functions and delete behaviour (docs/semantics.md §3-§5).
 
-    The functions, their column types and parameters are :data:`changelake.engine.aggregates.AGGREGATE_FUNCTIONS`.
+    The functions, their column types and parameters are :data:`changelake.aggregate_signatures.AGGREGATE_SIGNATURES`.
     """
     engine = options.get("table.merge-engine")
     named = {c.name: c for c in columns}
@@ -1075,11 +1075,11 @@ def _validate_engine(options: dict[str, str], columns: list[Column], primary_key
             raise SpecError(f"Cannot set aggregation function for primary key column '{column}'.")
         if not fn:
             raise SpecError(f"Empty aggregation function name for column '{column}'")
-        function = AGGREGATE_FUNCTIONS.get(fn)
+        function = AGGREGATE_SIGNATURES.get(fn)
         if function is None:
             raise SpecError(
                 f"Unknown aggregation function '{options[key]}' for column '{column}'; supported: "
-                f"{sorted(AGGREGATE_FUNCTIONS)}"
+                f"{sorted(AGGREGATE_SIGNATURES)}"
             )
         if not function.accepts(types[column]):
             shown = fluss_type_text(named[column], primary_key)
@@ -1101,7 +1101,7 @@ def _validate_engine(options: dict[str, str], columns: list[Column], primary_key
         declared = functions.get(column, DEFAULT_FUNCTION)
         if fn != declared:
             raise SpecError(f"Option '{key}' configures '{fn}', but column '{column}' uses '{declared}'")
-        parameters = AGGREGATE_FUNCTIONS[fn].parameters
+        parameters = AGGREGATE_SIGNATURES[fn].parameters
         if param not in parameters:
             raise SpecError(
                 f"Parameter '{param}' is not supported for aggregation function '{fn}'. Supported parameters: "

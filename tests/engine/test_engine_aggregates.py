@@ -16,8 +16,9 @@ import numpy as np
 import pytest
 from pyroaring import BitMap, BitMap64
 
+from changelake.aggregate_signatures import DEFAULT_FUNCTION
 from changelake.engine import merge
-from changelake.engine.aggregates import AGGREGATE_FUNCTIONS, DEFAULT_FUNCTION, of_column, scalar_fold
+from changelake.engine.aggregates import AGGREGATE_FUNCTIONS, of_column, scalar_fold
 from changelake.errors import SpecError
 from changelake.spec import MERGE_ENGINES, Column, TableSpec, fluss_type_text
 from changelake.types import INT_RANGES, parse_type

@@ -23,7 +23,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from changelake.errors import WriteRefusedError, java_list
+from changelake.aggregate_signatures import DELIMITER, NUMERIC, ORDERED, retract_refused
+from changelake.errors import WriteRefusedError
 from changelake.types import INT_BITS, DataType
 
 if TYPE_CHECKING:
@@ -107,17 +108,6 @@ def scalar_fold(spec: TableSpec, column: str) -> Fold:
     """The one-record merge ``f(stored, input)`` of a column of an aggregation table."""
     function, parameters = of_column(spec, column)
     return function.scalar(spec.column(column).type, parameters)
-
-
-def retract_refused(function: str, column: str) -> str:
-    """Why a retraction table cannot have this column (its function cannot retract), in Fluss's words where
-    its PR has them and with Paimon's way out (``ignore-retract``)."""
-    return (
-        f"Aggregation function '{function}' of column '{column}' does not support retract, but "
-        f"'table.agg.retract' is true. Set 'fields.{column}.ignore-retract' = 'true' to keep the column "
-        "unchanged by retractions, or use a function that supports retract: "
-        f"{java_list(sorted(n for n, f in AGGREGATE_FUNCTIONS.items() if f.retractable))}."
-    )
 
 
 def _keep_stored(acc: Any, value: Any) -> Any:
@@ -452,9 +442,8 @@ def _extreme_pick(better: Callable[[Any, Any], Any]) -> Pick:
 
 
 # --- the registry ---------------------------------------------------------------------------------------
-_NUMERIC = ("TINYINT", "SMALLINT", "INT", "BIGINT", "FLOAT", "DOUBLE", "DECIMAL")
-_ORDERED = ("CHAR", "STRING", *_NUMERIC, "DATE", "TIME", "TIMESTAMP", "TIMESTAMP_LTZ")
-_DELIMITER = {"delimiter": ","}
+# The column types and parameters are the signatures' (changelake.aggregate_signatures), as are the names.
+_NUMERIC, _ORDERED, _DELIMITER = NUMERIC, ORDERED, DELIMITER
 
 
 _LAST_VALUE = _fixed(lambda acc, value: value)  # a null input overwrites
@@ -544,5 +533,3 @@ AGGREGATE_FUNCTIONS: dict[str, AggregateFunction] = _registry(
     AggregateFunction("rbm32", ("BYTES",), scalar=_bitmap_scalar(32)),
     AggregateFunction("rbm64", ("BYTES",), scalar=_bitmap_scalar(64)),
 )
-#: The function of a column that declares none.
-DEFAULT_FUNCTION = "last_value_ignore_nulls"
