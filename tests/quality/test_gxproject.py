@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import builtins
 import json
+import os
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -103,6 +106,12 @@ def test_truncated_store_files_and_missing_dirs_are_rebuilt(settings):
     result.write_bytes(b"")
     shutil.rmtree(project / "checkpoints")
     shutil.rmtree(project / "validation_definitions")
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    leftover = project / f".{GX_YML}.{int(dead.stdout)}-saving.tmp"  # a save killed before its rename
+    leftover.write_text("config_vers")
+    os.utime(leftover, (0, 0))
 
     messages: list[str] = []
     with pytest.warns(GXProjectRepaired):
@@ -111,6 +120,7 @@ def test_truncated_store_files_and_missing_dirs_are_rebuilt(settings):
     warned = "\n".join(m for m in messages if "WARNING" in m)
     assert str(suite) in warned and str(result) in warned and ".ge_store_backend_id" in warned
     assert json.loads(suite.read_text())["name"] == "pk_uniqueness__q.good"  # written again by the run
+    assert not leftover.exists()
     assert sorted(p.name for p in (project / "checkpoints").iterdir()) == [
         "pk_uniqueness__q.bad.json",
         "pk_uniqueness__q.good.json",

@@ -67,7 +67,7 @@ class AtomicFileDataContext(FileDataContext):
         # GX builds the path from GX_YML and opens it with "w" (truncating first): pointed at a temporary
         # name for the duration of its own save (so its serialization is unchanged), then renamed.
         final = Path(self.root_directory, GX_YML)
-        tmp = final.with_name(f".{GX_YML}.{os.getpid()}.saving.tmp")
+        tmp = final.with_name(f".{GX_YML}.{os.getpid()}-saving.tmp")  # a name remove_stale_temporaries knows
         self.__dict__["GX_YML"] = tmp.name  # shadows the class attribute for this instance only
         try:
             super()._save_project_config()
