@@ -69,6 +69,14 @@ def test_build_passes_and_marts_equal_independent_spark_results(demo, spark):
     stats = {s["table"]: s for s in demo.status()}["shop.shop_user_stats"]
     assert stats["deduplicated"] > 0  # ... although redeliveries did arrive
 
+    # Refunds and corrections retract (table.agg.retract): revenue per shop equals its recomputation.
+    revenue = spark.table("analytics.shop_revenue_drift")
+    assert revenue.count() == demo.rows("shop.shop_revenue").count() > 1
+    assert revenue.agg(F.max("drift")).first()[0] == decimal.Decimal("0.00")
+    assert revenue.filter("engine_revenue != exact_revenue or engine_orders != exact_orders").count() == 0
+    refunds = demo.input_records("shop.shop_revenue").filter("_op = '-D'").count()
+    assert refunds > 0  # ... and refunds did arrive
+
 
 def test_replay_changes_nothing_and_incremental_equals_full_rebuild(demo, spark):
     build(demo)
