@@ -467,6 +467,8 @@ def test_a_key_field_in_the_value_must_equal_the_key_across_formats(tmp_path):
 def test_options_are_validated_when_the_spec_loads():
     with pytest.raises(SpecError, match="'key.format' must be one of"):
         spec({"key.format": "protobuf"})
+    with pytest.raises(SpecError, match="doesn't support 'debezium-json' as value format"):
+        spec({"value.format": "debezium-json"})
     with pytest.raises(SpecError, match="applies to value.format 'avro'"):
         spec({"value.format": "csv", "value.avro.encoding": "binary"})
     with pytest.raises(SpecError, match="needs 'value.avro-confluent.url'"):

@@ -96,6 +96,12 @@ class PartOptions:
 def parse_part(source: dict, part: str, table: str) -> PartOptions:
     """Validate ``<part>.format`` and its options (``part`` is ``key`` or ``value``)."""
     fmt = source.get(f"{part}.format", "json")
+    if fmt in ("debezium-json", "canal-json", "maxwell-json"):
+        # Flink's upsert-kafka refuses them too: a CDC message is a change, not a row.
+        raise SpecError(
+            f"{table}: the 'upsert-kafka' source doesn't support '{fmt}' as {part} format, "
+            "because it is not in insert-only mode"
+        )
     if not isinstance(fmt, str) or fmt not in KV_FORMATS:
         raise SpecError(
             f"{table}: source option '{part}.format' must be one of {list(KV_FORMATS)}, got {short_repr(fmt)}"
