@@ -43,7 +43,7 @@ from changelake.arrow_keys import group_ids
 from changelake.bucketing import bucket_ids
 from changelake.config import max_record_bytes
 from changelake.errors import BadRecordError, ChangelakeError
-from changelake.inputs import formats, landing, readers
+from changelake.inputs import formats, landed, landing, readers
 from changelake.inputs.records import (
     CLAIMS_SCHEMA,
     KAFKA_COLUMNS,
@@ -222,7 +222,7 @@ def _line_ranges(path: Path, index: int, fmt: str, limit: int | None = None) -> 
 
 def _open_landed(path: Path):
     try:
-        return landing.open_landed(path)  # never through a link (a producer could swap one in mid-apply)
+        return landed.open_landed(path)  # never through a link (a producer could swap one in mid-apply)
     except OSError as e:
         raise ChangelakeError(f"{path}: cannot read the landed file: {e.strerror or e}") from None
 
@@ -515,7 +515,7 @@ def _mapped(r: Range) -> memoryview:
     into a copy cost 27 ms, more than the column-wise path's own checks of them. The mapping goes when the last
     view of it does. A small range (a batch decoded in the applying process) is read: a landed file cut short
     while mapped would stop the process with SIGBUS, where a read only comes back short."""
-    with landing.open_landed(r.path) as fh:
+    with landed.open_landed(r.path) as fh:
         if r.end - r.start >= MAP_MIN_BYTES:
             try:
                 return memoryview(mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ))[r.start : r.end]

@@ -31,6 +31,7 @@ from typing import Any
 
 from changelake.atomic import create_private
 from changelake.errors import BatchRefusedError, ChangelakeError, printable
+from changelake.inputs.landed import READ_FLAGS, open_landed
 from changelake.spec import TableSpec
 from changelake.storage.summary import BatchSummary
 
@@ -41,8 +42,6 @@ MAX_MANIFEST_BYTES = 1 << 20
 #: Snapshot-summary property (``changelake.input``) in which the apply records how it read a batch
 #: (:func:`input_record`), so the batch's input can be read again as applied (``ChangeLake.input_records``).
 INPUT_PROPERTY = "input"
-#: Opening a landed file: never through a link, and never waiting on a FIFO put where a file was.
-_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _PARQUET_MAGIC = b"PAR1"
 
 
@@ -196,7 +195,7 @@ def _incomplete(dir_fd: int, path: Path, spec: TableSpec) -> str | None:
     configured = spec.source.get("format")
     fmt = formats.FORMATS.get(str(configured) if configured else formats.default_format(path))
     try:
-        fd = os.open(path.name, _READ_FLAGS, dir_fd=dir_fd)
+        fd = os.open(path.name, READ_FLAGS, dir_fd=dir_fd)
     except FileNotFoundError:
         return "removed while the directory was listed"
     except OSError:
@@ -290,19 +289,6 @@ def batch_checksum(paths: list[Path], fmt: str | None, target_columns: list[str]
                 h.update(chunk)  # hashlib releases the GIL on large updates
         h.update(b"\x00")
     return h.hexdigest()
-
-
-def open_landed(path: str | Path):
-    """A landed file opened for reading in binary, without following a link (``ELOOP``: an OSError) and
-    only if it is a regular file."""
-    fd = os.open(path, _READ_FLAGS)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(f"{path}: not a regular file")
-        return os.fdopen(fd, "rb")
-    except BaseException:
-        os.close(fd)
-        raise
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ import pyarrow as pa
 from changelake.config import max_record_bytes
 from changelake.errors import BadRecordError, ChangelakeError, short_repr
 from changelake.inputs import formats
-from changelake.inputs.landing import open_landed
+from changelake.inputs.landed import open_landed
 from changelake.inputs.records import (
     CLAIMS_SCHEMA,
     FILE_SHIFT,

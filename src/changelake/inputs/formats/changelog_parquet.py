@@ -298,6 +298,6 @@ def _valid_values(array: pa.Array) -> tuple[pa.Array, list[tuple[int, str]]]:
 
 def _open(path: Path):
     """The landed file, opened without following a link (an OSError, reported as an unreadable file)."""
-    from changelake.inputs.landing import open_landed  # landing imports the spec, which imports the formats
+    from changelake.inputs.landed import open_landed
 
     return open_landed(path)
