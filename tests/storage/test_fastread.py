@@ -17,7 +17,7 @@ import pytest
 from changelake.bucketing import bucket_of, spark_xxhash64
 from changelake.errors import ChangelakeError
 from changelake.spec import TableSpec
-from changelake.storage import fastread
+from changelake.storage import avro, catalog, fastread
 from changelake.storage.fastread import FastReader
 from changelake.storage.files import TableFile
 
@@ -312,9 +312,9 @@ def test_direct_reads_fall_back_to_pyiceberg(events, monkeypatch):
     expected = FastReader(lake.settings, direct=True).rows_arrow("f.events")
 
     def unsupported(_data):
-        raise fastread._Unsupported("Avro codec snappy")
+        raise avro.Unsupported("Avro codec snappy")
 
-    monkeypatch.setattr(fastread, "read_avro", unsupported)
+    monkeypatch.setattr(catalog, "read_avro", unsupported)
     assert FastReader(lake.settings, messages.append, direct=True).rows_arrow("f.events") == expected
     assert any("reading through pyiceberg (Avro codec snappy)" in m for m in messages)
 
@@ -324,7 +324,7 @@ def test_lookup_skips_row_groups_by_statistics(tmp_path):
     path = tmp_path / "sorted.parquet"
     table = pa.table({"k": pa.array(range(100), pa.int64()), "v": pa.array([f"v{i}" for i in range(100)])})
     pq.write_table(table, path, row_group_size=10)
-    source = fastread._Source(name="x.y", properties={}, columns=["k", "v"], partition_columns=[])
+    source = catalog.TableSource(name="x.y", properties={}, columns=["k", "v"], partition_columns=[])
     source.open = lambda p: p  # a local path, as the direct way opens files
     reader = FastReader.__new__(FastReader)
     reader.progress = lambda _m: None

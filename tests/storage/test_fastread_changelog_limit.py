@@ -19,7 +19,7 @@ import pytest
 
 from changelake import cli
 from changelake.engine import apply, buckets
-from changelake.storage import fastread
+from changelake.storage import catalog, fastread
 from changelake.storage.fastread import FastReader
 
 SPEC = {
@@ -161,7 +161,7 @@ def test_files_out_of_order_with_tied_offsets_read_as_a_stable_sort(tmp_path):
     for f in reader._files(reader._changelog_source(lake.spec(TABLE)), None):
         if "/batch-000000000002" not in f.path:
             continue
-        path = fastread._local_path(f.path)
+        path = catalog.local_path(f.path)
         data = pq.read_table(path)
         data = data.take(pa.array(range(data.num_rows - 1, -1, -1), pa.int64()))
         halved = pc.divide(data.column("_log_offset"), pa.scalar(2, pa.int64()))
@@ -205,7 +205,7 @@ def test_the_cli_prints_the_first_records_of_the_whole_changelog(table, capsys):
 def test_without_usable_statistics_a_limited_read_is_still_exact(table, monkeypatch):
     """Columns whose statistics are not used (floats, timestamps, decimals) bound nothing: the read visits
     every row group of the batch, in plan order, and still returns the first records."""
-    monkeypatch.setattr(fastread, "_bound_type", lambda dtype: None)
+    monkeypatch.setattr(fastread, "bound_type", lambda dtype: None)
     reader = FastReader(table.settings)
     reader.changelog_arrow(TABLE, 1, 1, limit=1)
     assert reader.last_stats.row_groups_read == reader.last_stats.row_groups

@@ -3,8 +3,8 @@
 Spark is for applying batches; reading one key or the first rows of a table must not wait for a JVM.
 :class:`FastReader` plans the files of a snapshot from Iceberg metadata and reads them with pyarrow:
 
-* a lookup computes the key's bucket exactly as the apply does (:func:`changelake.bucketing.bucket_of`, Spark's xxhash64 in
-  Python), so it opens only the files of that (partition, bucket), skips row groups whose Parquet
+* a lookup computes the key's bucket exactly as the apply does (:func:`changelake.bucketing.bucket_of`,
+  Spark's xxhash64 in Python), so it opens only the files of that (partition, bucket), skips row groups whose Parquet
   statistics exclude the key, and reads the other columns only of row groups that hold it;
 * a scan with a limit reads the key columns first and then only the row groups holding the first rows;
 * a changelog read prunes by ``_batch_id`` partition and orders each batch by
@@ -13,14 +13,19 @@ Spark is for applying batches; reading one key or the first rows of a table must
   limit, it visits row groups by their statistics and reads only the order columns until the first records
   are known, then only those rows.
 
-Two ways to the metadata, with one reading code on top (:class:`_Source`):
+Two ways to the metadata (:mod:`changelake.storage.catalog`), with one reading code on top
+(:class:`~changelake.storage.catalog.TableSource`):
 
 * **direct** — the default SQLite catalog and a local warehouse: the catalog row is read with ``sqlite3``,
-  the metadata JSON with ``json`` and the manifests with a small Avro decoder. Importing pyiceberg (and
-  pandas, which ``pyarrow.dataset`` pulls in) costs seconds on a small machine, more than the whole read;
+  the metadata JSON with ``json`` and the manifests with a small Avro decoder
+  (:mod:`changelake.storage.avro`). Importing pyiceberg (and pandas, which ``pyarrow.dataset`` pulls in)
+  costs seconds on a small machine, more than the whole read;
 * **pyiceberg** — every other catalog or warehouse (PostgreSQL, REST, object stores), through
   :class:`changelake.storage.iceberg.Storage`; also the fallback when the direct way meets anything it does not
   know (another Avro codec, delete files).
+
+What a read can skip (changelog files by batch bounds, row groups by statistics) is
+:mod:`changelake.storage.pruning`.
 
 Values come back in the types Spark reads return (:func:`view_schema`: storage types, TINYINT/SMALLINT as
 int8/int16), except that TIMESTAMP_LTZ values are timezone-aware UTC datetimes (Spark's Python rows hold
@@ -33,19 +38,13 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import functools
-import gzip
 import json
-import sqlite3
-import struct
 import sys
 import time
-import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, BinaryIO
-from urllib.parse import urlparse
+from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -58,14 +57,24 @@ from changelake.identifiers import split_table_name
 from changelake.inputs.landing import scan_landing
 from changelake.spec import TableSpec, load_specs
 from changelake.storage import history, summary
+from changelake.storage.avro import Unsupported
+from changelake.storage.catalog import DirectSource, IcebergSource, TableSource, read_bytes, snapshot_total
 from changelake.storage.files import (
     BUCKET_COLUMN,
-    POSITION_DELETES,
     Layout,
     TableFile,
-    int_bound,
-    int_bounds,
+    check_stored_types,
     read_position_deletes,
+)
+from changelake.storage.pruning import (
+    batch_range,
+    batch_runs,
+    bound_type,
+    group_starts,
+    in_batches,
+    lower_bound,
+    may_contain,
+    overlaps,
 )
 from changelake.storage.summary import BatchSummary
 from changelake.types import DataType, format_timestamp_nanos
@@ -186,447 +195,6 @@ def check_lookup_columns(spec: TableSpec, columns: list[str], prefix: bool) -> N
         raise equals_primary_key(physical)
 
 
-# --- Avro (Iceberg manifests and manifest lists) ----------------------------------------------------------
-class _Unsupported(Exception):
-    """Something the direct way does not read; the pyiceberg way takes over."""
-
-
-class _Buf:
-    __slots__ = ("data", "pos")
-
-    def __init__(self, data: bytes, pos: int = 0):
-        self.data, self.pos = data, pos
-
-    def long(self) -> int:
-        data, pos = self.data, self.pos
-        b = data[pos]
-        n, shift = b & 0x7F, 7
-        while b & 0x80:
-            pos += 1
-            b = data[pos]
-            n |= (b & 0x7F) << shift
-            shift += 7
-        self.pos = pos + 1
-        return (n >> 1) ^ -(n & 1)
-
-    def take(self, size: int) -> bytes:
-        start = self.pos
-        self.pos += size
-        return self.data[start : self.pos]
-
-    def blocks(self) -> Iterator[int]:
-        """Item counts of an Avro array or map, block by block (a negative count carries a byte size)."""
-        while True:
-            count = self.long()
-            if count == 0:
-                return
-            if count < 0:
-                self.long()
-                count = -count
-            yield count
-
-
-_AVRO_PRIMITIVES: dict[str, Callable[[_Buf], Any]] = {
-    "null": lambda b: None,
-    "boolean": lambda b: b.take(1) == b"\x01",
-    "int": _Buf.long,
-    "long": _Buf.long,
-    "float": lambda b: struct.unpack("<f", b.take(4))[0],
-    "double": lambda b: struct.unpack("<d", b.take(8))[0],
-    "bytes": lambda b: b.take(b.long()),
-    "string": lambda b: b.take(b.long()).decode("utf-8"),
-}
-
-
-def _skip_long(b: _Buf) -> None:
-    data, pos = b.data, b.pos
-    while data[pos] & 0x80:
-        pos += 1
-    b.pos = pos + 1
-
-
-def _skip_bytes(b: _Buf) -> None:
-    size = b.long()
-    b.pos += size
-
-
-_AVRO_SKIPS: dict[str, Callable[[_Buf], None]] = {
-    "null": lambda b: None,
-    "boolean": lambda b: setattr(b, "pos", b.pos + 1),
-    "int": _skip_long,
-    "long": _skip_long,
-    "float": lambda b: setattr(b, "pos", b.pos + 4),
-    "double": lambda b: setattr(b, "pos", b.pos + 8),
-    "bytes": _skip_bytes,
-    "string": _skip_bytes,
-}
-
-
-def _avro_skipper(schema: Any, named: dict[str, Callable[[_Buf], None]]) -> Callable[[_Buf], None]:
-    """A function that moves past one value of an Avro schema without building it."""
-    if isinstance(schema, str):
-        return _AVRO_SKIPS.get(schema) or (lambda b: named[schema](b))
-    if isinstance(schema, list):
-        branches = [_avro_skipper(s, named) for s in schema]
-        return lambda b: branches[b.long()](b)
-    kind = schema["type"]
-    if kind == "record":
-        fields = [_avro_skipper(f["type"], named) for f in schema["fields"]]
-
-        def record(b: _Buf) -> None:
-            for skip in fields:
-                skip(b)
-
-        named[schema.get("name", "")] = record
-        return record
-    if kind in ("array", "map"):
-        item = _avro_skipper(schema["items"] if kind == "array" else schema["values"], named)
-
-        def blocks(b: _Buf) -> None:
-            while True:
-                count = b.long()
-                if count == 0:
-                    return
-                if count < 0:  # the block carries its byte size: jump over it
-                    b.pos += b.long()
-                    continue
-                for _ in range(count):
-                    if kind == "map":
-                        _skip_bytes(b)
-                    item(b)
-
-        return blocks
-    if kind in ("fixed", "enum"):
-        size = schema.get("size")
-        skip = (lambda b: setattr(b, "pos", b.pos + size)) if kind == "fixed" else _skip_long
-        named[schema["name"]] = skip
-        return skip
-    return _avro_skipper(kind, named)
-
-
-def _avro_decoder(
-    schema: Any, named: dict[str, Callable[[_Buf], Any]], fields: dict[str, Any] | None = None
-) -> Callable[[_Buf], Any]:
-    """A decoding function for an Avro writer schema (logical types are left as their base values).
-
-    ``fields`` projects a record: ``{name: None}`` decodes that field whole, ``{name: {...}}`` projects it in
-    turn, and every other field is skipped unbuilt (a manifest's column statistics are most of its bytes).
-    """
-    if isinstance(schema, str):
-        if schema in _AVRO_PRIMITIVES:
-            return _AVRO_PRIMITIVES[schema]
-        return lambda b: named[schema](b)
-    if isinstance(schema, list):
-        branches = [_avro_decoder(s, named, fields) for s in schema]
-        return lambda b: branches[b.long()](b)
-    kind = schema["type"]
-    if kind == "record":
-        steps: list[tuple[str | None, Callable[[_Buf], Any]]] = []
-        for f in schema["fields"]:
-            if fields is not None and f["name"] not in fields:
-                steps.append((None, _avro_skipper(f["type"], {})))
-            else:
-                steps.append((f["name"], _avro_decoder(f["type"], named, fields and fields[f["name"]])))
-
-        def record(b: _Buf) -> dict[str, Any]:
-            out = {}
-            for name, step in steps:
-                value = step(b)
-                if name is not None:
-                    out[name] = value
-            return out
-
-        if fields is None:
-            named[schema.get("name", "")] = record
-        return record
-    if kind == "array":
-        item = _avro_decoder(schema["items"], named)
-        return lambda b: [item(b) for count in b.blocks() for _ in range(count)]
-    if kind == "map":
-        value = _avro_decoder(schema["values"], named)
-        read_key = _AVRO_PRIMITIVES["string"]
-        return lambda b: {read_key(b): value(b) for count in b.blocks() for _ in range(count)}
-    if kind == "fixed":
-        size = schema["size"]
-        reader = lambda b: b.take(size)  # noqa: E731
-        named[schema["name"]] = reader
-        return reader
-    if kind == "enum":
-        symbols = schema["symbols"]
-        reader = lambda b: symbols[b.long()]  # noqa: E731
-        named[schema["name"]] = reader
-        return reader
-    return _avro_decoder(kind, named)
-
-
-def read_avro(data: bytes, fields: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    """The records of an Avro object container file (codecs null and deflate; zstandard if installed),
-    projected to ``fields`` (see :func:`_avro_decoder`)."""
-    if data[:4] != b"Obj\x01":
-        raise _Unsupported("not an Avro object container file")
-    buf = _Buf(data, 4)
-    meta = {buf.take(buf.long()).decode(): buf.take(buf.long()) for c in buf.blocks() for _ in range(c)}
-    buf.take(16)  # sync marker
-    decode = _avro_decoder(json.loads(meta["avro.schema"]), {}, fields)
-    codec = meta.get("avro.codec", b"null").decode()
-    out: list[dict[str, Any]] = []
-    while buf.pos < len(data):
-        count = buf.long()
-        block = buf.take(buf.long())
-        buf.take(16)
-        if codec == "deflate":
-            block = zlib.decompress(block, -15)
-        elif codec == "zstandard":
-            try:
-                import zstandard
-            except ImportError:
-                raise _Unsupported("zstandard Avro codec without the zstandard module") from None
-            block = zstandard.ZstdDecompressor().decompressobj().decompress(block)
-        elif codec != "null":
-            raise _Unsupported(f"Avro codec {codec}")
-        block_buf = _Buf(block)
-        out += [decode(block_buf) for _ in range(count)]
-    return out
-
-
-# What the direct way reads of a manifest entry: the rest (column statistics) is skipped.
-_ENTRY_FIELDS = {
-    "status": None,
-    "sequence_number": None,
-    "data_file": {
-        "content": None,
-        "file_path": None,
-        "file_format": None,
-        "partition": None,
-        "record_count": None,
-        "file_size_in_bytes": None,
-        "lower_bounds": None,
-        "upper_bounds": None,
-    },
-}
-
-
-# --- the two ways to a table's metadata -------------------------------------------------------------------
-@dataclass
-class _Source:
-    """One Iceberg table, read only: snapshots with their summaries, the data files of a snapshot, file access."""
-
-    name: str
-    properties: dict[str, str]
-    columns: list[str]  # the table schema's column names
-    partition_columns: list[str]  # the source columns of the identity partition fields, in spec order
-    column_types: dict[str, str] = field(default_factory=dict)  # column -> Iceberg type, e.g. "long"
-    field_ids: dict[str, int] = field(default_factory=dict)  # column -> Iceberg field id
-
-    def current(self) -> tuple[int | None, dict[str, str]]:
-        raise NotImplementedError
-
-    def ancestry(self) -> list[tuple[int, dict[str, str]]]:
-        """(snapshot id, summary) of the current snapshot and its ancestors, newest first."""
-        raise NotImplementedError
-
-    def files(self, snapshot_id: int | None) -> list[TableFile]:
-        raise NotImplementedError
-
-    def open(self, path: str) -> BinaryIO | str:
-        raise NotImplementedError
-
-    def batch_snapshots(self) -> list[tuple[int, dict[str, str]]]:
-        """Snapshots of the main branch that committed a batch, oldest first (as ``Storage.batch_snapshots``)."""
-        return [s for s in reversed(self.ancestry()) if summary.batch_of(s[1]) is not None]
-
-    def last_batch(self) -> int:
-        return summary.last_batch_of(self.current()[1])
-
-
-def _local_path(location: str) -> str | None:
-    """The local path of a ``file:`` URI or a plain path (as pyiceberg's PyArrowFileIO parses it), else None."""
-    uri = urlparse(location)
-    if not uri.scheme:
-        return location
-    if uri.scheme == "file":
-        return f"{uri.netloc}{uri.path}"
-    return None
-
-
-@dataclass
-class _DirectSource(_Source):
-    """A table of the SQLite catalog in a local warehouse, read with sqlite3, json and :func:`read_avro`."""
-
-    metadata: dict[str, Any] = field(default_factory=dict)
-
-    @classmethod
-    def load(cls, settings: Settings, namespace: str, name: str) -> _DirectSource | None:
-        db = Path(settings.catalog_uri[len("sqlite:///") :])
-        if not db.exists():
-            return None
-        try:
-            with sqlite3.connect(f"{db.as_uri()}?mode=ro", uri=True) as conn:
-                row = conn.execute(
-                    "SELECT metadata_location FROM iceberg_tables "
-                    "WHERE catalog_name = ? AND table_namespace = ? AND table_name = ?",
-                    (settings.catalog_name, namespace, name),
-                ).fetchone()
-        except sqlite3.OperationalError as e:
-            if "no such table" in str(e):
-                return None  # a catalog without tables yet
-            raise
-        if row is None or row[0] is None:
-            return None
-        path = _local_path(row[0])
-        if path is None:
-            raise _Unsupported(f"metadata at {row[0]}")
-        raw = Path(path).read_bytes()
-        metadata = json.loads(gzip.decompress(raw) if path.endswith(".gz.metadata.json") else raw)
-        if metadata.get("format-version", 1) > 2:
-            raise _Unsupported(f"format version {metadata['format-version']}")
-        schema = next(s for s in metadata["schemas"] if s["schema-id"] == metadata["current-schema-id"])
-        spec = next(s for s in metadata["partition-specs"] if s["spec-id"] == metadata["default-spec-id"])
-        if any(f["transform"] != "identity" for f in spec["fields"]):
-            raise _Unsupported("a partition transform other than identity")
-        by_id = {f["id"]: f["name"] for f in schema["fields"]}
-        return cls(
-            name=f"{namespace}.{name}",
-            properties=metadata.get("properties", {}),
-            columns=[f["name"] for f in schema["fields"]],
-            partition_columns=[by_id[f["source-id"]] for f in spec["fields"]],
-            column_types={f["name"]: str(f["type"]) for f in schema["fields"]},
-            field_ids={f["name"]: f["id"] for f in schema["fields"]},
-            metadata=metadata,
-        )
-
-    def _snapshots(self) -> dict[int, dict[str, Any]]:
-        return {s["snapshot-id"]: s for s in self.metadata.get("snapshots", [])}
-
-    def _current_id(self) -> int | None:
-        main = self.metadata.get("refs", {}).get("main")
-        current = main["snapshot-id"] if main else self.metadata.get("current-snapshot-id")
-        return None if current in (None, -1) else current
-
-    def current(self) -> tuple[int | None, dict[str, str]]:
-        current = self._current_id()
-        return current, (self._snapshots()[current].get("summary", {}) if current is not None else {})
-
-    def ancestry(self) -> list[tuple[int, dict[str, str]]]:
-        snapshots, out = self._snapshots(), []
-        current = self._current_id()
-        snap = snapshots.get(current) if current is not None else None
-        while snap is not None:
-            out.append((snap["snapshot-id"], snap.get("summary", {})))
-            parent = snap.get("parent-snapshot-id")
-            snap = snapshots.get(parent) if parent is not None else None
-        return out
-
-    def files(self, snapshot_id: int | None) -> list[TableFile]:
-        snapshot_id = self._current_id() if snapshot_id is None else snapshot_id
-        if snapshot_id is None:
-            return []
-        snap = self._snapshots()[snapshot_id]
-        if "manifest-list" not in snap:
-            raise _Unsupported("a v1 snapshot with inline manifests")
-        layout = Layout(tuple(self.partition_columns))
-        bucket_id, batch_id = self.field_ids.get(BUCKET_COLUMN), self.field_ids.get("_batch_id")
-        out = []
-        for manifest in read_avro(self._read(snap["manifest-list"])):
-            if manifest.get("added_files_count") == 0 and manifest.get("existing_files_count") == 0:
-                continue  # only entries deleted in an earlier snapshot (v2 manifest lists count them)
-            for entry in read_avro(self._read(manifest["manifest_path"]), _ENTRY_FIELDS):
-                if entry["status"] == 2:  # DELETED in this snapshot
-                    continue
-                data_file = entry["data_file"]
-                content = data_file.get("content", 0)
-                if content not in (0, POSITION_DELETES) or data_file["file_format"].upper() != "PARQUET":
-                    raise _Unsupported(f"file {data_file['file_path']} (content {content})")
-                part = data_file["partition"]
-                partition = tuple(part[c] for c in self.partition_columns)
-                lower = {kv["key"]: kv["value"] for kv in data_file.get("lower_bounds") or []}
-                upper = {kv["key"]: kv["value"] for kv in data_file.get("upper_bounds") or []}
-                batches = None if batch_id is None else int_bounds(lower, upper, batch_id)
-                sequence = entry.get("sequence_number")
-                out.append(
-                    TableFile(
-                        path=data_file["file_path"],
-                        content=content,
-                        partition=partition,
-                        record_count=data_file["record_count"],
-                        size=data_file.get("file_size_in_bytes") or 0,
-                        buckets=None
-                        if content
-                        else layout.buckets_of(
-                            partition, int_bound(lower.get(bucket_id)), int_bound(upper.get(bucket_id))
-                        ),
-                        # An entry added by its manifest's snapshot inherits the manifest's sequence number.
-                        sequence_number=manifest.get("sequence_number") if sequence is None else sequence,
-                        batches=batches,
-                    )
-                )
-        return out
-
-    def _read(self, location: str) -> bytes:
-        path = _local_path(location)
-        if path is None:
-            raise _Unsupported(f"file at {location}")
-        return Path(path).read_bytes()
-
-    def open(self, path: str) -> BinaryIO | str:
-        local = _local_path(path)
-        if local is None:
-            raise _Unsupported(f"file at {path}")
-        return local
-
-
-@dataclass
-class _IcebergSource(_Source):
-    """A table through pyiceberg (any catalog, any FileIO)."""
-
-    table: Any = None
-
-    @classmethod
-    def load(cls, storage: Any, namespace: str, name: str) -> _IcebergSource | None:
-        from pyiceberg.exceptions import NoSuchTableError
-
-        try:
-            table = storage.catalog.load_table((namespace, name))
-        except NoSuchTableError:
-            return None
-        schema = table.schema()
-        return cls(
-            name=f"{namespace}.{name}",
-            properties=dict(table.properties),
-            columns=[f.name for f in schema.fields],
-            partition_columns=[schema.find_column_name(f.source_id) for f in table.spec().fields],
-            column_types={f.name: str(f.field_type) for f in schema.fields},
-            field_ids={f.name: f.field_id for f in schema.fields},
-            table=table,
-        )
-
-    def current(self) -> tuple[int | None, dict[str, str]]:
-        from changelake.storage.iceberg import Storage
-
-        snap = self.table.current_snapshot()
-        return (snap.snapshot_id, Storage.snapshot_summary(snap)) if snap else (None, {})
-
-    def ancestry(self) -> list[tuple[int, dict[str, str]]]:
-        from pyiceberg.table.snapshots import ancestors_of
-
-        from changelake.storage.iceberg import Storage
-
-        current = self.table.current_snapshot()
-        if current is None:
-            return []
-        return [
-            (s.snapshot_id, Storage.snapshot_summary(s)) for s in ancestors_of(current, self.table.metadata)
-        ]
-
-    def files(self, snapshot_id: int | None) -> list[TableFile]:
-        from changelake.storage.iceberg import Storage
-
-        return Storage.table_files(self.table, snapshot_id)
-
-    def open(self, path: str) -> BinaryIO | str:
-        return self.table.io.new_input(path).open()
-
-
 # --- the reader -------------------------------------------------------------------------------------------
 def _files_read(label: str, done: int, total: int, parts: list) -> str:
     return f"{label}: read {done}/{total} files, {sum(p.num_rows for p in parts):,} rows"
@@ -686,27 +254,27 @@ class FastReader:
             self._storage = Storage(self.settings)
         return self._storage
 
-    def _source(self, namespace: str, name: str) -> _Source | None:
+    def _source(self, namespace: str, name: str) -> TableSource | None:
         if self.direct:
             try:
-                return _DirectSource.load(self.settings, namespace, name)
-            except _Unsupported as e:
+                return DirectSource.load(self.settings, namespace, name)
+            except Unsupported as e:
                 self.progress(f"[{namespace}.{name}] reading through pyiceberg ({e})")
-        return _IcebergSource.load(self.storage, namespace, name)
+        return IcebergSource.load(self.storage, namespace, name)
 
-    def _files(self, source: _Source, snapshot_id: int | None) -> list[TableFile]:
+    def _files(self, source: TableSource, snapshot_id: int | None) -> list[TableFile]:
         try:
             return source.files(snapshot_id)
-        except _Unsupported as e:
+        except Unsupported as e:
             self.progress(f"[{source.name}] reading through pyiceberg ({e})")
             namespace, name = split_table_name(source.name)
-            fallback = _IcebergSource.load(self.storage, namespace, name)
+            fallback = IcebergSource.load(self.storage, namespace, name)
             return fallback.files(snapshot_id) if fallback else []
 
     def specs(self) -> dict[str, TableSpec]:
         return load_specs(self.settings.tables_dir)
 
-    def spec(self, table: str, source: _Source | None = None) -> TableSpec:
+    def spec(self, table: str, source: TableSource | None = None) -> TableSpec:
         """The spec reads of ``table`` use (:func:`changelake.evolution.resolve`, as :meth:`ChangeLake.spec`):
         the layout stored with the table plus the spec file's other sections; the spec file alone for a
         table not created yet. A spec file that differs in layout is noted on the progress log."""
@@ -726,7 +294,7 @@ class FastReader:
             self.progress(note)
         return evolution.resolve(table, specs.get(table), stored)
 
-    def _pk(self, table: str) -> tuple[TableSpec, _Source]:
+    def _pk(self, table: str) -> tuple[TableSpec, TableSource]:
         namespace, name = split_table_name(table)
         source = self._source(namespace, name)
         spec = self.spec(table, source)
@@ -734,10 +302,10 @@ class FastReader:
             raise ChangelakeError(
                 f"Table {spec.full_name} does not exist; create it first (changelake create)"
             )
-        _check_stored_types(spec, source)
+        check_stored_types(source.name, spec, source.column_types)
         return spec, source
 
-    def _changelog_source(self, spec: TableSpec) -> _Source:
+    def _changelog_source(self, spec: TableSpec) -> TableSource:
         source = self._source(spec.namespace, spec.table + _CHANGELOG_SUFFIX)
         if source is None:
             raise ChangelakeError(
@@ -746,7 +314,7 @@ class FastReader:
         return source
 
     @staticmethod
-    def _snapshot_for_batch(source: _Source, table: str, batch_id: int) -> int:
+    def _snapshot_for_batch(source: TableSource, table: str, batch_id: int) -> int:
         retained = source.batch_snapshots()
         for snapshot_id, props in retained:
             if summary.batch_of(props) == batch_id:
@@ -762,13 +330,13 @@ class FastReader:
 
     # --- reading files --------------------------------------------------------------------------------
     @staticmethod
-    def _deleted(source: _Source, files: list[TableFile]) -> dict[str, pa.Array]:
+    def _deleted(source: TableSource, files: list[TableFile]) -> dict[str, pa.Array]:
         """The positions of data rows the position-delete files among ``files`` name, per data file."""
         deletes = [f for f in files if f.is_delete]
         return _applicable(files, deletes, [read_position_deletes(source.open(d.path)) for d in deletes])
 
     def _read_all(
-        self, source: _Source, files: list[TableFile], schema: pa.Schema, stats: _Stats, label: str
+        self, source: TableSource, files: list[TableFile], schema: pa.Schema, stats: _Stats, label: str
     ):
         """Every row of ``files`` less the deleted ones, on a few threads (pyarrow decodes without the GIL):
         the delete files and the data files are read together, then the data files' deleted rows dropped."""
@@ -809,7 +377,7 @@ class FastReader:
 
     def _read(
         self,
-        source: _Source,
+        source: TableSource,
         files: list[TableFile],
         schema: pa.Schema,
         where: dict[str, Any] | None = None,
@@ -834,8 +402,8 @@ class FastReader:
             stats.row_groups += len(groups)
             gone = deleted.get(f.path)
             if where:
-                starts = _group_starts(pf.metadata)
-                groups = [g for g in groups if _may_contain(pf.metadata, g, where)]
+                starts = group_starts(pf.metadata)
+                groups = [g for g in groups if may_contain(pf.metadata, g, where)]
                 key_columns = list(where)
                 for g in groups:
                     keys = pf.read_row_group(g, columns=key_columns, use_threads=False)
@@ -890,7 +458,13 @@ class FastReader:
         return out
 
     def _first_rows(
-        self, spec: TableSpec, source: _Source, files: list[TableFile], limit: int, stats: _Stats, label: str
+        self,
+        spec: TableSpec,
+        source: TableSource,
+        files: list[TableFile],
+        limit: int,
+        stats: _Stats,
+        label: str,
     ) -> pa.Table:
         """The first ``limit`` rows by primary key: each row group's smallest keys, then the rows themselves."""
         pk = list(spec.primary_key)
@@ -908,7 +482,7 @@ class FastReader:
             opened.append(pf)
             stats.files_read += 1
             stats.row_groups += pf.metadata.num_row_groups
-            starts, gone = _group_starts(pf.metadata), deleted.get(f.path)
+            starts, gone = group_starts(pf.metadata), deleted.get(f.path)
             for g in range(pf.metadata.num_row_groups):
                 keys = _unify(pf.read_row_group(g, columns=pk, use_threads=False))
                 rows = _positions(keys.num_rows)
@@ -958,9 +532,9 @@ class FastReader:
         expired_before(spec.full_name, source.properties, from_batch, to_batch, pk_source.last_batch())
         files = self._files(source, None)
         wanted = (from_batch, to_batch)
-        runs = _batch_runs(
-            [f for f in files if _overlaps(_batch_range(source, f), wanted)],
-            lambda f: _batch_range(source, f),
+        runs = batch_runs(
+            [f for f in files if overlaps(batch_range(source, f), wanted)],
+            lambda f: batch_range(source, f),
         )
         label = f"[{spec.full_name}__changelog] snapshot {source.current()[0]}"
         stats = _Stats(files_planned=len(files))
@@ -973,7 +547,7 @@ class FastReader:
             if limit is not None and rows >= limit:
                 break
             if limit is None or limit - rows >= sum(f.record_count for f in run):
-                part = _in_batches(self._read(source, run, schema, stats=stats, label=label), wanted)
+                part = in_batches(self._read(source, run, schema, stats=stats, label=label), wanted)
                 part = part.sort_by(order)
             else:
                 part = self._changelog_head(source, run, schema, columns, limit - rows, stats, wanted)
@@ -991,7 +565,7 @@ class FastReader:
 
     def _changelog_head(
         self,
-        source: _Source,
+        source: TableSource,
         files: list[TableFile],
         schema: pa.Schema,
         columns: list[str],
@@ -1012,7 +586,7 @@ class FastReader:
         if limit <= 0:
             return schema.empty_table()
         keys_schema = pa.schema([schema.field(c) for c in columns])
-        comparable = [_bound_type(f.type) for f in keys_schema]
+        comparable = [bound_type(f.type) for f in keys_schema]
         sort_keys = [(c, "ascending") for c in (*columns, "_file", "_group", "_row")]
         bounded = [c for c, kind in zip(columns, comparable, strict=True) if kind] + [
             "_file",
@@ -1031,7 +605,7 @@ class FastReader:
                 rg = meta.row_group(g)
                 index = {rg.column(j).path_in_schema: j for j in range(rg.num_columns)}
                 bound = tuple(
-                    _lower_bound(rg, index.get(c), kind) for c, kind in zip(columns, comparable, strict=True)
+                    lower_bound(rg, index.get(c), kind) for c, kind in zip(columns, comparable, strict=True)
                 )
                 groups.append((bound + ((0, i), (0, g), (0, 0)), i, g))
         groups.sort(key=lambda entry: entry[0])
@@ -1051,7 +625,7 @@ class FastReader:
                 .append_column("_group", pa.nulls(n, pa.int32()).fill_null(pa.scalar(g, pa.int32())))
                 .append_column("_row", _positions(n))
             )
-            keys = _in_batches(keys, batches)
+            keys = in_batches(keys, batches)
             top = keys if top is None else pa.concat_tables([top, keys])
             if top.num_rows >= limit:
                 top = _first_sorted(top, limit, sort_keys)
@@ -1181,9 +755,10 @@ class FastReader:
                     "snapshots": len(retained),
                     "history_batches": sum(c.count for c in history.chunks(source.properties)),
                     "files": sum(
-                        _total(t, "total-data-files") + _total(t, "total-delete-files") for t in tables
+                        snapshot_total(t, "total-data-files") + snapshot_total(t, "total-delete-files")
+                        for t in tables
                     ),
-                    "bytes": sum(_total(t, "total-files-size") for t in tables),
+                    "bytes": sum(snapshot_total(t, "total-files-size") for t in tables),
                     "last_maintenance": _iso_ms(maintained.get("at_ms")),
                     "changelog_records": head.log_end_offset if head else 0,
                     "pending_batches": sum(1 for b in landed if b > last),
@@ -1193,10 +768,10 @@ class FastReader:
             )
         return out
 
-    def _history(self, source: _Source) -> list[tuple[int, BatchSummary]]:
+    def _history(self, source: TableSource) -> list[tuple[int, BatchSummary]]:
         """The table's batches, oldest first: the expired ones from its history, then the retained ones."""
         return history.batches(
-            history.read(functools.partial(_read_bytes, source), source.properties), source.batch_snapshots()
+            history.read(functools.partial(read_bytes, source), source.properties), source.batch_snapshots()
         )
 
     def dead_letters(self, table: str, batch_id: int | None = None) -> list[dict[str, Any]]:
@@ -1212,7 +787,7 @@ class FastReader:
             path = batch.dead_letter
             if not path or (batch_id is not None and batch.batch_id != batch_id):
                 continue
-            text = _read_bytes(source, path).decode()
+            text = read_bytes(source, path).decode()
             out += [json.loads(line) for line in text.splitlines() if line.strip()]
         return out
 
@@ -1237,20 +812,6 @@ def to_pylist(table: pa.Table) -> list[dict[str, Any]]:
     return table.to_pylist()
 
 
-def _check_stored_types(spec: TableSpec, source: _Source) -> None:
-    """As :func:`changelake.storage.iceberg.check_stored_types`: a nanosecond timestamp column still stored as
-    microseconds (a table made before they were kept exactly) would read 1000 times off and hash a lookup
-    to another bucket."""
-    for c in spec.columns:
-        stored = source.column_types.get(c.name)
-        if c.type.is_nanos and stored is not None and stored != "long":
-            raise ChangelakeError(
-                f"Table {source.name}: column '{c.name}' is {c.type} but stored as {stored} (microseconds): "
-                "the table was created before changelake kept TIMESTAMP(7..9)/TIMESTAMP_LTZ(7..9) to the "
-                "nanosecond. Recreate the table (drop it, create it, apply its batches again) to keep nanoseconds"
-            )
-
-
 def expired_before(
     table: str, properties: dict[str, str], from_batch: int | None, to_batch: int | None, last: int
 ) -> None:
@@ -1264,72 +825,10 @@ def expired_before(
         )
 
 
-def _read_bytes(source: _Source, location: str) -> bytes:
-    opened = source.open(location)
-    if isinstance(opened, str):
-        return Path(opened).read_bytes()
-    with opened as stream:
-        return stream.read()
-
-
-def _total(source: _Source, key: str) -> int:
-    """An Iceberg total of a table's current snapshot summary (0 when it has none)."""
-    value = source.current()[1].get(key)
-    return int(value) if value is not None else 0
-
-
 def _iso_ms(ms: int | None) -> str | None:
     if ms is None:
         return None
     return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).isoformat(timespec="seconds")
-
-
-def _batch_range(source: _Source, f: TableFile) -> tuple[int | None, int | None]:
-    """A changelog file's batches: its ``_batch_id`` bounds, or its partition (a table partitioned by batch)."""
-    if f.batches is not None:
-        return f.batches
-    if "_batch_id" in source.partition_columns:
-        b = f.partition[source.partition_columns.index("_batch_id")]
-        return (b, b)
-    return (None, None)
-
-
-def _overlaps(have: tuple[int | None, int | None], wanted: tuple[int | None, int | None]) -> bool:
-    lo, hi = have
-    return (wanted[0] is None or hi is None or hi >= wanted[0]) and (
-        wanted[1] is None or lo is None or lo <= wanted[1]
-    )
-
-
-def _batch_runs(files: list[TableFile], batches: Callable[[TableFile], tuple]) -> list[list[TableFile]]:
-    """Files grouped into runs whose batch ranges overlap, runs in batch order (no batch is in two runs)."""
-    ordered = sorted(files, key=lambda f: (batches(f)[0] is not None, batches(f)[0] or 0))
-    runs: list[list[TableFile]] = []
-    high: int | None = None
-    for f in ordered:
-        lo, hi = batches(f)
-        if runs and (lo is None or high is None or lo <= high):
-            runs[-1].append(f)
-            high = None if hi is None or high is None else max(high, hi)
-        else:
-            runs.append([f])
-            high = hi
-    return runs
-
-
-def _in_batches(table: pa.Table, batches: tuple[int | None, int | None]) -> pa.Table:
-    """The changelog rows of the batches ``from..to`` (both optional)."""
-    low, high = batches
-    if (low is None and high is None) or not table.num_rows:
-        return table
-    column = table.column("_batch_id")
-    mask = None
-    if low is not None:
-        mask = pc.greater_equal(column, pa.scalar(low, pa.int64()))
-    if high is not None:
-        upper = pc.less_equal(column, pa.scalar(high, pa.int64()))
-        mask = upper if mask is None else pc.and_(mask, upper)
-    return table.filter(mask)
 
 
 #: A read of at least this many whole files (or delete files) reads them on _READ_THREADS threads.
@@ -1338,7 +837,11 @@ _READ_THREADS = 3  # on 2 cores: 3 keeps both busy while one waits for its file
 
 
 def _read_whole(
-    source: _Source, f: TableFile, schema: pa.Schema, gone: pa.Array | None, pf: pq.ParquetFile | None = None
+    source: TableSource,
+    f: TableFile,
+    schema: pa.Schema,
+    gone: pa.Array | None,
+    pf: pq.ParquetFile | None = None,
 ) -> tuple[pa.Table, int]:
     """A data file's rows in ``schema`` less the deleted ones, and its row-group count."""
     pf = pf or pq.ParquetFile(source.open(f.path))
@@ -1392,34 +895,6 @@ def _live(positions: pa.Array, start: int, gone: pa.Array) -> pa.Array:
     return pc.invert(pc.is_in(at, value_set=gone))
 
 
-def _group_starts(metadata: pq.FileMetaData) -> list[int]:
-    """The file position of each row group's first row."""
-    starts, at = [], 0
-    for g in range(metadata.num_row_groups):
-        starts.append(at)
-        at += metadata.row_group(g).num_rows
-    return starts
-
-
-def _may_contain(metadata: pq.FileMetaData, group: int, where: dict[str, Any]) -> bool:
-    """False when a row group's min/max statistics exclude one of the looked-up values."""
-    row_group = metadata.row_group(group)
-    names = metadata.schema.names
-    for name, value in where.items():
-        if name not in names:
-            continue
-        column = row_group.column(names.index(name))
-        s = column.statistics
-        if s is None or not s.has_min_max:
-            continue
-        try:
-            if value < s.min or value > s.max:
-                return False
-        except TypeError:  # e.g. aware vs naive datetimes: keep the row group
-            continue
-    return True
-
-
 _BATCH_ROWS = 16_384
 
 
@@ -1461,39 +936,6 @@ def _first_sorted(table: pa.Table, k: int, sort_keys: list[tuple[str, str]]) -> 
     if k * 16 < table.num_rows:
         return table.take(pc.select_k_unstable(table, k=k, sort_keys=sort_keys)).sort_by(sort_keys)
     return table.take(pc.sort_indices(table, sort_keys=sort_keys).slice(0, k))
-
-
-def _bound_type(dtype: pa.DataType) -> type | None:
-    """The Python type of the statistics that bound a column of ``dtype`` in a changelog read (types whose
-    statistics and Python values order as Arrow sorts: offsets, batches, buckets, most partition columns),
-    or None when none are used (floats: NaN and -0.0; timestamps: naive or aware values; decimals: older
-    writers' statistics compare their bytes unsigned)."""
-    if pa.types.is_boolean(dtype):
-        return bool
-    if pa.types.is_integer(dtype):
-        return int
-    if pa.types.is_string(dtype) or pa.types.is_large_string(dtype):
-        return str  # UTF-8 byte order is code point order
-    if pa.types.is_binary(dtype) or pa.types.is_large_binary(dtype):
-        return bytes
-    if pa.types.is_date32(dtype):
-        return dt.date
-    return None
-
-
-def _lower_bound(row_group: pq.RowGroupMetaData, column: int | None, kind: type | None) -> tuple:
-    """A sort position no record of the row group's ``column`` comes before: ``(0, min)`` from the
-    statistics, or ``(-1,)`` (before everything) when they are missing, unusable or not of ``kind``.
-    Nulls sort last (``(1,)``), so a minimum of the other values bounds them too."""
-    if column is None or kind is None:
-        return (-1,)
-    s = row_group.column(column).statistics
-    if s is None or not s.has_min_max:
-        return (-1,)
-    value = s.min
-    if type(value) is not kind:
-        return (-1,)
-    return (0, value)
 
 
 def _matches(keys: pa.Table, where: dict[str, Any]) -> pa.ChunkedArray:

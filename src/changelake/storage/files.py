@@ -21,12 +21,18 @@ This module is light (pyarrow only, not even numpy): the JVM-free read commands 
 from __future__ import annotations
 
 import struct
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+
+from changelake.errors import ChangelakeError
+
+if TYPE_CHECKING:
+    from changelake.spec import TableSpec
 
 DATA, POSITION_DELETES = 0, 1
 BUCKET_COLUMN = "_bucket"
@@ -158,3 +164,23 @@ def read_position_deletes(source) -> dict[str, pa.Array]:
         out[path] = pa.concat_arrays([out[path], part]) if path in out else part
         start = end
     return out
+
+
+def check_stored_types(table: str, spec: TableSpec, column_types: Mapping[str, str]) -> None:
+    """Refuse a table whose nanosecond timestamp columns are not stored as nanoseconds (``column_types``:
+    column -> Iceberg type name, as the table's schema has it).
+
+    Before changelake kept TIMESTAMP(7..9)/TIMESTAMP_LTZ(7..9) exactly, they were Iceberg ``timestamp``
+    columns of microseconds, bucketed by the microsecond value: reading them as nanoseconds would be off by a
+    factor of 1000 and a lookup would hash to another bucket, so such a table is refused, saying how to go on.
+    The one check for writes (:mod:`changelake.storage.iceberg`) and reads (:mod:`changelake.storage.fastread`).
+    """
+    for c in spec.columns:
+        stored = column_types.get(c.name)
+        if c.type.is_nanos and stored is not None and stored != "long":  # nanoseconds are kept in a long
+            raise ChangelakeError(
+                f"Table {table}: column '{c.name}' is {c.type} but stored as {stored} (microseconds): the table "
+                "was created before changelake kept TIMESTAMP(7..9)/TIMESTAMP_LTZ(7..9) to the nanosecond, and "
+                "its rows were bucketed by the microsecond values. Recreate the table (drop it, create it, apply "
+                "its batches again) to keep nanoseconds"
+            )

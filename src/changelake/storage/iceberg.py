@@ -41,6 +41,7 @@ from changelake.errors import ChangelakeError
 from changelake.lru import BoundedLRU
 from changelake.spec import TableSpec
 from changelake.storage import (
+    files,
     history,
     pyiceberg_fixes,  # its fixes are installed on import
     summary,
@@ -668,22 +669,10 @@ def _column_fields(spec: TableSpec) -> list[NestedField]:
 
 
 def check_stored_types(table: Table, spec: TableSpec) -> None:
-    """Refuse a table whose nanosecond timestamp columns are not stored as nanoseconds.
-
-    Before changelake kept TIMESTAMP(7..9)/TIMESTAMP_LTZ(7..9) exactly, they were Iceberg ``timestamp``
-    columns of microseconds, bucketed by the microsecond value: reading them as nanoseconds would be off by a
-    factor of 1000 and a lookup would hash to another bucket, so such a table is refused, saying how to go on.
-    """
-    stored = {f.name: f.field_type for f in table.schema().fields}
-    for c in spec.columns:
-        if c.type.is_nanos and c.name in stored and stored[c.name] != c.type.iceberg_type():
-            raise ChangelakeError(
-                f"Table {'.'.join(table.name())}: column '{c.name}' is {c.type} but stored as "
-                f"{stored[c.name]} (microseconds): the table was created before changelake kept "
-                "TIMESTAMP(7..9)/TIMESTAMP_LTZ(7..9) to the nanosecond, and its rows were bucketed by the "
-                "microsecond values. Recreate the table (drop it, create it, apply its batches again) to keep "
-                "nanoseconds"
-            )
+    """Refuse a table whose nanosecond timestamp columns are not stored as nanoseconds
+    (:func:`changelake.storage.files.check_stored_types`, over the pyiceberg table's schema)."""
+    stored = {f.name: str(f.field_type) for f in table.schema().fields}
+    files.check_stored_types(".".join(table.name()), spec, stored)
 
 
 def _sort_order(schema: Schema, columns: list[str]) -> SortOrder:
