@@ -3,6 +3,7 @@
 import json
 
 from changelake.config import load_settings
+from changelake.inputs.landing import landing_status
 from changelake.storage.fastread import FastReader
 
 
@@ -26,7 +27,8 @@ def test_status_reports_a_bad_landed_file_for_its_table_only(tmp_path):
     (settings.landing_dir / "a.good" / "1.jsonl").write_text(line)
     (settings.landing_dir / "a.good" / "٣.jsonl").write_text(line)  # not ASCII digits: not a batch
 
-    rows = {r["table"]: r for r in FastReader(settings, lambda m: None).status()}
+    reader = FastReader(settings, lambda m: None)
+    rows = {r["table"]: r for r in landing_status(reader, reader.status())}
     assert rows["a.bad"]["pending_batches"] == 1  # batch 1 is usable, 2 on are blocked
     assert "batch 2 is landed twice" in rows["a.bad"]["problem"]
     assert rows["a.good"]["problem"] is None and rows["a.good"]["pending_batches"] == 1

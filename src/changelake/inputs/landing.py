@@ -458,12 +458,16 @@ def _current_checksum(paths: list[Path], how: dict[str, Any], recorded: str) -> 
 
 def landing_status(reader: Any, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """``status`` rows (:meth:`changelake.storage.fastread.FastReader.status`) with what the landing
-    directory says of each table: ``incomplete`` (the batch the table waits for, and why) and, in
-    ``problem``, the applied landed files that changed since."""
+    directory says of each table: ``pending_batches`` (landed, not applied), ``problem`` (a bad landed file
+    name, and the applied landed files that changed since) and ``incomplete`` (the batch the table waits
+    for, and why)."""
     specs = dict(reader.specs())  # the tables whose spec loaded: the ones status has rows of
     landing_dir = reader.settings.landing_dir
-    for row in rows:
+    for i, row in enumerate(rows):
         spec = specs.get(row["table"])
+        # Usable landed batches; a bad file name blocks its table from that batch on, not the status.
+        scan = scan_landing(landing_dir, spec) if spec is not None else Landing(row["table"])
+        row = rows[i] = _with_landing(row, scan)
         row["incomplete"] = None
         if spec is None:
             continue
@@ -490,6 +494,22 @@ def landing_status(reader: Any, rows: list[dict[str, Any]]) -> list[dict[str, An
             message = str(changed_error(spec.full_name, changed))
             row["problem"] = message if not row.get("problem") else f"{message}; {row['problem']}"
     return rows
+
+
+def _with_landing(row: dict[str, Any], scan: Landing) -> dict[str, Any]:
+    """A status row with ``pending_batches`` and ``problem`` after ``changelog_records``, as status shows them."""
+    last = row.get("last_batch") or 0
+    landed = {
+        "pending_batches": sum(1 for b in scan.batches if b > last),
+        "problem": str(scan.error()) if scan.problems else None,  # shown; the other tables go on
+    }
+    out: dict[str, Any] = {}
+    for key, value in row.items():
+        out[key] = value
+        if key == "changelog_records":
+            out.update(landed)
+    out.update({k: v for k, v in landed.items() if k not in out})
+    return out
 
 
 def _mtime(path: Path) -> float:
