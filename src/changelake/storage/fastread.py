@@ -54,7 +54,6 @@ from changelake.bucketing import bucket_of, partition_value
 from changelake.config import Settings
 from changelake.errors import ChangelakeError, java_list
 from changelake.identifiers import split_table_name
-from changelake.inputs.landing import scan_landing
 from changelake.spec import TableSpec, load_specs
 from changelake.storage import history, summary
 from changelake.storage.avro import Unsupported
@@ -701,14 +700,11 @@ class FastReader:
 
     # --- status and dead letters ----------------------------------------------------------------------
     def status(self) -> list[dict[str, Any]]:
-        """Per table with a spec: last batch, rows, batch snapshots, changelog records, pending landed batches,
-        and the quarantined / redelivered / deduplicated totals of its batches."""
+        """Per table with a spec: last batch, rows, batch snapshots, changelog records, and the quarantined /
+        redelivered / deduplicated totals of its batches. What the landing directory says (pending batches,
+        problems) is added by :func:`changelake.inputs.landing.landing_status`: storage does not read it."""
         out = []
         for name, spec in sorted(self.specs().items()):
-            # Usable landed batches; a bad file name blocks its table from that batch on, not the status.
-            scan = scan_landing(self.settings.landing_dir, spec)
-            landed = list(scan.batches)
-            problem = str(scan.error()) if scan.problems else None  # shown; the other tables go on
             source = self._source(spec.namespace, spec.table)
             if source is None:
                 out.append(
@@ -723,8 +719,6 @@ class FastReader:
                         "bytes": 0,
                         "last_maintenance": None,
                         "changelog_records": 0,
-                        "pending_batches": len(landed),
-                        "problem": problem,
                         **dict.fromkeys(_SOURCE_TOTALS, 0),
                     }
                 )
@@ -761,8 +755,6 @@ class FastReader:
                     "bytes": sum(snapshot_total(t, "total-files-size") for t in tables),
                     "last_maintenance": _iso_ms(maintained.get("at_ms")),
                     "changelog_records": head.log_end_offset if head else 0,
-                    "pending_batches": sum(1 for b in landed if b > last),
-                    "problem": problem,
                     **totals,
                 }
             )
