@@ -5,6 +5,7 @@ incremental mart equals a full rebuild after a new batch, and a duplicated key m
 from __future__ import annotations
 
 import decimal
+import json
 
 import pytest
 from pyspark.sql import functions as F
@@ -76,6 +77,14 @@ def test_build_passes_and_marts_equal_independent_spark_results(demo, spark):
     assert revenue.filter("engine_revenue != exact_revenue or engine_orders != exact_orders").count() == 0
     refunds = demo.input_records("shop.shop_revenue").filter("_op = '-D'").count()
     assert refunds > 0  # ... and refunds did arrive
+    # The quality app's drift check (GX) on the retraction table: it passes, with zero drift in its summary.
+    from changelake.quality.runner import run_quality
+
+    messages: list[str] = []
+    status = run_quality(demo.settings, spark=spark, progress=messages.append, tables=["shop.shop_revenue"])
+    summary = json.loads((demo.settings.home / "quality" / "quality_summary.json").read_text())
+    assert status == 0 and summary["drift_total"] == {"shop.shop_revenue": 0.0}, messages
+    assert not [m for m in messages if "FAILED" in m]
 
 
 def test_replay_changes_nothing_and_incremental_equals_full_rebuild(demo, spark):
