@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from airflow.providers.standard.operators.empty import EmptyOperator
 from airflow.sdk import Param, dag, task
 from airflow.timetables.assets import AssetOrTimeSchedule
 from airflow.timetables.trigger import CronTriggerTimetable
-from changelake_dags import common
+from changelake_dags import common, operators
 
 LANDING = common.landing_asset()
 TABLES = common.table_names()
@@ -79,6 +80,9 @@ def changelake_apply():
 
     # all_done: the report runs (and names the problem) even when one table's apply failed.
     summary = report.override(trigger_rule="all_done")()
+    # The run's outcome: failed when a table's apply failed (the report above succeeds either way), success
+    # when every apply succeeded or had nothing to do.
+    applied = EmptyOperator(task_id="all_applied", trigger_rule="none_failed")
     for table in TABLES:
         name = common.task_name(table)
 
@@ -88,7 +92,7 @@ def changelake_apply():
             print(f"{table}: {waiting} batch(es) to apply")
             return waiting > 0
 
-        apply = common.spark_submit(
+        apply = operators.spark_submit(
             f"apply__{name}",
             "apply_app.py",
             [
@@ -100,7 +104,7 @@ def changelake_apply():
             ],  # fmt: skip
             outlets=[common.table_asset(table)],
         )
-        has_batches(pending) >> apply >> summary
+        has_batches(pending) >> apply >> [summary, applied]
 
 
 changelake_apply()

@@ -11,7 +11,7 @@ docs site under $CHANGELAKE_HOME/dbt/target. The marts' Asset schedules `changel
 from __future__ import annotations
 
 from airflow.sdk import AssetAny, Param, dag, task
-from changelake_dags import common
+from changelake_dags import common, operators
 
 MARTS = common.marts_asset()
 
@@ -31,7 +31,7 @@ MARTS = common.marts_asset()
     doc_md=__doc__,
 )
 def changelake_dbt():
-    dbt_build = common.spark_submit(
+    dbt_build = operators.spark_submit(
         "dbt_build",
         "dbt_app.py",
         ["build", "--select", "{{ params.select }}", "{{ '--full-refresh' if params.full_refresh else '' }}"],
@@ -43,7 +43,7 @@ def changelake_dbt():
         """Status of every dbt node of the build (model, test, unit test), from run_results.json."""
         return common.dbt_results()
 
-    dbt_docs = common.spark_submit("dbt_docs", "dbt_app.py", ["docs", "generate"])
+    dbt_docs = operators.spark_submit("dbt_docs", "dbt_app.py", ["docs", "generate"])
     dbt_build >> [model_results(), dbt_docs]
 
 

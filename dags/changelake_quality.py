@@ -10,7 +10,7 @@ when an expectation of severity critical failed, naming the offending keys.
 from __future__ import annotations
 
 from airflow.sdk import Param, dag, task
-from changelake_dags import common
+from changelake_dags import common, operators
 
 MARTS = common.marts_asset()
 
@@ -38,7 +38,7 @@ MARTS = common.marts_asset()
     doc_md=__doc__,
 )
 def changelake_quality():
-    run_suites = common.spark_submit(
+    run_suites = operators.spark_submit(
         "run_suites",
         "quality_app.py",
         [

@@ -15,12 +15,19 @@ import pendulum
 
 REPO = Path(__file__).resolve().parents[2]
 SPARK_APPS = REPO / "spark_apps"
+# changelake's log4j2 config for a driver JVM that spark-submit starts (the library's copy; the data env's
+# sessions load the same file themselves)
+LOG4J = REPO / "src" / "changelake" / "runtime" / "log4j2.properties"
+# The CLI's exit code of its one retryable error kind (changelake.errors.CommitConflict, docs/cli.md "Exit
+# codes"): another writer kept committing first; the same command later converges. Every other failure of a
+# changelake command is permanent (bad input, spec, unknown table, config), so a retry would only repeat it.
+RETRYABLE_EXIT_CODES = {75}
 SPARK_POOL = "changelake_spark"  # one slot locally: two Spark drivers would fight for 2 cores and Derby
 START_DATE = pendulum.datetime(2026, 11, 1, tz="UTC")
 DEFAULT_ARGS = {
     "owner": "changelake",
-    "retries": 2,
-    "retry_delay": dt.timedelta(seconds=30),
+    "retries": 2,  # only a retryable failure uses them (failure() below); the delay is Airflow's
+    # [core] default_task_retry_delay, 30 s in infra/airflow/env.sh
     "retry_exponential_backoff": True,
     "max_retry_delay": dt.timedelta(minutes=10),
 }
@@ -95,7 +102,7 @@ def spark_conf() -> dict[str, str]:
     """spark-submit settings: the data env's Python, and changelake's log4j2 config and Derby home for the
     driver JVM (spark-submit starts that JVM, so the app cannot set them itself)."""
     python = data_python()
-    log4j = SPARK_APPS / "changelake" / "log4j2.properties"
+    log4j = LOG4J
     return {
         "spark.pyspark.python": python,
         "spark.pyspark.driver.python": python,
@@ -113,8 +120,8 @@ def changelake_json(*args: str, timeout: int = 600) -> Any:
     if proc.stderr:
         print(proc.stderr, flush=True)
     if proc.returncode != 0:
-        raise RuntimeError(
-            f"{' '.join(command[1:])} exited with {proc.returncode}: {proc.stderr.strip()[-500:]}"
+        raise failure(
+            f"{' '.join(command[1:])} exited with {proc.returncode}: {proc.stderr.strip()[-500:]}", proc.returncode
         )
     try:
         return json.loads(proc.stdout)
@@ -122,6 +129,17 @@ def changelake_json(*args: str, timeout: int = 600) -> Any:
         raise RuntimeError(
             f"{' '.join(command[1:])} printed no single JSON document on stdout ({e}): {proc.stdout[:500]!r}"
         ) from None
+
+
+def failure(message: str, returncode: int) -> Exception:
+    """The exception that fails a task for a changelake command that exited with ``returncode``: retried (by
+    the task's ``retries``) only for a retryable kind, else failed at once -- a refused batch or a bad spec
+    fails the same way on every try, and its retries would only delay the alert."""
+    from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+    if returncode in RETRYABLE_EXIT_CODES:
+        return AirflowException(f"{message} (retryable: another writer committed first; retried)")
+    return AirflowFailException(f"{message} (permanent: not retried; docs/cli.md 'Exit codes')")
 
 
 def status() -> dict[str, dict]:
@@ -151,7 +169,7 @@ def dbt_results() -> dict[str, str]:
 
 def quality_results() -> dict:
     """Read the quality app's summary; raise AirflowFailException (no retry) on a critical failure."""
-    from airflow.exceptions import AirflowFailException
+    from airflow.sdk.exceptions import AirflowFailException
 
     path = home() / "quality" / "quality_summary.json"
     summary = json.loads(path.read_text())
@@ -191,21 +209,3 @@ def warm_endpoint() -> dict | None:
     except (OSError, ValueError, KeyError, TypeError):
         return None
     return info
-
-
-def spark_submit(task_id: str, app: str, args: list[str], **kwargs):
-    """The operator for one of changelake's apps (warm through the SQL endpoint when it runs, else
-    spark-submit), with the shared connection, conf and pool."""
-    from changelake_dags.operators import ChangelakeSparkOperator
-
-    return ChangelakeSparkOperator(
-        task_id=task_id,
-        application=str(SPARK_APPS / app),
-        application_args=args,
-        conn_id="spark_default",
-        conf=spark_conf(),
-        name=f"changelake-{task_id}",
-        pool=SPARK_POOL,
-        verbose=False,
-        **kwargs,
-    )

@@ -9,11 +9,15 @@ metastore of dbt's tables stays with the one JVM that may open it.
 
 Cold: no endpoint for this ``CHANGELAKE_HOME`` (or ``CHANGELAKE_WARM=0``): ``spark-submit`` on the
 ``spark_default`` connection, as on a cluster.
+
+Either way the app's exit code decides what a failure is: only a retryable kind (a lost commit race) is
+retried; a refused batch, a bad spec or an unknown table fails the task at once (``common.failure``).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from typing import Any
 
@@ -29,15 +33,25 @@ class ChangelakeSparkOperator(SparkSubmitOperator):
         self._warm_process: subprocess.Popen | None = None
 
     def execute(self, context: Any) -> None:
+        from airflow.sdk.exceptions import AirflowException
+
         endpoint = common.warm_endpoint()
-        if endpoint is None:
-            self.log.info("cold path: spark-submit (no SQL endpoint serves %s)", common.home())
+        if endpoint is not None:
+            return self._execute_warm(endpoint)
+        self.log.info("cold path: spark-submit (no SQL endpoint serves %s)", common.home())
+        try:
             return super().execute(context)
-        return self._execute_warm(endpoint)
+        except AirflowException as e:
+            # spark-submit exits with the Python app's code; the hook words it "Error code is: N."
+            found = re.search(r"Error code is: (\d+)", str(e))
+            if found is None:
+                raise
+            raise common.failure(f"spark-submit {self._app_name()} failed", int(found.group(1))) from e
+
+    def _app_name(self) -> str:
+        return os.path.basename(str(self.application))
 
     def _execute_warm(self, endpoint: dict[str, Any]) -> None:
-        from airflow.exceptions import AirflowException
-
         # Empty templated arguments ('' for an unset Param) are dropped by the apps themselves.
         command = [common.data_python(), str(self.application), *map(str, self.application_args or [])]
         env = {**os.environ, "CHANGELAKE_SPARK_REMOTE": endpoint["connect_url"]}
@@ -49,9 +63,10 @@ class ChangelakeSparkOperator(SparkSubmitOperator):
             self.log.info("%s", line.rstrip())
         returncode = self._warm_process.wait()
         if returncode != 0:
-            raise AirflowException(
-                f"{os.path.basename(str(self.application))} exited with {returncode} "
-                f"(warm path on {endpoint['connect_url']}; the lines above say why)"
+            raise common.failure(
+                f"{self._app_name()} exited with {returncode} "
+                f"(warm path on {endpoint['connect_url']}; the lines above say why)",
+                returncode,
             )
 
     def on_kill(self) -> None:
@@ -59,3 +74,19 @@ class ChangelakeSparkOperator(SparkSubmitOperator):
             self._warm_process.terminate()
             return
         super().on_kill()
+
+
+def spark_submit(task_id: str, app: str, args: list[str], **kwargs) -> ChangelakeSparkOperator:
+    """The operator for one of changelake's apps (warm through the SQL endpoint when it runs, else
+    spark-submit), with the shared connection, conf and pool."""
+    return ChangelakeSparkOperator(
+        task_id=task_id,
+        application=str(common.SPARK_APPS / app),
+        application_args=args,
+        conn_id="spark_default",
+        conf=common.spark_conf(),
+        name=f"changelake-{task_id}",
+        pool=common.SPARK_POOL,
+        verbose=False,
+        **kwargs,
+    )

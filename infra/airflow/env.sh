@@ -17,6 +17,8 @@ export AIRFLOW__API__BASE_URL="http://localhost:$AIRFLOW_PORT"
 export AIRFLOW__CORE__EXECUTION_API_SERVER_URL="http://localhost:$AIRFLOW_PORT/execution/"
 export AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL="${AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL:-30}"
 export AIRFLOW__LOGGING__COLORED_CONSOLE_LOG=False
+# The first retry of a retryable failure (a lost commit race) after 30 s, then exponentially longer.
+export AIRFLOW__CORE__DEFAULT_TASK_RETRY_DELAY="${AIRFLOW__CORE__DEFAULT_TASK_RETRY_DELAY:-30}"
 # spark_default: local Spark unless the caller points it at a cluster (make airflow SPARK_MASTER=spark://...).
 export AIRFLOW_CONN_SPARK_DEFAULT="${AIRFLOW_CONN_SPARK_DEFAULT:-{\"conn_type\": \"spark\", \"host\": \"${SPARK_MASTER:-local[2]}\"}}"
 # airflow standalone starts its components as `airflow ...` subprocesses, so the Airflow env's bin is on

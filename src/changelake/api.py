@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from changelake import evolution
 from changelake.config import Settings, load_settings
 from changelake.engine.apply import Applier, BatchResult, Progress, stderr_progress
-from changelake.errors import BatchRefusedError, ChangelakeError
+from changelake.errors import BatchRefusedError, ChangelakeError, unknown_table
 from changelake.identifiers import split_table_name
 from changelake.inputs.landing import landing_status, read_manifest, scan_landing
 from changelake.spec import SpecDirectory, TableSpec, check_new_table, load_specs
@@ -85,9 +85,8 @@ class ChangeLake:
         file_spec = self.specs().get(table)
         stored = self.storage.stored_spec(namespace, name)
         if file_spec is None and stored is None:
-            raise ChangelakeError(
-                f"Unknown table {table}: not in the catalog and no spec in {self.settings.tables_dir} "
-                f"(known: {sorted(self.specs()) or 'none'})"
+            raise unknown_table(
+                table, f"not in the catalog and no spec in {self.settings.tables_dir}", list(self.specs())
             )
         note = evolution.difference_note(table, file_spec, stored)
         if note:

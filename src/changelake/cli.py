@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from changelake.atomic import atomic_write_text
-from changelake.errors import ChangelakeError
+from changelake.errors import ChangelakeError, CommitConflict, unknown_table
 
 # Output of the read commands: aligned text, one JSON object per line, or one JSON array (one document).
 _ROW_FORMATS = ["table", "jsonl", "json"]
@@ -248,7 +248,12 @@ def main(argv: list[str] | None = None) -> int:
             code, document = _run(args)
     except ChangelakeError as e:
         print(f"error: {e}", file=sys.stderr)
-        return 2
+        return e.exit_code  # one per kind (changelake.errors; docs/cli.md "Exit codes")
+    except Exception as e:
+        if type(e).__name__ != "CommitFailedException":  # pyiceberg's, not imported here (start-up time)
+            raise
+        print(f"error: another writer committed first; retry later ({e})", file=sys.stderr)
+        return CommitConflict.exit_code
     finally:
         os.umask(umask)
     if as_json:
@@ -452,7 +457,7 @@ def _create(lake, args: argparse.Namespace) -> dict[str, Any]:
         specs = lake.specs()
         unknown = [t for t in args.table if t not in specs]
         if unknown:
-            raise ChangelakeError(f"no spec for {unknown} in {lake.settings.tables_dir}")
+            raise unknown_table(", ".join(unknown), f"no spec in {lake.settings.tables_dir}", list(specs))
         given = [specs[t] for t in (args.table or sorted(specs))]
     outcomes = []
     for spec in given:

@@ -33,7 +33,7 @@ from typing import Any
 
 import yaml
 
-from changelake.errors import ChangelakeError
+from changelake.errors import ConfigError
 
 _ENV_KEYS = {
     "tables_dir": "CHANGELAKE_TABLES",
@@ -108,7 +108,7 @@ def load_settings(**overrides: Any) -> Settings:
     for key in ("tables_dir", "landing_dir", "dbt_project_dir", "expectations_dir"):
         values[key] = Path(values[key]).expanduser().resolve()
     if values.get("catalog_type", "sql") not in ("sql", "rest"):
-        raise ChangelakeError(f"catalog_type must be 'sql' or 'rest', got {values['catalog_type']!r}")
+        raise ConfigError(f"catalog_type must be 'sql' or 'rest', got {values['catalog_type']!r}")
     return Settings(home=home, **values)
 
 
@@ -131,14 +131,14 @@ _FILE_KEYS = {
 def _read_config_file(path: Path, explicit: bool) -> dict[str, Any]:
     if not path.exists():
         if explicit:
-            raise ChangelakeError(f"CHANGELAKE_CONFIG points to {path}, which does not exist")
+            raise ConfigError(f"CHANGELAKE_CONFIG points to {path}, which does not exist")
         return {}
     data = yaml.safe_load(path.read_text()) or {}
     if not isinstance(data, dict):
-        raise ChangelakeError(f"{path}: expected a mapping of settings")
+        raise ConfigError(f"{path}: expected a mapping of settings")
     unknown = set(data) - _FILE_KEYS
     if unknown:
-        raise ChangelakeError(f"{path}: unknown settings {sorted(unknown)}; known: {sorted(_FILE_KEYS)}")
+        raise ConfigError(f"{path}: unknown settings {sorted(unknown)}; known: {sorted(_FILE_KEYS)}")
     for key in ("spark_conf", "catalog_properties"):
         if key in data:
             data[key] = {str(k): str(v) for k, v in (data[key] or {}).items()}
@@ -160,7 +160,7 @@ def max_record_bytes() -> int:
     if not text:
         return DEFAULT_MAX_RECORD_BYTES
     if not text.isascii() or not text.isdigit() or not 1 <= int(text) < 2**62:
-        raise ChangelakeError(
+        raise ConfigError(
             f"CHANGELAKE_MAX_RECORD_BYTES must be a positive number of bytes, got {text[:40]!r}"
         )
     return int(text)

@@ -8,14 +8,51 @@ _REASON_LIMIT = 2000
 
 
 class ChangelakeError(Exception):
-    """Base class: a problem the user can fix (bad spec, bad input, refused write)."""
+    """Base class: a problem the user can fix (bad spec, bad input, refused write). Permanent unless a subclass
+    says otherwise: running the same command again gives the same error.
+
+    ``exit_code`` is the CLI's exit status for the kind (docs/cli.md, "Exit codes"); ``retryable`` tells a
+    scheduler whether a retry can succeed (the Airflow DAGs retry only those)."""
+
+    exit_code = 2
+    retryable = False
+
+
+class BadInput(ChangelakeError):
+    """The input is refused: a landed file or record that cannot be decoded or is unsafe to read, a batch the
+    exactly-once protocol refuses, a write the table's semantics refuse. Nothing was applied."""
+
+    exit_code = 2
 
 
 class SpecError(ChangelakeError):
     """A table spec or option is invalid (raised when the table is created or loaded)."""
 
+    exit_code = 3
 
-class BadRecordError(ChangelakeError):
+
+class TableNotFound(ChangelakeError):
+    """The table named is neither in the catalog nor among the spec files."""
+
+    exit_code = 4
+
+
+class ConfigError(ChangelakeError):
+    """A setting (config file, environment variable, argument) is invalid, or the environment lacks what it
+    needs (a catalog, Java, a server it was pointed at)."""
+
+    exit_code = 5
+
+
+class CommitConflict(ChangelakeError):
+    """Other writers kept committing first (commit races lost ``MAX_COMMIT_ATTEMPTS`` times in a row). Nothing
+    was applied; the same command later converges (exactly-once makes a retry safe)."""
+
+    exit_code = 75  # EX_TEMPFAIL (sysexits.h): "try again later"
+    retryable = True
+
+
+class BadRecordError(BadInput):
     """A landed record cannot be decoded. Names file, line and field."""
 
     def __init__(self, file: str, line: int, field: str | None, reason: str):
@@ -28,12 +65,22 @@ class BadRecordError(ChangelakeError):
         super().__init__(f"{where}: {reason}")
 
 
-class BatchRefusedError(ChangelakeError):
+class BatchRefusedError(BadInput):
     """A batch id or checksum is refused by the exactly-once protocol."""
 
 
-class WriteRefusedError(ChangelakeError):
+class WriteRefusedError(BadInput):
     """A write violates the table's semantics (e.g. deletes disabled); the batch is not applied."""
+
+
+#: Every kind, for the CLI reference and the DAGs' retry rule (exit code -> kind).
+KINDS: tuple[type[ChangelakeError], ...] = (BadInput, SpecError, TableNotFound, ConfigError, CommitConflict)
+
+
+def unknown_table(table: str, where: str, known: list[str] | None = None) -> TableNotFound:
+    """The one message for a table that does not exist: ``Unknown table ns.t: <where> (known: ...)``."""
+    listing = f" (known: {sorted(known) or 'none'})" if known is not None else ""
+    return TableNotFound(f"Unknown table {table}: {where}{listing}")
 
 
 def java_list(items: Any) -> str:
@@ -65,3 +112,10 @@ def short_repr(value: Any, limit: int = 60) -> str:
     if len(text) > limit:
         return text[:limit] + f"... ({len(text)} characters)"
     return text
+
+
+def missing_table(full_name: str, changelog: bool = False) -> TableNotFound:
+    """The one message for a table with a spec that was not created yet (or its changelog table)."""
+    if changelog:
+        return TableNotFound(f"Changelog table of {full_name} does not exist; create the table first")
+    return TableNotFound(f"Table {full_name} does not exist; create it first (changelake create)")

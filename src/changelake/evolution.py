@@ -28,7 +28,7 @@ import dataclasses
 import json
 from dataclasses import dataclass, field
 
-from changelake.errors import ChangelakeError, SpecError
+from changelake.errors import ChangelakeError, SpecError, unknown_table
 from changelake.spec import Column, TableSpec
 
 #: ``table.*`` options Fluss lets ALTER TABLE set or reset (``FlussConfigUtils.ALTERABLE_TABLE_OPTIONS``).
@@ -218,7 +218,7 @@ def resolve(table: str, file_spec: TableSpec | None, stored_json: str | None) ->
     if stored_json:
         return with_sections(stored_spec(stored_json, table), file_spec)
     if file_spec is None:
-        raise ChangelakeError(f"Unknown table {table}: not in the catalog and no spec file")
+        raise unknown_table(table, "not in the catalog and no spec file")
     return file_spec
 
 

@@ -79,5 +79,8 @@ def test_the_cli_helper_takes_only_a_json_document(dagbag):
     assert common.changelake_json("status", "--format", "json")[0]["table"] == "shop.orders"
     with pytest.raises(RuntimeError, match="no single JSON document"):
         common.changelake_json("status")  # the aligned text table
-    with pytest.raises(RuntimeError, match="exited with 2"):
+    from airflow.sdk.exceptions import AirflowFailException
+
+    # an unknown table (exit 4) can never succeed: the task fails without retries
+    with pytest.raises(AirflowFailException, match="exited with 4.*permanent: not retried"):
         common.changelake_json("scan", "shop.nope", "--format", "json")

@@ -62,11 +62,12 @@ SOCKET_NAME = "apply.sock"
 # may differ per request (a CLI run with --tables), as they may between two cold runs.
 SHARED_SETTINGS = ("warehouse", "catalog_uri", "catalog_type", "catalog_name")
 PER_REQUEST_SETTINGS = ("tables_dir", "landing_dir")
+# Every kind of error travels back by name, so the client raises the kind (and exits with its code) the endpoint did.
 _ERRORS = {
     cls.__name__: cls
     for cls in (
         errors.ChangelakeError,
-        errors.SpecError,
+        *errors.KINDS,
         errors.BatchRefusedError,
         errors.WriteRefusedError,
     )
@@ -241,12 +242,20 @@ class _Handler(socketserver.StreamRequestHandler):
         except errors.BadRecordError as e:
             send({"error": {"type": "BadRecordError", "message": str(e), **_bad_record(e)}})
         except errors.ChangelakeError as e:
-            send({"error": {"type": type(e).__name__, "message": str(e)}})
+            send({"error": {"type": _kind_of(e).__name__, "message": str(e)}})
         except Exception as e:  # reported to the client; the service keeps serving
+            if type(e).__name__ == "CommitFailedException":  # a commit race lost outside the apply's retries
+                send({"error": {"type": "CommitConflict", "message": f"another writer committed first: {e}"}})
+                return
             self.server.log(f"[apply-service] request failed: {type(e).__name__}: {e}")
             send({"error": {"type": "internal", "message": f"{type(e).__name__}: {e}"}})
         else:
             send({"results": results})
+
+
+def _kind_of(error: errors.ChangelakeError) -> type[errors.ChangelakeError]:
+    """The nearest kind the client knows for an error class it does not (a subclass of a kind)."""
+    return next((k for k in type(error).__mro__ if k.__name__ in _ERRORS), errors.ChangelakeError)
 
 
 def _read_request(sock: socket.socket, deadline: float) -> bytes | None:

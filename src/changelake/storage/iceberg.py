@@ -37,7 +37,7 @@ from pyiceberg.types import IntegerType, LongType, NestedField, StringType, Time
 
 from changelake import evolution
 from changelake.config import Settings
-from changelake.errors import ChangelakeError
+from changelake.errors import ChangelakeError, missing_table
 from changelake.lru import BoundedLRU
 from changelake.spec import TableSpec
 from changelake.storage import (
@@ -344,18 +344,14 @@ class Storage:
     def pk_table(self, spec: TableSpec) -> Table:
         table = self._load(spec.namespace, spec.table)
         if table is None:
-            raise ChangelakeError(
-                f"Table {spec.full_name} does not exist; create it first (changelake create)"
-            )
+            raise missing_table(spec.full_name)
         check_stored_types(table, spec)
         return table
 
     def changelog_table(self, spec: TableSpec) -> Table:
         table = self._load(spec.namespace, spec.table + CHANGELOG_SUFFIX)
         if table is None:
-            raise ChangelakeError(
-                f"Changelog table of {spec.full_name} does not exist; create the table first"
-            )
+            raise missing_table(spec.full_name, changelog=True)
         check_stored_types(table, spec)
         return table
 
