@@ -22,7 +22,9 @@ default table format differs only in how the same rows are printed).
 Applies: ``--reps`` landed 100-record batches per table through the warm path (``infra/spark_server.sh
 start`` on free ports, then ``changelake apply <table>`` with ``CHANGELAKE_SPARK_REMOTE=sc://…``; after each
 batch the script waits until the endpoint's views show it, so its refresh never overlaps the next timing),
-then the endpoint is stopped and the script checks that none of its processes is left. Then
+then ``--reps`` one-row ``changelake sql "DELETE FROM <big table> WHERE order_id = <live key>"`` through the
+same endpoint (issue 37's target: <= 1 s; checked: batch committed, one row fewer), then the endpoint is
+stopped and the script checks that none of its processes is left. Then
 ``--cold-reps`` batches of the same shape per table through the cold path (the same command without
 ``CHANGELAKE_SPARK_REMOTE``: a new local Spark JVM per process). A batch can only be applied once, so cold
 and warm apply different batches of the same shape to the same table.
@@ -82,6 +84,13 @@ TARGETS = [
     ("status", "changelake status", 1.0, 3.5),
     ("apply_warm_big", "100-record batch, warm path, end to end, big table", 3.0, 21.0),
     ("apply_warm_small", "100-record batch, warm path, end to end, small table", 3.0, 21.0),
+    # issue 37: no figure before (there was no SQL write)
+    (
+        "sql_delete_warm_big",
+        "1-row DELETE FROM (changelake sql), warm path, end to end, big table",
+        1.0,
+        None,
+    ),
 ]
 # The apply's own progress lines: decode and merge take their own time, "committed ... in" the whole batch.
 PHASES = {
@@ -92,6 +101,7 @@ PHASES = {
 APPLIED = re.compile(
     r"batch (\d+): applied; inserted (\d+), updated (\d+), deleted (\d+), ignored (\d+); changelog (\d+)"
 )
+SQL_DELETED = re.compile(r"^DELETE (\S+): batch (\d+) applied; inserted 0, updated 0, deleted (\d+)", re.M)
 
 Check = Callable[[str], "str | None"]  # CLI stdout -> None if right, else what is wrong
 
@@ -650,6 +660,59 @@ def apply_runs(
     }
 
 
+def sql_delete_runs(
+    table: str,
+    truth: Truth,
+    batches: Batches,
+    count: int,
+    cli: Path,
+    env: dict[str, str],
+    after: Callable[[int], float | None] | None = None,
+) -> dict[str, Any]:
+    """``count`` one-row ``changelake sql "DELETE FROM <table> WHERE <key> = <live key>"``, each a fresh
+    process, checked as the applies are: the CLI says batch N deleted 1, pyiceberg shows batch N committed
+    and one row fewer."""
+    results = []
+    for _ in range(count):
+        key = int(batches.rng.choice(batches.alive))
+        batch_id, rows_before = truth.last_batch() + 1, truth.row_count()
+        # The statement the bench times: its own table and key column, and an int key (nothing spliced).
+        statement = f"DELETE FROM {table} WHERE {KEY} = {key}"  # noqa: S608
+
+        def deleted_one(stdout: str, batch_id: int = batch_id) -> str | None:
+            found = SQL_DELETED.findall(stdout)
+            if found != [(table, str(batch_id), "1")]:
+                return f"expected 'DELETE {table}: batch {batch_id} applied; ... deleted 1', got {stdout.strip()[-300:]}"
+            return None
+
+        print(f"== warm sql: {statement}", file=sys.stderr, flush=True)
+        result = measure(statement, [Case(["sql", statement], deleted_one)], cli, env, quiet=True)
+        truth.reload()
+        if result["ok"] and not (truth.last_batch() == batch_id and truth.row_count() == rows_before - 1):
+            result["ok"] = False
+            result["failures"].append(
+                {"problem": f"after the delete: last batch {truth.last_batch()}, rows {truth.row_count()}"}
+            )
+        if truth.last_batch() == batch_id:
+            batches.alive = batches.alive[batches.alive != key]
+        entry = {"batch_id": batch_id, "key": key, "seconds": result["median_s"], "ok": result["ok"]}
+        if after is not None and truth.last_batch() == batch_id:
+            entry["views_waited_s"] = after(truth.current_snapshot_id())
+        if not result["ok"]:
+            entry["failures"] = result["failures"]
+        entry["progress"] = result["progress"]
+        print(f"   {result['median_s']:6.2f} s  ok={result['ok']}", file=sys.stderr, flush=True)
+        results.append(entry)
+    seconds = [r["seconds"] for r in results if r["ok"]]
+    return {
+        "command": f'changelake sql "DELETE FROM {table} WHERE {KEY} = <live key>"',  # noqa: S608
+        "runs": results,
+        "first_s": results[0]["seconds"] if results else None,
+        **summarize(seconds),
+        "ok": all(r["ok"] for r in results),
+    }
+
+
 def free_port() -> int:
     """A loopback port nothing listens on right now."""
     with socket.socket() as s:
@@ -793,6 +856,16 @@ def warm_applies(
                 env,
                 after=lambda snap, t=table: wait_for_views(home, t, snap),
             )
+        if TABLE in truths:
+            out["sql_delete"] = sql_delete_runs(
+                TABLE,
+                truths[TABLE],
+                batches[TABLE],
+                reps,
+                cli,
+                env,
+                after=lambda snap: wait_for_views(home, TABLE, snap),
+            )
     return out
 
 
@@ -865,6 +938,7 @@ def evaluate_targets(report: dict[str, Any]) -> list[dict[str, Any]]:
         "status": report["reads"].get("status"),
         "apply_warm_big": warm.get(TABLE),
         "apply_warm_small": warm.get(SMALL_TABLE),
+        "sql_delete_warm_big": report.get("apply", {}).get("warm", {}).get("sql_delete"),
     }
     out = []
     for key, what, limit, before in TARGETS:
@@ -884,7 +958,7 @@ def evaluate_targets(report: dict[str, Any]) -> list[dict[str, Any]]:
                 "max_within_limit": None if worst is None else worst <= limit,
                 "median_vs_limit": None if median is None else round(median / limit, 2),
                 "issue_13_before_s": before,
-                "speedup_vs_before": None if not median else round(before / median, 1),
+                "speedup_vs_before": None if not median or before is None else round(before / median, 1),
             }
         )
     return out
@@ -919,6 +993,11 @@ def print_report(report: dict[str, Any]) -> None:
                 ph = a["phases_median"]
                 keys = ("decode_s", "merge_s", "rest_of_batch_s", "outside_batch_s")
                 print(f"    {path + ' ' + table:40} " + " / ".join(str(ph[k]) for k in keys))
+        d = applies.get("warm", {}).get("sql_delete")
+        if d:
+            print(
+                f"  {'warm sql 1-row DELETE ' + TABLE:42} {d['first_s'] or 0:8.2f} {d['median_s'] or 0:8.2f} {d['max_s'] or 0:8.2f}  {d['ok']}"
+            )
         ep = applies.get("warm", {}).get("endpoint")
         if ep:
             print(
@@ -928,7 +1007,8 @@ def print_report(report: dict[str, Any]) -> None:
     print("\ntargets (median; issue 13's figure before)")
     for t in report["targets"]:
         shown = "-" if t["median_s"] is None else f"{t['median_s']:.3f} s (max {t['max_s']:.3f})"
-        print(f"  {t['status'].upper():5} {t['target']:68} {shown}  before {t['issue_13_before_s']} s")
+        before = "" if t["issue_13_before_s"] is None else f"  before {t['issue_13_before_s']} s"
+        print(f"  {t['status'].upper():5} {t['target']:68} {shown}{before}")
     print_checks(report["checks"])
 
 
@@ -1017,6 +1097,9 @@ def main(argv: list[str] | None = None) -> int:
         )
         for table, a in warm["tables"].items():
             check(checks, f"warm applies on {table} committed", a["ok"], f"{len(a['batches'])} batch(es)")
+        if "sql_delete" in warm:
+            d = warm["sql_delete"]
+            check(checks, f"warm sql DELETEs on {TABLE} committed", d["ok"], f"{len(d['runs'])} statement(s)")
     if not args.no_cold:
         apply_report["cold"] = cold = cold_applies(home, apply_truths, batches, args.cold_reps, args.cli)
         for table, a in cold["tables"].items():
