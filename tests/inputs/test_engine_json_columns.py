@@ -242,10 +242,10 @@ def test_plain_lines_take_the_column_wise_path(rows):
     ],
 )
 def test_object_lines_numbers_object_lines_and_declines_the_rest(data, expected):
-    from changelake.inputs.formats.changelog_json import _object_lines
+    from changelake.inputs.formats.changelog_json import object_lines
 
     for text in (data, memoryview(data)):  # a decode task passes a view of the memory-mapped file
-        got = _object_lines(text, 5)
+        got = object_lines(text, 5)
         assert (None if got is None else got.tolist()) == expected
 
 

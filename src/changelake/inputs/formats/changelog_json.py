@@ -79,7 +79,7 @@ class ChangelogJson(JsonLinesFormat):
 
         from changelake.inputs.records import ColumnRules
 
-        line_numbers = _object_lines(data, first_line)
+        line_numbers = object_lines(data, first_line)
         if line_numbers is None:
             return None
         if not len(line_numbers):
@@ -137,7 +137,7 @@ _CLOCK_TEXT = r"([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]"
 _STAMP_TEXT = _DATE_TEXT + "T" + _CLOCK_TEXT + r"(\.[0-9]{1,6})?"
 
 
-def _object_lines(data: bytes | memoryview, first_line: int) -> np.ndarray | None:
+def object_lines(data: bytes | memoryview, first_line: int) -> np.ndarray | None:
     """The line number of every non-blank line, if each is one ``{...}`` (a carriage return only before a
     newline, the text valid UTF-8); else None. ``data`` may be a view of a memory-mapped file: nothing here
     copies it."""

@@ -28,7 +28,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pj
 
 from changelake.inputs.formats import kafka_codecs
-from changelake.inputs.formats.changelog_json import _object_lines
+from changelake.inputs.formats.changelog_json import object_lines
 
 if TYPE_CHECKING:
     from changelake.spec import TableSpec
@@ -61,7 +61,7 @@ def decode_columns(
         return None
     if ColumnRules(spec).checks or opts.ordering != "arrival" or opts.ignore_unknown_fields:
         return None
-    line_numbers = _object_lines(data, first_line)
+    line_numbers = object_lines(data, first_line)
     if line_numbers is None:
         return None
     n = len(line_numbers)
