@@ -34,6 +34,13 @@ ENGINES = {
         "fields.b.agg": "listagg",
         "table.delete.behavior": "allow",
     },
+    "aggregation-retract": {  # -U and -D retract (docs/semantics.md §4.7)
+        "table.merge-engine": "aggregation",
+        "table.agg.retract": "true",
+        "fields.a.agg": "sum",
+        "fields.b.agg": "listagg",
+        "fields.b.ignore-retract": "true",
+    },
 }
 
 
