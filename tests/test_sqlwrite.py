@@ -86,6 +86,25 @@ def test_insert_select_without_from_is_one_row():
     assert plan.records == [{"op": "+I", "data": {"k": 1, "c": "a", "n": 2, "d": "3.5"}}]
 
 
+def test_insert_into_a_static_partition_gives_its_value_to_every_row():
+    spec = make_spec(
+        columns=[*COLUMNS, {"name": "p", "type": "STRING"}], pk=("k", "p"), partition_keys=("p",)
+    )
+    full = plan_of("INSERT INTO s.t PARTITION (p = 2030) VALUES (22, 'a', 1, 1), (33, 'b', 2, 2)", spec)
+    assert full.target_columns is None
+    assert [r["data"] for r in full.records] == [
+        {"k": 22, "c": "a", "n": 1, "d": "1", "p": "2030"},
+        {"k": 33, "c": "b", "n": 2, "d": "2", "p": "2030"},
+    ]
+    partial = plan_of("INSERT INTO s.t PARTITION (p = 'x') (k, n) VALUES (1, 5)", spec)
+    assert partial.target_columns == ["k", "n", "p"]
+    assert partial.records == [{"op": "+I", "data": {"k": 1, "n": 5, "p": "x"}}]
+    with pytest.raises(WriteRefusedError, match="'c' in PARTITION .* is not a partition column"):
+        plan_of("INSERT INTO s.t PARTITION (c = 'x') VALUES (1, 1, 1, 'p')", spec)
+    with pytest.raises(WriteRefusedError, match="assigned more than once"):
+        plan_of("INSERT INTO s.t PARTITION (p = 'x') (k, p) VALUES (1, 'y')", spec)
+
+
 def test_delete_is_one_tombstone_keyed_by_the_whole_primary_key():
     spec = make_spec(columns=[*COLUMNS, {"name": "p", "type": "STRING"}], pk=("k", "p"))
     plan = plan_of("DELETE FROM s.t WHERE p = 'x' AND (s.t.k = 4)", spec)

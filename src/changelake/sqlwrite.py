@@ -190,11 +190,7 @@ def _plan_insert(
             "SupportsOverwrite interface."
         )
     target = tree.this.this if _is_schema(tree.this) else tree.this
-    if target.args.get("partition") is not None or tree.args.get("partition"):
-        raise WriteRefusedError(
-            f"INSERT INTO {name} PARTITION (...) is not supported: partition columns are ordinary columns of "
-            "the rows written"
-        )
+    static = _static_partition(target, spec)
     _only_args(
         tree, "INSERT", {"this", "expression", "overwrite", "by_name", "exists", "stored", "is_function"}
     )
@@ -212,20 +208,21 @@ def _plan_insert(
                 raise WriteRefusedError(
                     f"Unknown target column '{column}' of table {name} {_columns_hint(spec)}"
                 )
-            if column in listed:
+            if column in listed or column in static:
                 raise WriteRefusedError(f"Target column '{column}' is assigned more than once")
             listed.append(column)
-    writes = listed if listed is not None else columns
-    partial = listed is not None and len(listed) != len(columns)
+    # A static PARTITION (c = v) gives c to every row; the rows list the other columns.
+    writes = listed if listed is not None else [c for c in columns if c not in static]
+    partial = listed is not None and len(listed) + len(static) != len(columns)
     if partial:
-        _check_partial_insert(spec, listed or [])
+        _check_partial_insert(spec, [*writes, *static])
     source = tree.expression
     if isinstance(source, exp.Values):
         rows = [_tuple_values(row) for row in source.expressions]
     elif isinstance(source, exp.Select) and source.args.get("from_") is None and _plain_select(source):
         rows = [list(source.expressions)]
     elif isinstance(source, exp.Select):
-        return _plan_insert_select(tree, spec, writes, partial, source, read_rows, known, spec_of)
+        return _plan_insert_select(tree, spec, writes, static, partial, source, read_rows, known, spec_of)
     else:
         raise WriteRefusedError(
             f"{name}: expected VALUES or a query as the rows to write; got {_short(source)}"
@@ -238,15 +235,52 @@ def _plan_insert(
             column: _typed(node, spec, column, f"row {number}")
             for column, node in zip(writes, row, strict=True)
         }
+        data.update(static)
         _check_not_null(spec, data, number)
         records.append({"op": "+I", "data": data})
-    return WritePlan("insert", name, records, list(writes) if partial else None)
+    return WritePlan("insert", name, records, [*writes, *static] if partial else None)
+
+
+def _static_partition(target: exp.Table, spec: TableSpec) -> dict[str, Any]:
+    """The columns and values of ``INSERT INTO t PARTITION (c = v, ...)`` (Flink's static partition): each a
+    partition key of the table, its value typed by the column (a number is taken as text for a string
+    column, as Flink reads a partition spec)."""
+    from sqlglot import exp
+
+    partition = target.args.get("partition")
+    if partition is None:
+        return {}
+    static: dict[str, Any] = {}
+    qualifiers = _qualifiers(target, spec)
+    for item in partition.expressions:
+        if not isinstance(item, exp.EQ) or not isinstance(item.this, exp.Column):
+            raise WriteRefusedError(
+                f"{spec.full_name}: PARTITION takes static values (c = value), not {_short(item)}"
+            )
+        column = _column(item.this, spec, qualifiers, what="target column")
+        if column not in spec.partition_keys:
+            raise WriteRefusedError(
+                f"{spec.full_name}: '{column}' in PARTITION (...) is not a partition column "
+                f"(partition keys: {java_list(spec.partition_keys)})"
+            )
+        if column in static:
+            raise WriteRefusedError(f"Target column '{column}' is assigned more than once")
+        value = item.expression
+        if (
+            isinstance(value, exp.Literal)
+            and not value.is_string
+            and spec.column(column).type.name in ("STRING", "CHAR")
+        ):
+            value = exp.Literal.string(str(value.this))
+        static[column] = _typed(value, spec, column, "PARTITION")
+    return static
 
 
 def _plan_insert_select(
     tree: exp.Insert,
     spec: TableSpec,
     writes: list[str],
+    static: dict[str, Any],
     partial: bool,
     select: exp.Select,
     read_rows: ReadRows,
@@ -310,10 +344,11 @@ def _plan_insert_select(
                 data[column] = literals[i]
             else:
                 data[column] = _stored_as_json(spec, column, values[item][number], f"source row {number + 1}")
+        data.update(static)
         _check_not_null(spec, data, number + 1)
         records.append({"op": "+I", "data": data})
     note = None if records else f"the SELECT on {source_spec.full_name} found no rows"
-    return WritePlan("insert", name, records, list(writes) if partial else None, note)
+    return WritePlan("insert", name, records, [*writes, *static] if partial else None, note)
 
 
 def _plan_delete(tree: exp.Delete, spec: TableSpec) -> WritePlan:
@@ -663,9 +698,7 @@ def _number(text: str, type_name: str, column: str, where: str, node: Any) -> An
                 f"{where}: {_short(node)} is out of range for column '{column}' ({type_name})"
             )
         return value
-    raise WriteRefusedError(
-        f"{where}: a number {_short(node)} cannot be written to column '{column}' ({type_name})"
-    )
+    raise _type_error(column, type_name, node, where)
 
 
 def _type_error(column: str, dtype: Any, node: Any, where: str) -> WriteRefusedError:
