@@ -543,6 +543,7 @@ def _column_wise(path: Path, s: TableSpec):
         {"key.format": "avro", "value.format": "avro", "key.fields-prefix": "k_"},
         {"key.format": "avro", "value.format": "avro", "value.avro.encoding": "single-object",
          "value.fields-include": "EXCEPT_KEY", "dedup": "kafka-offsets"},
+        {"key.format": "raw", "value.format": "avro-confluent", "key.raw.endianness": "little-endian"},
     ],
 )  # fmt: skip
 def test_column_wise_decode_equals_the_per_message_path(tmp_path, monkeypatch, source):

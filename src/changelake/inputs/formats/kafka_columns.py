@@ -1,4 +1,5 @@
-"""upsert-kafka records with Avro keys and values, decoded column-wise (the decode tasks' fast path).
+"""upsert-kafka records with Avro keys and values (or a raw key), decoded column-wise (the decode tasks' fast
+path).
 
 The per-message path (:meth:`UpsertKafka.decode` and :mod:`changelake.inputs.readers`) turns every field
 into Python objects and back: about 70 us a record. Here the envelopes are parsed by pyarrow's JSON reader,
@@ -19,6 +20,7 @@ from __future__ import annotations
 import base64
 import binascii
 import io
+import struct
 from typing import TYPE_CHECKING, Any
 
 import fastavro
@@ -57,8 +59,12 @@ def decode_columns(
     from changelake.inputs.records import ColumnRules
 
     opts = spec.source_options
-    if not all(isinstance(c, kafka_codecs.AvroCodec) for c in (key_codec, value_codec)):
+    if not all(
+        isinstance(c, kafka_codecs.AvroCodec | kafka_codecs.RawCodec) for c in (key_codec, value_codec)
+    ):
         return None
+    if not any(isinstance(c, kafka_codecs.AvroCodec) for c in (key_codec, value_codec)):
+        return None  # raw alone: not worth a path of its own
     if ColumnRules(spec).checks or opts.ordering != "arrival" or opts.ignore_unknown_fields:
         return None
     line_numbers = object_lines(data, first_line)
@@ -88,8 +94,8 @@ def decode_columns(
     values = _base64_values(env["value"])
     if keys is None or values is None:
         return None
-    key_cols = _avro_columns(key_codec, keys, spec)
-    value_cols = _avro_columns(value_codec, values, spec)
+    key_cols = _part_columns(key_codec, keys, spec)
+    value_cols = _part_columns(value_codec, values, spec)
     if key_cols is None or value_cols is None:
         return None
     return _rows(spec, key_cols, value_cols, env["value"], opts, n, line_numbers, kafka)
@@ -141,6 +147,34 @@ def _base64_values(texts: pa.Array) -> list[bytes | None] | None:
     except (binascii.Error, ValueError):
         return None
     return out
+
+
+def _part_columns(codec: Any, blobs: list[bytes | None], spec: TableSpec) -> dict[str, pa.Array] | None:
+    if isinstance(codec, kafka_codecs.RawCodec):
+        return _raw_columns(codec, blobs)
+    return _avro_columns(codec, blobs, spec)
+
+
+def _raw_columns(codec: Any, blobs: list[bytes | None]) -> dict[str, pa.Array] | None:
+    """A raw part's one field (Flink's raw format) as a storage array: text, bytes or a whole number; None
+    for the types whose values the per-message path checks further (CHAR, BINARY, BOOLEAN, FLOAT, DOUBLE)."""
+    f, name = codec.field, codec.field.type.name
+    try:
+        if name == "STRING":
+            values: list = [None if b is None else b.decode(codec.charset) for b in blobs]
+        elif name == "BYTES":
+            values = blobs
+        elif name in ("TINYINT", "SMALLINT", "INT", "BIGINT"):
+            code = codec.order + kafka_codecs.RAW_TYPES[name]
+            size = struct.calcsize(code)
+            if any(b is not None and len(b) != size for b in blobs):
+                return None
+            values = [None if b is None else struct.unpack(code, b)[0] for b in blobs]
+        else:
+            return None
+        return {f.name: pa.array(values, f.type.arrow_type())}
+    except (UnicodeDecodeError, LookupError, pa.ArrowException):
+        return None
 
 
 def _plain_schema(schema: Any) -> Any:
