@@ -536,3 +536,24 @@ def test_partitioned_keys_ignored_deletes_and_auto_increment_tables(tmp_path):
     for full_row in ("INSERT INTO s.ai VALUES (2, 5, 'b')", "UPDATE s.ai SET c = 'z' WHERE k = 1"):
         with pytest.raises(WriteRefusedError, match=r"^This table has auto increment column \[id\]"):
             lake.sql(full_row)
+
+
+def test_a_batch_committed_by_another_writer_meanwhile_makes_the_statement_plan_again(tmp_path, monkeypatch):
+    lake = sparkless_lake(tmp_path)
+    lake.create_table(make_spec())
+    lake.sql("INSERT INTO s.t VALUES (1, 'a', 1, 1)")
+    real_plan, calls = sqlwrite.plan, []
+
+    def plan_then_race(tree, spec, **kwargs):
+        planned = real_plan(tree, spec, **kwargs)
+        calls.append(planned.records)
+        if len(calls) == 1:  # another writer commits batch 2 after this UPDATE read the row
+            lake.apply("s.t", [{"op": "+U", "data": {"k": 1, "c": "other", "n": 9, "d": "9"}}], batch_id=2)
+        return planned
+
+    monkeypatch.setattr(sqlwrite, "plan", plan_then_race)
+    (result,) = lake.sql("UPDATE s.t SET c = 'mine' WHERE k = 1")
+    assert result.batch_id == 3 and len(calls) == 2
+    # planned again on the other writer's row: its n and d are kept, not the stale ones read first
+    assert calls[0][0]["data"]["n"] == 1 and calls[1][0]["data"]["n"] == 9
+    assert lake.lookup("s.t", {"k": 1}) == [{"k": 1, "c": "mine", "n": 9, "d": decimal.Decimal("9.00")}]
