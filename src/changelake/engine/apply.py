@@ -64,9 +64,9 @@ from changelake.spec import TableSpec
 from changelake.storage import sparkread
 from changelake.storage.files import Layout, TableFile
 from changelake.storage.iceberg import CommitFailedException, Storage, TableState
-from changelake.storage.summary import SOURCE_COUNTERS, AutoIncrementState, BatchSummary, ChangelogSummary
+from changelake.storage.rollforward import MAX_COMMIT_ATTEMPTS, roll_forward_changelog
+from changelake.storage.summary import SOURCE_COUNTERS, AutoIncrementState, BatchSummary
 
-MAX_COMMIT_ATTEMPTS = 5
 # A batch of at most this many messages is decoded in this process, and merged here too if its buckets' files
 # hold at most LOCAL_STORED_BYTES: no Spark job (nor a JVM) for what takes less time than starting one. The
 # same functions run as in the Spark tasks, on the same files. 0 sends every batch to Spark.
@@ -348,37 +348,8 @@ class Applier:
 
     def roll_forward_changelog(self, spec: TableSpec) -> Any:
         """Commit changelog snapshots for batches the PK table committed but the changelog lacks; the PK table
-        as this read it."""
-        for _attempt in range(MAX_COMMIT_ATTEMPTS):
-            pk = self.storage.pk_table(spec)
-            log_table = self.storage.changelog_table(spec)
-            logged = ChangelogSummary.from_snapshot(log_table.current_snapshot())
-            log_last = logged.batch_id if logged else 0
-            lagging = [
-                (s, BatchSummary.of_batch(s)) for s in self.storage.batch_snapshots_after(pk, log_last)
-            ]
-            if not lagging:
-                return pk
-            try:
-                for snap, batch in lagging:
-                    manifest = self.storage.read_json(pk, batch.changelog_manifest)
-                    fault("before-changelog-commit")
-                    log_table = self.storage.append_batch(
-                        log_table,
-                        self.storage.to_data_files(log_table, manifest["files"]),
-                        ChangelogSummary(
-                            batch_id=manifest["batch_id"],
-                            log_start_offset=manifest["log_start_offset"],
-                            log_end_offset=manifest["log_end_offset"],
-                            pk_snapshot_id=snap.snapshot_id,
-                        ),
-                    )
-                return pk
-            except CommitFailedException:
-                continue  # a concurrent applier rolled forward; re-read and check
-        raise ChangelakeError(
-            f"{spec.full_name}: could not commit the changelog after {MAX_COMMIT_ATTEMPTS} attempts"
-        )
+        as this read it (:func:`changelake.storage.rollforward.roll_forward_changelog`)."""
+        return roll_forward_changelog(self.storage, spec, MAX_COMMIT_ATTEMPTS)
 
     # --- the batch itself: decode -> plan -> merge -> write -> commit ----------------------------------
     def _decode(self, batch: BatchInput, table) -> decode.DecodeSummary:

@@ -658,12 +658,12 @@ class FastReader:
         return out.take(pc.sort_indices(by_place.column("_rank")))
 
     def _roll_forward(self, spec: TableSpec) -> None:
-        from changelake.engine.apply import Applier
+        from changelake.storage.rollforward import roll_forward_changelog
 
         self.progress(
             f"[{spec.full_name}] committing the changelog of a committed batch first (roll forward)"
         )
-        Applier(None, self.storage, self.progress).roll_forward_changelog(spec)
+        roll_forward_changelog(self.storage, spec)
 
     # --- lookups --------------------------------------------------------------------------------------
     def lookup(self, table: str, key: dict[str, Any], prefix: bool = False) -> list[dict[str, Any]]:

@@ -1,0 +1,53 @@
+"""The changelog roll-forward: commit the changelog snapshot of every batch the PK table committed but the
+changelog table lacks.
+
+An apply commits a batch in two snapshots, the PK table's (the commit point, whose summary names the batch's
+changelog manifest) and then the changelog table's. A crash between them leaves the changelog one batch
+behind; whoever touches the table next (the next apply, a changelog read, maintenance) makes the same
+deterministic commit from the manifest, so the changelog holds every committed batch exactly once. It lives
+in storage so that readers roll forward without importing the engine.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from changelake.errors import ChangelakeError
+from changelake.faults import fault
+from changelake.spec import TableSpec
+from changelake.storage.iceberg import CommitFailedException, Storage
+from changelake.storage.summary import BatchSummary, ChangelogSummary
+
+#: Commit races an apply (or a roll-forward) may lose in a row before it gives up.
+MAX_COMMIT_ATTEMPTS = 5
+
+
+def roll_forward_changelog(storage: Storage, spec: TableSpec, attempts: int = MAX_COMMIT_ATTEMPTS) -> Any:
+    """Commit changelog snapshots for batches the PK table committed but the changelog lacks; the PK table
+    as this read it. A commit lost to a concurrent roll-forward is re-read and checked, ``attempts`` times."""
+    for _attempt in range(attempts):
+        pk = storage.pk_table(spec)
+        log_table = storage.changelog_table(spec)
+        logged = ChangelogSummary.from_snapshot(log_table.current_snapshot())
+        log_last = logged.batch_id if logged else 0
+        lagging = [(s, BatchSummary.of_batch(s)) for s in storage.batch_snapshots_after(pk, log_last)]
+        if not lagging:
+            return pk
+        try:
+            for snap, batch in lagging:
+                manifest = storage.read_json(pk, batch.changelog_manifest)
+                fault("before-changelog-commit")
+                log_table = storage.append_batch(
+                    log_table,
+                    storage.to_data_files(log_table, manifest["files"]),
+                    ChangelogSummary(
+                        batch_id=manifest["batch_id"],
+                        log_start_offset=manifest["log_start_offset"],
+                        log_end_offset=manifest["log_end_offset"],
+                        pk_snapshot_id=snap.snapshot_id,
+                    ),
+                )
+            return pk
+        except CommitFailedException:
+            continue  # a concurrent applier rolled forward; re-read and check
+    raise ChangelakeError(f"{spec.full_name}: could not commit the changelog after {attempts} attempts")
