@@ -83,6 +83,7 @@ apply: setup ## spark-submit the apply app for all pending batches (SPARK_MASTER
 SQL_PATHS := dbt_project/models dbt_project/macros
 .PHONY: lint-py lint-sql typecheck
 lint: setup lint-py lint-sql typecheck ## All static checks (seconds): ruff, sqlfluff (dbt models), mypy (library)
+	.venv/bin/lint-imports --no-cache  # the layer contracts in .importlinter (docs/architecture.md#layers)
 
 lint-py: setup ## ruff lint and format check of every Python file
 	$(PY) -m ruff check .

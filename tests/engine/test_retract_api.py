@@ -140,3 +140,13 @@ def test_the_demo_refunds_table_equals_its_recomputation_from_the_input(tmp_path
         r["shop_id"]: [r["revenue"], r["orders"]] for r in lake.rows_arrow("shop.shop_revenue").to_pylist()
     }
     assert rows == dict(exact) and len(rows) == 5
+
+
+def test_an_upsert_kafka_batch_into_a_table_whose_deletes_retract_is_refused(lake, tmp_path):
+    from changelake.errors import WriteRefusedError
+
+    path = tmp_path / "events.jsonl"
+    path.write_text(json.dumps({"key": {"shop_id": 1}, "value": None}) + "\n")
+    with pytest.raises(WriteRefusedError, match="upsert-kafka format has no before image"):
+        lake.apply("shop.revenue", file=path, fmt="upsert-kafka")
+    assert lake.rows_arrow("shop.revenue").num_rows == 0

@@ -265,6 +265,7 @@ class Applier:
         if batch_id <= 0:
             raise BatchRefusedError(f"batch ids are positive integers, got {batch_id}")
         merge.check_target_columns(spec, target_columns)  # refuse before reading anything
+        merge.check_retraction_format(spec, fmt)
         started = time.monotonic()
         # Before any read (the plan checks them again after its checksum); a landed file that became a link
         # since the scan is refused.

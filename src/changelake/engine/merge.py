@@ -51,6 +51,17 @@ def deletes_dropped_before_table(spec: TableSpec) -> bool:
     return spec.ignore_delete or (spec.delete_behavior == "ignore" and not spec.retracts_delete)
 
 
+def check_retraction_format(spec: TableSpec, fmt: str | None) -> None:
+    """Refuse an upsert-kafka batch into a table whose deletes retract: a tombstone holds only the key, no
+    before image to take back (docs/semantics.md §4.7; spec.py refuses such a table's upsert-kafka source)."""
+    if fmt == "upsert-kafka" and spec.retracts_delete:
+        raise WriteRefusedError(
+            f"{spec.full_name}: the upsert-kafka format has no before image, so its tombstones cannot retract; "
+            "set 'table.delete.behavior' (ignore, allow or disable) to say what a tombstone does on this "
+            "'table.agg.retract' table."
+        )
+
+
 def check_batch_ops(spec: TableSpec, op_counts: dict[str, int]) -> BatchCounts:
     """Validate a batch's operations before any work and count what is dropped up front."""
     dropped = 0 if spec.retracts_update_before else op_counts.get("-U", 0)
