@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from changelake.errors import ChangelakeError
+from changelake.errors import CommitConflict
 from changelake.faults import fault
 from changelake.spec import TableSpec
 from changelake.storage.iceberg import CommitFailedException, Storage
@@ -50,4 +50,6 @@ def roll_forward_changelog(storage: Storage, spec: TableSpec, attempts: int = MA
             return pk
         except CommitFailedException:
             continue  # a concurrent applier rolled forward; re-read and check
-    raise ChangelakeError(f"{spec.full_name}: could not commit the changelog after {attempts} attempts")
+    raise CommitConflict(
+        f"{spec.full_name}: could not commit the changelog after {attempts} attempts; retry later"
+    )
