@@ -14,8 +14,8 @@ environment variable       config-file key                        default
 ``CHANGELAKE_CATALOG_TYPE````catalog_type`` (``sql`` | ``rest``)  ``sql``
 ``CHANGELAKE_SPARK_MASTER````spark_master``                       ``local[2]``
 ``CHANGELAKE_SPARK_REMOTE````spark_remote`` (``sc://host:port``)    unset: each process starts its own Spark
-``CHANGELAKE_DBT_PROJECT`` ``dbt_project_dir``                    the checkout's ``dbt_project/``
-``CHANGELAKE_EXPECTATIONS````expectations_dir``                   the checkout's ``expectations/``
+``CHANGELAKE_DBT_PROJECT`` ``dbt_project_dir``                    the checkout's ``dbt_project/`` (a wheel's copy)
+``CHANGELAKE_EXPECTATIONS````expectations_dir``                   the checkout's ``expectations/`` (a wheel's copy)
 ``CHANGELAKE_MAX_RECORD_BYTES`` (n/a)                             16 MiB: the longest landed line read
 (n/a)                      ``spark_conf`` (mapping)               ``{}``
 (n/a)                      ``catalog_properties`` (mapping)       ``{}`` (e.g. credentials for a REST catalog)
@@ -47,9 +47,17 @@ _ENV_KEYS = {
     "expectations_dir": "CHANGELAKE_EXPECTATIONS",
 }
 
-#: The checkout this package runs from (``src/changelake/config.py`` -> the repository root). The dbt project and
-#: the quality settings default to its folders; an installed package points them elsewhere by settings.
+#: The checkout this package runs from (``src/changelake/config.py`` -> the repository root), if it runs from one.
 CHECKOUT = Path(__file__).resolve().parents[2]
+
+
+def _project_folder(name: str) -> Path:
+    """The default of a project folder (``dbt_project``, ``expectations``): the checkout's when the package runs
+    from one, else the copy the wheel carries (``changelake/_project/<name>``, pyproject's force-include)."""
+    checkout = CHECKOUT / name
+    if (CHECKOUT / "pyproject.toml").is_file() and checkout.is_dir():
+        return checkout
+    return Path(__file__).resolve().parent / "_project" / name
 
 
 @dataclass(frozen=True)
@@ -67,8 +75,8 @@ class Settings:
     spark_remote: str = ""  # a warm Spark Connect server (sc://host:port) to run Spark work on instead
     spark_conf: dict[str, str] = field(default_factory=dict)
     catalog_properties: dict[str, str] = field(default_factory=dict)
-    dbt_project_dir: Path = CHECKOUT / "dbt_project"  # dbt_project.yml and profiles.yml
-    expectations_dir: Path = CHECKOUT / "expectations"  # marts.yaml: the marts the quality suites check
+    dbt_project_dir: Path = field(default_factory=lambda: _project_folder("dbt_project"))  # + profiles.yml
+    expectations_dir: Path = field(default_factory=lambda: _project_folder("expectations"))  # marts.yaml
 
     @property
     def metastore_dir(self) -> Path:
@@ -96,8 +104,8 @@ def load_settings(**overrides: Any) -> Settings:
         "landing_dir": home / "landing",
         "warehouse": (home / "warehouse").as_uri(),
         "catalog_uri": f"sqlite:///{home / 'catalog.db'}",
-        "dbt_project_dir": CHECKOUT / "dbt_project",
-        "expectations_dir": CHECKOUT / "expectations",
+        "dbt_project_dir": _project_folder("dbt_project"),
+        "expectations_dir": _project_folder("expectations"),
     }
     config_path = os.environ.get("CHANGELAKE_CONFIG") or home / "changelake.yaml"
     values.update(_read_config_file(Path(config_path), explicit="CHANGELAKE_CONFIG" in os.environ))
