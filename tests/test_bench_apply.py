@@ -3,14 +3,8 @@ its runs with every run listed, and the page shows a repeated time with its runs
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "benchmarks"))
-
-import bench_apply as ba  # noqa: E402
-import render_results as render  # noqa: E402
+import bench_apply as ba
+import render_results as render
 
 
 def test_a_repeated_peer_is_the_median_of_its_runs_with_each_run_and_the_largest_peak():

@@ -4,16 +4,10 @@ ratios issue 16 names, identifiers reaching its SQL are validated, and the page 
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
+import bench_dbt as bd
 import pytest
-
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "benchmarks"))
-
-import bench_dbt as bd  # noqa: E402
-import render_results as render  # noqa: E402
+import render_results as render
 
 
 class _Cursor:

@@ -10,13 +10,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import bench_latency as bl
 import pyarrow as pa
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "benchmarks"))
-
-import bench_latency as bl  # noqa: E402
+from tests.helpers import REPO
 
 CLI = Path(sys.executable).with_name("changelake")
 

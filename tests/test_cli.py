@@ -14,7 +14,7 @@ from pathlib import Path
 import pyarrow  # noqa: F401
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.helpers import REPO
 
 SPEC = """name: demo.fruit
 columns:

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.helpers import REPO
+
 DOCS = sorted((REPO / "docs").glob("*.md"))
 PAGES = [REPO / "README.md", REPO / "CONTRIBUTING.md", *DOCS]
 README_MAX_LINES = 160

@@ -413,20 +413,19 @@ MEMORY_PROBE = textwrap.dedent(
     """
     import json, sys
     from pathlib import Path
-    sys.path.insert(0, {repo!r})
     from changelake.inputs.readers import read_batch
     from changelake.spec import TableSpec
     from tests.helpers import sparkless_lake
 
     home, path = Path(sys.argv[1]), Path(sys.argv[2])
     home.mkdir()
-    spec = {{"name": "t.big", "columns": [{{"name": "id", "type": "BIGINT"}}, {{"name": "s", "type": "STRING"}}],
-             "primary_key": ["id"], "source": {{"on-bad-record": "quarantine"}}}}
+    spec = {"name": "t.big", "columns": [{"name": "id", "type": "BIGINT"}, {"name": "s", "type": "STRING"}],
+             "primary_key": ["id"], "source": {"on-bad-record": "quarantine"}}
     lake = sparkless_lake(home)
     lake.create_table(spec)
-    lake.apply("t.big", [{{"op": "+I", "data": {{"id": 0}}}}], batch_id=1)  # every module loaded, every cache warm
+    lake.apply("t.big", [{"op": "+I", "data": {"id": 0}}], batch_id=1)  # every module loaded, every cache warm
     warm = home / "warm.jsonl"
-    warm.write_text('{{"op": "+I", "data": {{"id": 9}}}}\\n')
+    warm.write_text('{"op": "+I", "data": {"id": 9}}\\n')
     read_batch([warm], TableSpec.from_dict(spec))
     rss = lambda: int(next(l for l in open("/proc/self/status") if l.startswith("VmRSS")).split()[1])
     before = rss()
@@ -435,10 +434,10 @@ MEMORY_PROBE = textwrap.dedent(
     # VmHWM: this process's own high-water mark. (ru_maxrss would not do: Linux carries it over from the
     # forking parent across exec, so a test run in a large pytest process measured the parent.)
     peak = int(next(l for l in open("/proc/self/status") if l.startswith("VmHWM")).split()[1])  # KiB
-    print(json.dumps({{"before": before, "peak": peak, "quarantined": result.source["quarantined"],
+    print(json.dumps({"before": before, "peak": peak, "quarantined": result.source["quarantined"],
                       "rows": sorted(r["id"] for r in lake.rows_arrow("t.big").to_pylist()),
                       "read": batch.records.column("id").to_pylist(),
-                      "lines": [d["line"] for d in batch.dead_letters]}}))
+                      "lines": [d["line"] for d in batch.dead_letters]}))
     """
 )
 
@@ -456,8 +455,8 @@ def test_a_200_mb_line_costs_no_more_memory_than_the_limit(tmp_path):
         fh.write(b'"}}\n{"op": "+I", "data": {"id": 3}}\n')
     env = {**os.environ, "CHANGELAKE_MAX_RECORD_BYTES": str(1 << 20)}
     probe = subprocess.run(
-        [sys.executable, "-c", MEMORY_PROBE.format(repo=str(REPO)), str(tmp_path / "home"), str(path)],
-        capture_output=True, text=True, env=env, timeout=300, check=False,
+        [sys.executable, "-c", MEMORY_PROBE, str(tmp_path / "home"), str(path)],
+        capture_output=True, text=True, env=env, timeout=300, check=False, cwd=REPO,  # tests.helpers from here
     )  # fmt: skip
     assert probe.returncode == 0, probe.stderr[-3000:]
     got = json.loads(probe.stdout.strip().splitlines()[-1])

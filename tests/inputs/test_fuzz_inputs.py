@@ -34,10 +34,10 @@ from pyroaring import BitMap, BitMap64
 from changelake.errors import BadRecordError, ChangelakeError
 from changelake.inputs.readers import UNEXPECTED, read_batch
 from changelake.spec import TableSpec, load_specs
+from tests.helpers import REPO
 
 # Fuzzing takes its time (about 25 s of CPU at 60 examples): make test runs it, make test-unit does not.
 pytestmark = pytest.mark.slow
-REPO = Path(__file__).resolve().parents[2]
 FUZZ = settings(
     max_examples=int(os.environ.get("CHANGELAKE_FUZZ_EXAMPLES", 60)),
     deadline=timedelta(seconds=20),  # generous for a shared 2-core machine; a hang takes minutes

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.helpers import REPO
+
 AIRFLOW = REPO / ".venv-airflow" / "bin" / "airflow"
 DATA_PY = REPO / ".venv" / "bin" / "python"
 
