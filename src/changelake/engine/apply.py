@@ -45,8 +45,8 @@ from pyiceberg.exceptions import ValidationException
 from changelake.engine import buckets, merge
 from changelake.engine.buckets import COUNTERS, BucketContext, BucketTask
 from changelake.engine.buckets import SOURCE_COUNTERS as TASK_SOURCE_COUNTERS
-from changelake.errors import BatchRefusedError, ChangelakeError
-from changelake.faults import fault
+from changelake.errors import BatchRefusedError, CommitConflict
+from changelake.faults import fault, losing_commits
 from changelake.inputs import decode
 from changelake.inputs.landing import (
     Fingerprint,
@@ -295,7 +295,7 @@ class Applier:
                     continue
                 committed = recommitted
             return self._finish(plan, committed, started)
-        raise ChangelakeError(
+        raise CommitConflict(
             f"{spec.full_name}: batch {batch_id} lost {MAX_COMMIT_ATTEMPTS} commit races; retry later"
         )
 
@@ -488,6 +488,8 @@ class Applier:
     def _commit(self, plan: ApplyPlan, written: WrittenBatch) -> BatchResult:
         """Step 7, the commit point: one snapshot swapping the touched buckets' files, its summary the batch's.
         Raises CommitFailedException when another writer committed first."""
+        if losing_commits():
+            raise CommitFailedException("injected: another writer committed first (CHANGELAKE_FAULT)")
         committed = self.storage.commit_batch(
             plan.table, written.added, written.added_deletes, written.removed, written.summary
         )

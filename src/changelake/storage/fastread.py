@@ -52,7 +52,7 @@ import pyarrow.parquet as pq
 
 from changelake.bucketing import bucket_of, partition_value
 from changelake.config import Settings
-from changelake.errors import ChangelakeError, java_list
+from changelake.errors import ChangelakeError, java_list, missing_table, unknown_table
 from changelake.identifiers import split_table_name
 from changelake.spec import TableSpec, load_specs
 from changelake.storage import history, summary
@@ -284,9 +284,8 @@ class FastReader:
         source = source or self._source(namespace, name)
         stored = source.properties.get(summary.SPEC) if source else None
         if table not in specs and not stored:
-            raise ChangelakeError(
-                f"Unknown table {table}: not in the catalog and no spec in {self.settings.tables_dir} "
-                f"(known: {sorted(specs) or 'none'})"
+            raise unknown_table(
+                table, f"not in the catalog and no spec in {self.settings.tables_dir}", list(specs)
             )
         note = evolution.difference_note(table, specs.get(table), stored)
         if note:
@@ -298,18 +297,14 @@ class FastReader:
         source = self._source(namespace, name)
         spec = self.spec(table, source)
         if source is None:
-            raise ChangelakeError(
-                f"Table {spec.full_name} does not exist; create it first (changelake create)"
-            )
+            raise missing_table(spec.full_name)
         check_stored_types(source.name, spec, source.column_types)
         return spec, source
 
     def _changelog_source(self, spec: TableSpec) -> TableSource:
         source = self._source(spec.namespace, spec.table + _CHANGELOG_SUFFIX)
         if source is None:
-            raise ChangelakeError(
-                f"Changelog table of {spec.full_name} does not exist; create the table first"
-            )
+            raise missing_table(spec.full_name, changelog=True)
         return source
 
     @staticmethod
