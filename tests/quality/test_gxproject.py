@@ -118,7 +118,9 @@ def test_truncated_store_files_and_missing_dirs_are_rebuilt(settings):
         run = quality_run(settings, messages)
     assert_works(run)
     warned = "\n".join(m for m in messages if "WARNING" in m)
-    assert str(suite) in warned and str(result) in warned and ".ge_store_backend_id" in warned
+    assert f"{suite}: not JSON" in warned and "this run writes it again" in warned
+    assert f"{result}: not JSON (0 bytes" in warned and "the Data Docs no longer list it" in warned
+    assert ".ge_store_backend_id: not a store id (0 bytes)" in warned
     assert json.loads(suite.read_text())["name"] == "pk_uniqueness__q.good"  # written again by the run
     assert not leftover.exists()
     assert sorted(p.name for p in (project / "checkpoints").iterdir()) == [

@@ -203,7 +203,12 @@ def repair_project(gx_dir: Path, progress: Callable[[str], None] = _stderr) -> l
                 continue
             why = _store_file_problem(path)
             if why:
-                warn(f"{path}: {why}; removed (the next run writes it again)")
+                lost = (
+                    "a validation result: the Data Docs no longer list it"
+                    if base == STORES["validation_results_store"][1] and path.suffix == ".json"
+                    else "this run writes it again"
+                )
+                warn(f"{path}: {why}; removed ({lost})")
                 path.unlink()
     return given
 
