@@ -147,7 +147,9 @@ def open_pages(paths: list[Path], probes: tuple[str, ...] = (), settle: float = 
             report = PageReport(url=url)
             for expression in probes:
                 value = pipe.call(
-                    "Runtime.evaluate", {"expression": expression, "returnByValue": True}, session=session
+                    "Runtime.evaluate",
+                    {"expression": expression, "returnByValue": True, "awaitPromise": True},
+                    session=session,
                 )
                 report.probes[expression] = value.get("result", {}).get("value")
             pipe.pump(0.5)
@@ -201,6 +203,15 @@ DATA_DOCS_PROBES = (
     "typeof (window.jQuery && jQuery.fn.modal)",
     "typeof (window.jQuery && jQuery.fn.bootstrapTable)",
 )
+
+#: Click a validation page's "Show more info..." (a Bootstrap collapse) and say whether its section opened.
+SHOW_MORE_INFO = """new Promise(done => {
+  const link = [...document.querySelectorAll('a[data-toggle=collapse]')].find(a => /more info/i.test(a.textContent));
+  if (!link) return done('no "Show more info" link');
+  const section = document.querySelector(link.getAttribute('href'));
+  link.click();
+  setTimeout(() => done(section.classList.contains('show') ? 'opened' : 'stayed closed'), 1500);
+})"""
 
 if __name__ == "__main__":
     for r in open_pages([Path(p) for p in sys.argv[1:]], DATA_DOCS_PROBES):

@@ -23,7 +23,7 @@ from changelake.config import load_settings
 from changelake.quality import datadocs, suites
 from changelake.quality.gxproject import GX_YML, GXProjectRepaired, repair_project
 from changelake.quality.runner import _context, _validate, build_data_docs
-from tests.quality.browser import DATA_DOCS_PROBES, chromium, open_pages
+from tests.quality.browser import DATA_DOCS_PROBES, SHOW_MORE_INFO, chromium, open_pages
 
 pytestmark = pytest.mark.integration  # imports and runs Great Expectations: seconds, not the unit loop
 
@@ -293,3 +293,5 @@ def test_data_docs_open_as_file_urls_in_chromium_without_network(settings, monke
         assert report.remote_requests == [], report.url
         assert report.requests > 10  # the page did load its scripts, styles and images
         assert set(report.probes.values()) == {"function"}, report.probes
+    (clicked,) = open_pages([validation], (SHOW_MORE_INFO,))
+    assert clicked.probes[SHOW_MORE_INFO] == "opened" and clicked.errors == []
