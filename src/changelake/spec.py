@@ -586,7 +586,11 @@ def _normalize_options(raw: Any) -> dict[str, str]:
                 put(f"fields.{rest[: -len('.listagg-delimiter')]}.listagg.delimiter", value, key)
             else:
                 put(f"fields.{rest}.agg", value, key)
-        elif key == "table.agg.remove-record-on-delete":
+        elif key == "ignore-delete":  # Paimon's name: drops -D and -U before the table (§4.7)
+            if value.lower() not in ("true", "false"):
+                raise SpecError(f"Option '{key}' must be true or false, got '{value}'")
+            put("sink.ignore-delete", value.lower(), key)
+        elif key in ("table.agg.remove-record-on-delete", "aggregation.remove-record-on-delete"):
             if value.lower() not in ("true", "false"):
                 raise SpecError(f"Option '{key}' must be true or false, got '{value}'")
             if value.lower() == "true" or not retract:

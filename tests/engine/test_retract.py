@@ -203,6 +203,15 @@ def test_explicit_delete_behaviours_and_sink_ignore_delete():
     assert check_batch_ops(ignore, {"+I": 1, "-U": 1, "-D": 1}).dropped_update_before == 0
 
 
+def test_paimons_option_names_are_aliases():
+    removes = spec({"v": ("INT", "sum")}, **{"aggregation.remove-record-on-delete": "true"})
+    assert removes.options["table.delete.behavior"] == "allow" and not removes.retracts_delete
+    ignores = spec({"v": ("INT", "sum")}, **{"ignore-delete": "TRUE"})
+    assert ignores.ignore_delete and not ignores.retracts_update_before
+    with pytest.raises(SpecError, match="conflicts with"):
+        spec({"v": ("INT", "sum")}, **{"ignore-delete": "true", "sink.ignore-delete": "false"})
+
+
 def test_without_the_option_update_befores_are_still_dropped():
     s = TableSpec.from_dict(
         {
