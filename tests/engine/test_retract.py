@@ -295,7 +295,9 @@ CANNOT_RETRACT = tuple(
 
 
 @st.composite
-def retraction_cases(draw, function: str, targets: bool = False, recompute: bool = False):
+def retraction_cases(
+    draw, function: str, targets: bool = False, recompute: bool = False, auto_increment: bool = False
+):
     """1-3 columns of ``function`` (types drawn from all it accepts), and now and then a column of a function
     that cannot retract with ``ignore-retract``; delete options of every kind (none, for ``recompute``)."""
     fn = None if function == "default" else function
@@ -314,7 +316,8 @@ def retraction_cases(draw, function: str, targets: bool = False, recompute: bool
         columns += extra
     if not recompute:
         options.update(draw(delete_options((None, None, None, "allow", "ignore", "disable"))))
-    return draw(build_case(columns, options, targets=targets))
+    uid = ColumnDef("uid", draw(st.sampled_from(["INT", "BIGINT"]))) if auto_increment else None
+    return draw(build_case(columns, options, targets=targets, auto_increment=uid))
 
 
 @pytest.mark.slow  # 300 examples each: make test, not test-unit
@@ -331,6 +334,14 @@ def test_columnar_equals_reference(function, data):
 @given(case=retraction_cases("sum", targets=True))
 @EXAMPLES
 def test_partial_retractions_columnar_equals_reference(case):
+    check(case)
+
+
+@pytest.mark.slow  # 300 examples each: make test, not test-unit
+@given(case=retraction_cases("sum", auto_increment=True))
+@EXAMPLES
+def test_retractions_with_auto_increment_columnar_equals_reference(case):
+    """A retraction for a key with no row stores it: it takes an id, as a first write does, in record order."""
     check(case)
 
 
