@@ -65,7 +65,7 @@ spark-cluster: setup ## Start a Spark standalone master + worker on 127.0.0.1:70
 spark-cluster-stop: ## Stop the standalone cluster
 	@infra/spark_cluster.sh stop
 
-.PHONY: sql sql-stop bench-latency bench-dbt bench-small bench-longrun
+.PHONY: sql sql-stop bench-latency bench-dbt bench-small bench-longrun bench-kafka
 sql: setup ## Start the warm SQL endpoint (Spark Connect + Thrift/JDBC, loopback) in the background; print URLs
 	@SPARK_MASTER="$(SPARK_MASTER)" infra/spark_server.sh start
 
@@ -115,6 +115,9 @@ bench-small: setup ## Small batches (100/1k/10k records) into 1M and 5M rows bes
 
 bench-longrun: setup ## Thousands of small batches in one process: files, bytes, metadata and batch time stay bounded (LONGRUN_ARGS=--batches 10000) -> docs/benchmarks.md
 	@rc=0; $(PY) benchmarks/bench_longrun.py $(LONGRUN_ARGS) || rc=$$?; $(PY) benchmarks/render_results.py; exit $$rc
+
+bench-kafka: setup ## upsert-kafka key/value formats: Avro and Confluent-wire decode beside the JSON paths (KAFKA_ARGS=--records N) -> docs/benchmarks.md
+	@rc=0; $(PY) benchmarks/bench_kafka_formats.py $(KAFKA_ARGS) || rc=$$?; $(PY) benchmarks/render_results.py; exit $$rc
 
 bench-latency: setup ## CLI latency on the bench's 5M-row table (lookup, scan, status, changelog; warm vs cold 100-record apply) -> docs/benchmarks.md
 	@rc=0; $(PY) benchmarks/bench_latency.py $(LATENCY_ARGS) || rc=$$?; $(PY) benchmarks/render_results.py; exit $$rc

@@ -1,6 +1,6 @@
 """Decode speed of upsert-kafka's key/value formats beside the JSON paths (issue 37's Avro target).
 
-    flock /tmp/changelake-bench.lock .venv/bin/python benchmarks/bench_kafka_formats.py [--records 200000]
+    flock /tmp/changelake-bench.lock .venv/bin/python benchmarks/bench_kafka_formats.py [--records 500000]
 
 One batch of the bench's shape (bench_data.py: order_id key, user_id, item, amount DECIMAL(12,2), qty INT,
 score DOUBLE, updated_at TIMESTAMP(6); 70% updates, 20% inserts, 10% deletes) is landed as:
@@ -113,7 +113,7 @@ def timed(path: Path, spec: TableSpec, work: Path, reps: int) -> tuple[float, in
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--records", type=int, default=200_000)
+    ap.add_argument("--records", type=int, default=500_000)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--out", type=Path, default=HERE / "results" / "kafka_formats.json")
     args = ap.parse_args()

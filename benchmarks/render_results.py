@@ -489,6 +489,44 @@ first batch with other input, and times the CLI's cold `lookup`, `status` and `s
 """
 
 
+KAFKA_INTRO = """\
+## upsert-kafka key and value formats (`make bench-kafka`)
+
+`benchmarks/bench_kafka_formats.py` lands one batch of the apply benchmark's shape (`order_id` key, six more
+columns: BIGINT, STRING, DECIMAL(12,2), INT, DOUBLE, TIMESTAMP(6); 70% updates, 20% inserts, 10% deletes)
+as changelog JSON, and as upsert-kafka records with JSON, Avro (Flink's binary) and Confluent wire-format keys
+and values ([inputs.md](inputs.md#upsert-kafka-key-and-value-formats)). Each file is decoded by the apply's
+decode task in one process (decode, validate, bucket, stage), the best of the runs counted. changelog JSON
+is decoded column-wise; upsert-kafka JSON message by message; Avro column-wise. The issue's target: Avro
+at 0.8x or more of the JSON path's records/s.
+"""
+
+
+def render_kafka(r: dict[str, Any]) -> str:
+    """The table of one ``make bench-kafka`` result (``benchmarks/results/kafka_formats.json``)."""
+    out = [
+        f"Produced by `flock /tmp/changelake-bench.lock .venv/bin/python benchmarks/bench_kafka_formats.py "
+        f"--records {r['records']}` on {r['when']} ({r['machine']}), best of {r['reps']}.",
+        "",
+    ]
+    out += table(
+        ["batch", "records", "seconds", "records/s", "MB landed"],
+        [
+            [
+                name,
+                f"{x['records']:,}",
+                f"{x['seconds']:.3f}",
+                f"{x['records_per_s']:,}",
+                f"{x['bytes'] / 1e6:.1f}",
+            ]
+            for name, x in r["results"].items()
+        ],
+    )
+    out += ["", "Ratios of records/s:", ""]
+    out += [f"- {name}: {ratio:.2f}x" for name, ratio in r["ratios"].items()]
+    return "\n".join(out) + "\n"
+
+
 def render_small(r: dict[str, Any]) -> str:
     """The tables of one ``make bench-small`` result (``benchmarks/results/small.json``)."""
     m = r.get("machine", {})
@@ -559,6 +597,7 @@ def render_doc(
     dbt_result: dict[str, Any] | None = None,
     small_result: dict[str, Any] | None = None,
     longrun_results: list[dict[str, Any]] | None = None,
+    kafka_result: dict[str, Any] | None = None,
 ) -> str:
     """The whole of docs/benchmarks.md for these results (None: that benchmark has not been run)."""
     parts = [INTRO, APPLY_INTRO]
@@ -571,6 +610,8 @@ def render_doc(
     parts.append(render_small(small_result) if small_result else "Not run yet: `make bench-small`.\n")
     parts.append(LONGRUN_INTRO)
     parts.append(render_longrun(longrun_results or []))
+    parts.append(KAFKA_INTRO)
+    parts.append(render_kafka(kafka_result) if kafka_result else "Not run yet: `make bench-kafka`.\n")
     return "\n".join(parts)
 
 
@@ -586,7 +627,12 @@ def render_all(
     """docs/benchmarks.md from every result file there is."""
     longruns = [load(p) for p in sorted(RESULTS.glob("longrun*.json"), key=lambda p: (len(p.name), p.name))]
     return render_doc(
-        load(results), load(latency), load(dbt), load(RESULTS / "small.json"), [r for r in longruns if r]
+        load(results),
+        load(latency),
+        load(dbt),
+        load(RESULTS / "small.json"),
+        [r for r in longruns if r],
+        load(RESULTS / "kafka_formats.json"),
     )
 
 
@@ -609,6 +655,7 @@ def main(argv: list[str] | None = None) -> int:
         load(args.dbt),
         load(RESULTS / "small.json"),
         [r for r in longruns if r],
+        load(RESULTS / "kafka_formats.json"),
     )
     if args.check:
         if args.doc.read_text() != text:
