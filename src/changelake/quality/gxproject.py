@@ -213,11 +213,13 @@ def repair_project(gx_dir: Path, progress: Callable[[str], None] = _stderr) -> l
     return given
 
 
-def open_context(project_root: Path, progress: Callable[[str], None] = _stderr):
+def open_context(project_root: Path, progress: Callable[[str], None] | None = None):
     """The GX file context of ``project_root`` (its project in ``project_root/gx``), mended first, and
-    made GX's current context (objects such as ``gx.Checkpoint`` resolve their stores through it)."""
+    made GX's current context (objects such as ``gx.Checkpoint`` resolve their stores through it).
+    Repairs are reported to ``progress`` (default: stderr)."""
     from great_expectations.data_context import set_context
 
+    progress = progress or _stderr
     gx_dir = project_root / "gx"
     repair_project(gx_dir, progress)
     try:
