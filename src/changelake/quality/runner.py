@@ -218,7 +218,7 @@ def _context(settings: Settings, progress=None):
     """The GX file context under ``quality/gx``, checked and mended first (:mod:`.gxproject`)."""
     from changelake.quality.gxproject import open_context
 
-    return open_context(quality_dir(settings), *([progress] if progress else []))
+    return open_context(quality_dir(settings), progress)
 
 
 def local_rows_limit() -> int:
