@@ -347,10 +347,9 @@ def main() -> int:
 
     # JVM classes, Python workers and imports start once here, not inside the first timed scenario. A 10k-row
     # batch is applied in this process (no Spark job), so the warm-up sends it through Spark explicitly.
-    import changelake.engine.apply as applier
-
     lake.create_table({**SPEC, "name": "bench.warmup"})
-    local_records, applier.LOCAL_RECORDS = applier.LOCAL_RECORDS, 0
+    local_records = os.environ.get("CHANGELAKE_LOCAL_APPLY_RECORDS")
+    os.environ["CHANGELAKE_LOCAL_APPLY_RECORDS"] = "0"
     try:
         measure(
             "warmup",
@@ -358,7 +357,10 @@ def main() -> int:
             lambda: lake.apply("bench.warmup", file=data / "warmup.parquet", batch_id=1),
         )
     finally:
-        applier.LOCAL_RECORDS = local_records
+        if local_records is None:
+            del os.environ["CHANGELAKE_LOCAL_APPLY_RECORDS"]
+        else:
+            os.environ["CHANGELAKE_LOCAL_APPLY_RECORDS"] = local_records
     table = SPEC["name"]
 
     def copies_of(name: str) -> list[str]:

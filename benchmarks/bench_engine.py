@@ -75,13 +75,14 @@ def main() -> int:
     print(f"changelake from {changelake.__file__}", file=sys.stderr)
 
     # Warm-up: JVM classes, Python workers and imports (through Spark: 10k rows would apply in this process).
-    import changelake.engine.apply as applier
-
     lake.create_table({**SPEC, "name": "bench.warmup"})
-    local_records = getattr(applier, "LOCAL_RECORDS", None)  # None: an older version, always Spark
-    applier.LOCAL_RECORDS = 0
+    local_records = os.environ.get("CHANGELAKE_LOCAL_APPLY_RECORDS")
+    os.environ["CHANGELAKE_LOCAL_APPLY_RECORDS"] = "0"
     lake.apply("bench.warmup", file=data / "warmup.parquet", batch_id=1)
-    applier.LOCAL_RECORDS = local_records
+    if local_records is None:
+        del os.environ["CHANGELAKE_LOCAL_APPLY_RECORDS"]
+    else:
+        os.environ["CHANGELAKE_LOCAL_APPLY_RECORDS"] = local_records
 
     timings: dict[str, list[float]] = {s: [] for s in chosen}
     cpu: dict[str, list[float]] = {s: [] for s in chosen}

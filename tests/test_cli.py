@@ -318,6 +318,6 @@ def test_a_failed_json_command_prints_no_document(home, capfd, no_jvm):
 
     (home / "tables" / "demo.fruit.yaml").write_text(SPEC)
     capfd.readouterr()
-    assert main(["--home", str(home), "--tables", str(home / "tables"), "apply", "demo.nope", "--json"]) == 2
+    assert main(["--home", str(home), "--tables", str(home / "tables"), "apply", "demo.nope", "--json"]) == 4
     out, err = capfd.readouterr()
     assert out == "" and "error: Unknown table demo.nope" in err

@@ -145,13 +145,13 @@ def test_the_cli_reports_a_bad_spec_for_its_table_and_serves_the_others(lake_hom
 
     for command in (["apply", "shop.bomb"], ["scan", "shop.bomb"], ["create", "shop.bomb"]):
         refused = changelake(lake_home, *command)
-        assert refused.returncode == 2, (command, refused.stderr[-2000:])
+        assert refused.returncode == 3, (command, refused.stderr[-2000:])  # SpecError
         assert f"error: {bomb}: " in refused.stderr and "aliases expand it past" in refused.stderr
 
     # Every table: the good one is applied first, then the command fails naming both bad files.
     land(lake_home, 2, {"k": 2, "v": "b"})
     everything = changelake(lake_home, "apply")
-    assert everything.returncode == 2
+    assert everything.returncode == 3  # SpecError
     assert "2 table spec(s) did not load" in everything.stderr
     assert bomb in everything.stderr and "broken.yaml" in everything.stderr
     scan = changelake(lake_home, "scan", "shop.good", "--format", "json")

@@ -45,6 +45,8 @@ _ENV_KEYS = {
     "spark_remote": "CHANGELAKE_SPARK_REMOTE",
     "dbt_project_dir": "CHANGELAKE_DBT_PROJECT",
     "expectations_dir": "CHANGELAKE_EXPECTATIONS",
+    "dbt_schema": "CHANGELAKE_DBT_SCHEMA",
+    "datadocs_assets": "CHANGELAKE_DATADOCS_ASSETS",
 }
 
 #: The checkout this package runs from (``src/changelake/config.py`` -> the repository root), if it runs from one.
@@ -77,6 +79,9 @@ class Settings:
     catalog_properties: dict[str, str] = field(default_factory=dict)
     dbt_project_dir: Path = field(default_factory=lambda: _project_folder("dbt_project"))  # + profiles.yml
     expectations_dir: Path = field(default_factory=lambda: _project_folder("expectations"))  # marts.yaml
+    dbt_schema: str = "analytics"  # the schema dbt builds the marts in (dbt's profile reads it too)
+    # the npm packages Data Docs load (infra/datadocs_assets.sh); "" = the checkout's .venv/datadocs-assets
+    datadocs_assets: str = ""
 
     @property
     def metastore_dir(self) -> Path:
@@ -133,6 +138,8 @@ _FILE_KEYS = {
     "catalog_properties",
     "dbt_project_dir",
     "expectations_dir",
+    "dbt_schema",
+    "datadocs_assets",
 }
 
 
@@ -153,22 +160,63 @@ def _read_config_file(path: Path, explicit: bool) -> dict[str, Any]:
     return data
 
 
+# --- tuning: the engine's limits, read when used ------------------------------------------------------------
+#: Each limit: (environment variable, default, smallest allowed value). Environment variables, not
+#: :class:`Settings` fields: batches are planned, decoded and merged wherever a process applies them (the CLI,
+#: the apply service, ``spark-submit`` apps and their Python workers, the API), which all share the
+#: environment. Read at each use, never at import, so a test or a long-lived process that sets one sees it.
+TUNING: dict[str, tuple[str, int | float, int]] = {
+    # a batch of at most this many messages is decoded and merged in the applying process, no Spark job
+    "local_apply_records": ("CHANGELAKE_LOCAL_APPLY_RECORDS", 10_000, 0),
+    # ... if the buckets it rewrites hold at most this many bytes
+    "local_apply_bytes": ("CHANGELAKE_LOCAL_APPLY_BYTES", 64 << 20, 0),
+    # ... and the files it must read (beyond the rows this process keeps) at most this many
+    "local_read_bytes": ("CHANGELAKE_LOCAL_READ_BYTES", 512 << 20, 0),
+    # the rows of files this process wrote or read, kept for the next merge (MiB; least recently used out)
+    "kept_rows_mb": ("CHANGELAKE_KEPT_ROWS_MB", 1024, 0),
+    # JSON lines are planned in ranges of about this many bytes ...
+    "decode_range_bytes": ("CHANGELAKE_DECODE_RANGE_BYTES", 4 << 20, 1),
+    # ... a decode task reads consecutive ranges of its share as one, up to this many bytes
+    "decode_max_range_bytes": ("CHANGELAKE_DECODE_MAX_RANGE_BYTES", 64 << 20, 1),
+    # a Parquet/Avro file is read in tasks of about this many rows
+    "decode_range_rows": ("CHANGELAKE_DECODE_RANGE_ROWS", 1 << 20, 1),
+    # the longest landed line (one source message); a longer one is a bad record, found without reading it
+    "max_record_bytes": ("CHANGELAKE_MAX_RECORD_BYTES", 16 << 20, 1),
+    # 0 turns off the column-wise JSON decode (every record through the per-message reader)
+    "fast_json": ("CHANGELAKE_FAST_JSON", 1, 0),
+    # quality frames with at most this many rows are validated by GX's pandas engine, larger ones on Spark
+    "quality_local_rows": ("CHANGELAKE_QUALITY_LOCAL_ROWS", 100_000, 0),
+    # the SQL endpoint: 0 skips the dbt build of its warm-up
+    "server_warm_dbt": ("CHANGELAKE_SERVER_WARM_DBT", 1, 0),
+    # the SQL endpoint: seconds between polls of the tables' snapshots (its views follow new batches)
+    "server_poll_seconds": ("CHANGELAKE_SERVER_POLL_SECONDS", 1.0, 0),
+}
+
 #: The longest landed line (one source message) read when ``CHANGELAKE_MAX_RECORD_BYTES`` is unset.
-DEFAULT_MAX_RECORD_BYTES = 16 << 20
+DEFAULT_MAX_RECORD_BYTES = TUNING["max_record_bytes"][1]
+
+
+def tuned(name: str) -> Any:
+    """The limit ``name`` of :data:`TUNING`: its environment variable if set, else its default (an int, or a
+    float for a limit whose default is one)."""
+    variable, default, smallest = TUNING[name]
+    text = os.environ.get(variable, "").strip()
+    if not text:
+        return default
+    if isinstance(default, float):
+        try:
+            value = float(text)
+        except ValueError:
+            value = float("nan")
+        if not smallest <= value < 1e9:  # also refuses nan
+            raise ConfigError(f"{variable} must be a number of at least {smallest}, got {text[:40]!r}")
+        return value
+    if not text.isascii() or not text.isdigit() or not smallest <= int(text) < 2**62:
+        raise ConfigError(f"{variable} must be a whole number of at least {smallest}, got {text[:40]!r}")
+    return int(text)
 
 
 def max_record_bytes() -> int:
     """The most bytes one landed line may hold (its newline not counted): ``CHANGELAKE_MAX_RECORD_BYTES``,
-    else 16 MiB. A longer line is a bad record, found without reading it whole.
-
-    An environment variable, not a :class:`Settings` field: batches are planned and read wherever a process
-    applies or reads them (the CLI, the apply service, ``spark-submit`` apps, the API), which all share the
-    environment, as the decode tuning variables are shared."""
-    text = os.environ.get("CHANGELAKE_MAX_RECORD_BYTES", "").strip()
-    if not text:
-        return DEFAULT_MAX_RECORD_BYTES
-    if not text.isascii() or not text.isdigit() or not 1 <= int(text) < 2**62:
-        raise ConfigError(
-            f"CHANGELAKE_MAX_RECORD_BYTES must be a positive number of bytes, got {text[:40]!r}"
-        )
-    return int(text)
+    else 16 MiB. A longer line is a bad record, found without reading it whole."""
+    return tuned("max_record_bytes")

@@ -10,7 +10,7 @@ import shutil
 import pytest
 import yaml
 
-from changelake.engine import apply, buckets
+from changelake.engine import buckets
 from changelake.engine.apply import Applier
 from changelake.inputs.datagen import generate
 from changelake.spec import TableSpec
@@ -37,7 +37,9 @@ def _spec(lake, name: str, source: dict, options: dict | None = None) -> TableSp
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_in_process_batches_equal_spark_batches(lake, monkeypatch, case):
-    monkeypatch.setattr(apply, "LOCAL_RECORDS", 10_000)  # the default, whatever the environment says
+    monkeypatch.setenv(
+        "CHANGELAKE_LOCAL_APPLY_RECORDS", "10000"
+    )  # the default, whatever the environment says
     # In process, a bucket of SPLIT_ROWS rows or more is written as two files: make every bucket one, so the
     # readers below (Spark, pyarrow, lookups) read split buckets against the Spark path's one-file buckets.
     monkeypatch.setattr(buckets, "SPLIT_ROWS", 4)
@@ -54,7 +56,7 @@ def test_in_process_batches_equal_spark_batches(lake, monkeypatch, case):
     got_here = lake.apply_pending(here.full_name)
     assert any("in this process" in m for m in lake.messages if "decoding" in m)
     assert any("in this process" in m for m in lake.messages if "merged" in m)
-    monkeypatch.setattr(apply, "LOCAL_RECORDS", 0)
+    monkeypatch.setenv("CHANGELAKE_LOCAL_APPLY_RECORDS", "0")
     lake.messages.clear()
     got_spark = lake.apply_pending(spark.full_name)
     assert not any("in this process" in m for m in lake.messages)
@@ -86,7 +88,7 @@ def test_in_process_batches_equal_spark_batches(lake, monkeypatch, case):
 
 
 def test_a_small_batch_needs_no_spark_and_a_large_one_uses_it(lake, home, monkeypatch):
-    monkeypatch.setattr(apply, "LOCAL_RECORDS", 10_000)
+    monkeypatch.setenv("CHANGELAKE_LOCAL_APPLY_RECORDS", "10000")
 
     def no_spark():
         raise AssertionError("a small batch started Spark")
@@ -112,7 +114,7 @@ def test_a_small_batch_needs_no_spark_and_a_large_one_uses_it(lake, home, monkey
     ids = sorted(r["uid"] for r in lake.rows_arrow("loc.ids").to_pylist())
     assert len(set(ids)) == 50
 
-    monkeypatch.setattr(apply, "LOCAL_RECORDS", 10)  # now 50 records are a large batch
+    monkeypatch.setenv("CHANGELAKE_LOCAL_APPLY_RECORDS", "10")  # now 50 records are a large batch
     path2 = home / "2.jsonl"
     path2.write_text("".join(f'{{"op": "+U", "data": {{"k": {i}, "v": "w{i}"}}}}\n' for i in range(50)))
     with pytest.raises(AssertionError, match="started Spark"):

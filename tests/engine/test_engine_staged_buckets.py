@@ -25,9 +25,8 @@ pytestmark = pytest.mark.integration
 @pytest.fixture(autouse=True)
 def through_spark(monkeypatch):
     """These batches are small: without this they would be applied in the test's process."""
-    from changelake.engine import apply
 
-    monkeypatch.setattr(apply, "LOCAL_RECORDS", 0)
+    monkeypatch.setenv("CHANGELAKE_LOCAL_APPLY_RECORDS", "0")
 
 
 NAMES = ["a", "é", "日本語", "", "x" * 40, "naïve ✓", "b"]
@@ -103,9 +102,9 @@ def test_many_decode_tasks_apply_as_one(lake, spark, home, monkeypatch):
     for batch_id, path in ((1, home / "1.parquet"), (2, home / "2.jsonl")):
         lake.apply("s.whole", file=path, batch_id=batch_id)
         with monkeypatch.context() as m:
-            m.setattr(decode, "RANGE_ROWS", 7)
-            m.setattr(decode, "RANGE_BYTES", 600)
-            m.setattr(decode, "MAX_RANGE_BYTES", 600)
+            m.setenv("CHANGELAKE_DECODE_RANGE_ROWS", "7")
+            m.setenv("CHANGELAKE_DECODE_RANGE_BYTES", "600")
+            m.setenv("CHANGELAKE_DECODE_MAX_RANGE_BYTES", "600")
             m.setattr(decode, "SPLIT_ROWS", 4)
             lake.messages.clear()
             lake.apply("s.split", file=path, batch_id=batch_id)
@@ -143,7 +142,7 @@ def test_bad_rows_in_later_cuts_name_their_lines_and_quarantine_alike(lake, home
     records[20]["op"] = "+X"
     path = home / "bad.parquet"
     _parquet(path, records, row_group=row_group)
-    monkeypatch.setattr(decode, "RANGE_ROWS", 7)
+    monkeypatch.setenv("CHANGELAKE_DECODE_RANGE_ROWS", "7")
     monkeypatch.setattr(decode, "SPLIT_ROWS", 3)
     monkeypatch.setattr(apply, "_parallelism", lambda spark: 8)  # a single group is cut in 8
 

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from changelake.engine import apply
 from changelake.errors import WriteRefusedError
 from tests.test_sqlwrite import ENGINES, SCENARIOS, _actual, _expected, make_spec
 
 
 @pytest.mark.parametrize("engine", list(SCENARIOS))
 def test_statements_through_spark_equal_the_reference_merge(lake, monkeypatch, engine):
-    monkeypatch.setattr(apply, "LOCAL_RECORDS", 0)  # every batch decoded and merged by Spark tasks
+    monkeypatch.setenv("CHANGELAKE_LOCAL_APPLY_RECORDS", "0")  # every batch decoded and merged by Spark tasks
     spec = make_spec(f"sq.{engine}", options=ENGINES[engine])
     lake.create_table(spec)
     applied = []

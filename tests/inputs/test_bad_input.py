@@ -580,9 +580,8 @@ def test_a_lone_carriage_return_stays_inside_its_line_in_the_apply(tmp_path, mon
     """Found by test_failed_apply's fuzzing: the apply split lines at a lone \\r, so a dead letter named line
     4 where the reader (and an editor counting newlines) says line 3."""
     from changelake import ChangeLake
-    from changelake.engine import apply
 
-    monkeypatch.setattr(apply, "LOCAL_RECORDS", int(local_records))
+    monkeypatch.setenv("CHANGELAKE_LOCAL_APPLY_RECORDS", str(int(local_records)))
     lake = ChangeLake(home=tmp_path / "home", tables_dir=tmp_path / "tables", progress=None)
     lake.create_table(
         {

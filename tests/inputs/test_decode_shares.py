@@ -99,12 +99,9 @@ def line_ranges(sizes: list[int]) -> list[Range]:
 )
 def test_line_shares_cover_the_bytes_in_order_and_join_only_neighbours(sizes, shares, cap):
     ranges = line_ranges(sizes)
-    original = decode.MAX_RANGE_BYTES
-    decode.MAX_RANGE_BYTES = cap
-    try:
+    with pytest.MonkeyPatch.context() as patch:  # hypothesis: no function-scoped fixture
+        patch.setenv("CHANGELAKE_DECODE_MAX_RANGE_BYTES", str(cap))
         pieces, groups = plan_tasks(ranges, shares)
-    finally:
-        decode.MAX_RANGE_BYTES = original
     assert rows(pieces) == rows(ranges)  # the same bytes of the same files, in order
     assert [i for g in groups for i in g] == list(range(len(pieces)))
     # Each planned range lies in exactly one piece; a piece joins ranges only up to the cap, starts where
@@ -165,7 +162,7 @@ def test_json_lines_are_cut_at_the_first_newline_after_every_range_of_bytes(
     path = tmp_path_factory.mktemp("lines") / "batch.jsonl"
     path.write_bytes(text)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(decode, "RANGE_BYTES", size)
+        patch.setenv("CHANGELAKE_DECODE_RANGE_BYTES", str(size))
         patch.setattr(decode, "PLAN_CHUNK_BYTES", chunk)
         if short is not None:
             patch.setattr(decode, "_open_landed", lambda p: _ShortReads(open(p, "rb"), short))

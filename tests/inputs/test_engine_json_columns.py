@@ -190,7 +190,7 @@ def _decode(tmp_path, data: bytes, spec: TableSpec, fast: bool, first_line: int,
     r = decode.Range(3, str(path), "changelog-json", 0, len(data), first_line)
     out = DecodedBatch(batch_arrow_schema(spec).empty_table())
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(decode, "FAST_JSON", fast)
+        patch.setenv("CHANGELAKE_FAST_JSON", "1" if fast else "0")
         patch.setattr(decode, "MAP_MIN_BYTES", 0 if mapped else decode.MAP_MIN_BYTES)
         try:
             table = decode._decode_lines(r, spec, out)

@@ -262,7 +262,7 @@ def test_offsets_are_one_record_across_the_files_of_a_batch(lake, tmp_path):
 def decode_in_tasks(tmp_path, spec: TableSpec, path: Path, tasks: int):
     """The apply's decode of one file cut into many ranges, in ``tasks`` decode tasks, as Spark runs them."""
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(decode, "RANGE_BYTES", 64)
+        patch.setenv("CHANGELAKE_DECODE_RANGE_BYTES", "64")
         plan = decode.plan_batch([path], spec, None, None)
     ranges, groups = decode.plan_tasks(plan.ranges, tasks)
     assert len(groups) == tasks
@@ -300,10 +300,9 @@ def test_spark_decode_tasks_hold_one_record_per_offset(spark, tmp_path, monkeypa
     """Through Spark's decode tasks (a batch too large for the applying process, cut into a share per core):
     a conflict across tasks refuses the batch; under quarantine one task leaves the later record out."""
     from changelake import ChangeLake
-    from changelake.engine import apply
 
-    monkeypatch.setattr(apply, "LOCAL_RECORDS", 0)
-    monkeypatch.setattr(decode, "RANGE_BYTES", 64)
+    monkeypatch.setenv("CHANGELAKE_LOCAL_APPLY_RECORDS", "0")
+    monkeypatch.setenv("CHANGELAKE_DECODE_RANGE_BYTES", "64")
     lake = ChangeLake(home=tmp_path / "home", tables_dir=tmp_path / "tables", spark=spark, progress=None)
     lines = [kafka(k, k, k) for k in range(1, 13)]
     conflict = land(tmp_path / "1.jsonl", [*lines, lines[0], kafka(99, 1, 1)])
@@ -327,7 +326,9 @@ def test_the_record_limit_setting(monkeypatch):
     assert max_record_bytes() == 1 << 20
     for bad in ("0", "-5", "1e6", "16MiB", "٣"):
         monkeypatch.setenv("CHANGELAKE_MAX_RECORD_BYTES", bad)
-        with pytest.raises(ChangelakeError, match="CHANGELAKE_MAX_RECORD_BYTES must be a positive number"):
+        with pytest.raises(
+            ChangelakeError, match="CHANGELAKE_MAX_RECORD_BYTES must be a whole number of at least 1"
+        ):
             max_record_bytes()
 
 
@@ -393,7 +394,7 @@ def test_every_line_over_the_limit_and_only_those_get_a_range_of_their_own(
     path.write_bytes(text)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(decode, "PLAN_CHUNK_BYTES", chunk)
-        patch.setattr(decode, "RANGE_BYTES", size)
+        patch.setenv("CHANGELAKE_DECODE_RANGE_BYTES", str(size))
         ranges, total, newlines = decode._line_ranges(path, 0, "changelog-json", limit=limit)
     assert (total, newlines) == (len(text), text.count(b"\n"))
     assert ranges[0].start == 0 and ranges[-1].end == len(text)

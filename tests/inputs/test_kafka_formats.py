@@ -526,7 +526,7 @@ def _decode(path: Path, s: TableSpec, fast: bool, monkeypatch):
     from changelake.inputs import decode
     from changelake.inputs.records import DecodedBatch, batch_arrow_schema
 
-    monkeypatch.setattr(decode, "FAST_JSON", fast)
+    monkeypatch.setenv("CHANGELAKE_FAST_JSON", "1" if fast else "0")
     r = decode.Range(0, str(path), "upsert-kafka", 0, path.stat().st_size, 1)
     out = DecodedBatch(batch_arrow_schema(s).empty_table())
     return decode._decode_lines(r, s, out), out

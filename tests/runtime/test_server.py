@@ -415,10 +415,9 @@ def test_endpoint_serves_dbt_sql_clients_and_new_batches(demo, spark, endpoint, 
     assert per_shop == {r.shop_id: r["count"] for r in rows.groupBy("shop_id").count().collect()}
 
     # The Python API over Spark Connect: a batch whose decode and merge run as Spark jobs on the endpoint.
-    import changelake.engine.apply as applier
     from changelake import ChangeLake
 
-    monkeypatch.setattr(applier, "LOCAL_RECORDS", 0)
+    monkeypatch.setenv("CHANGELAKE_LOCAL_APPLY_RECORDS", "0")
     generate(demo.spec("shop.orders"), demo.settings.landing_dir, batches=1, records=40)
     remote = connect_session(url=endpoint["connect_url"], settings=demo.settings)
     try:

@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from changelake import cli
-from changelake.engine import apply, buckets
+from changelake.engine import buckets
 from changelake.storage import catalog, fastread
 from changelake.storage.fastread import FastReader
 
@@ -54,7 +54,9 @@ def _build(home):
 
     (home / "tables").mkdir()
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(apply, "LOCAL_RECORDS", 1_000_000)  # in this process, whatever the environment says
+        mp.setenv(
+            "CHANGELAKE_LOCAL_APPLY_RECORDS", "1000000"
+        )  # in this process, whatever the environment says
         mp.setattr(buckets, "FLUSH_ROWS", 16)  # a batch's changelog in several files, as a large batch's is
         mp.setattr(pq, "write_table", functools.partial(pq.write_table, row_group_size=ROW_GROUP_ROWS))
         lake = ChangeLake(home=home, tables_dir=home / "tables", progress=None)

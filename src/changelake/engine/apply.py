@@ -42,6 +42,7 @@ from typing import Any
 import pyarrow as pa
 from pyiceberg.exceptions import ValidationException
 
+from changelake.config import tuned
 from changelake.engine import buckets, merge
 from changelake.engine.buckets import COUNTERS, BucketContext, BucketTask
 from changelake.engine.buckets import SOURCE_COUNTERS as TASK_SOURCE_COUNTERS
@@ -70,11 +71,8 @@ from changelake.storage.summary import SOURCE_COUNTERS, AutoIncrementState, Batc
 # A batch of at most this many messages is decoded in this process, and merged here too if its buckets' files
 # hold at most LOCAL_STORED_BYTES: no Spark job (nor a JVM) for what takes less time than starting one. The
 # same functions run as in the Spark tasks, on the same files. 0 sends every batch to Spark.
-LOCAL_RECORDS = int(os.environ.get("CHANGELAKE_LOCAL_APPLY_RECORDS", 10_000))
-LOCAL_STORED_BYTES = int(os.environ.get("CHANGELAKE_LOCAL_APPLY_BYTES", 64 << 20))
 # ... and merged on read here when the files it must read, beyond those this process keeps (buckets.STORED_ROWS),
 # hold at most this much: the first batch reads a bucket's files once, the next ones take the kept rows.
-LOCAL_READ_BYTES = int(os.environ.get("CHANGELAKE_LOCAL_READ_BYTES", 512 << 20))
 Progress = Callable[[str], None]
 
 
@@ -359,7 +357,7 @@ class Applier:
         spec, batch_id, files = batch.spec, batch.batch_id, batch.ranges
         started = time.monotonic()
         staging = f"{self.storage.new_data_dir(table, batch_id)}-staging"
-        local = files.messages <= LOCAL_RECORDS
+        local = files.messages <= tuned("local_apply_records")
         cores = 1 if local else _parallelism(self.spark)
         ranges, groups = decode.plan_tasks(files.ranges, cores)
         where = "in this process" if local else f"{len(groups)} task(s)"
@@ -404,7 +402,7 @@ class Applier:
             id_ranges, id_counter = _allocate_ids(spec, state.batch, decoded)
             tasks = _bucket_tasks(spec, Storage.layout(table), decoded, files, log_ends, id_ranges)
             context = self._bucket_context(batch, table, state.batch, commit_ts)
-        local = decoded.records <= LOCAL_RECORDS and _local_work(spec, tasks, files)
+        local = decoded.records <= tuned("local_apply_records") and _local_work(spec, tasks, files)
         if local and context is not None:
             context = replace(context, threads=True, keep_rows=True)  # this process has the cores to itself
         return ApplyPlan(
@@ -710,14 +708,14 @@ def _rewrites(records: int, candidates: list[TableFile]) -> bool:
 
 def _local_work(spec: TableSpec, tasks: list[BucketTask], files: list[TableFile]) -> bool:
     """Whether the merge of a small batch runs in this process: the buckets it rewrites hold at most
-    ``LOCAL_STORED_BYTES``, and the files it must read that this process does not keep at most
-    ``LOCAL_READ_BYTES`` (a Spark job costs more than that work)."""
-    if sum(t.stored_bytes for t in tasks if t.rewrite) > LOCAL_STORED_BYTES:
+    ``CHANGELAKE_LOCAL_APPLY_BYTES``, and the files it must read that this process does not keep at most
+    ``CHANGELAKE_LOCAL_READ_BYTES`` (a Spark job costs more than that work; config.TUNING)."""
+    if sum(t.stored_bytes for t in tasks if t.rewrite) > tuned("local_apply_bytes"):
         return False
     sizes = {f.path: f.size for f in files}
     schema = buckets.row_schema(spec)
     unread = {s.path for t in tasks for s in t.files if not buckets.STORED_ROWS.holds(s.path, schema)}
-    return sum(sizes.get(p, 0) for p in unread) <= LOCAL_READ_BYTES
+    return sum(sizes.get(p, 0) for p in unread) <= tuned("local_read_bytes")
 
 
 def _batch_summary(plan: ApplyPlan, markers: list[dict], dead_letter: str | None) -> BatchSummary:

@@ -29,6 +29,7 @@ import pyarrow.ipc  # noqa: F401 - pa.ipc
 import pyarrow.parquet as pq
 
 from changelake.arrow_keys import group_ids, increasing, key_numbers
+from changelake.config import tuned
 from changelake.engine.columnar import merge_records
 from changelake.errors import ChangelakeError
 from changelake.inputs.records import KAFKA_COLUMNS, MESSAGE_SHIFT, ORDER_COLUMNS
@@ -87,10 +88,18 @@ class StoredRows:
     merge of a bucket skips reading them again: a process applying batch after batch (the apply service, a
     loop over landed batches) reads a file once. A file is never rewritten (every apply writes new files
     under a fresh directory), so its path names its contents for good. Least recently used first out, at
-    most ``max_bytes`` of Arrow and numpy buffers."""
+    most ``max_bytes`` of Arrow and numpy buffers (None: ``CHANGELAKE_KEPT_ROWS_MB`` when first used)."""
 
-    def __init__(self, max_bytes: int):
-        self._rows: BoundedLRU[Any] = BoundedLRU(max_bytes, size=_nbytes)
+    def __init__(self, max_bytes: int | None = None):
+        self._max_bytes = max_bytes
+        self._lru: BoundedLRU[Any] | None = None
+
+    @property
+    def _rows(self) -> BoundedLRU[Any]:
+        if self._lru is None:
+            limit = self._max_bytes if self._max_bytes is not None else tuned("kept_rows_mb") << 20
+            self._lru = BoundedLRU(limit, size=_nbytes)
+        return self._lru
 
     @property
     def kept_bytes(self) -> int:
@@ -129,7 +138,7 @@ def _nbytes(value: Any) -> int:
 
 #: This process's :class:`StoredRows`: 1 GiB by default (``CHANGELAKE_KEPT_ROWS_MB``), enough for the rows of the
 #: benchmark's 5M-row table (~300 MB as Arrow) and its delete positions.
-STORED_ROWS = StoredRows(int(os.environ.get("CHANGELAKE_KEPT_ROWS_MB", 1024)) << 20)
+STORED_ROWS = StoredRows()
 
 
 def row_schema(spec: TableSpec) -> pa.Schema:

@@ -41,7 +41,7 @@ import pyarrow.ipc  # noqa: F401 - pa.ipc
 
 from changelake.arrow_keys import group_ids
 from changelake.bucketing import bucket_ids
-from changelake.config import max_record_bytes
+from changelake.config import max_record_bytes, tuned
 from changelake.errors import BadRecordError, ChangelakeError
 from changelake.inputs import formats, landed, landing, readers
 from changelake.inputs.records import (
@@ -63,14 +63,14 @@ from changelake.pyworker import lazy_zip_invalidation
 from changelake.spec import TableSpec
 from changelake.storage.taskio import TaskIO
 
-# JSON lines are planned in ranges of about RANGE_BYTES; a decode task reads the consecutive ranges of its
-# share as one, up to MAX_RANGE_BYTES (what one read and one JSON parse hold in a task's memory).
-RANGE_BYTES = int(os.environ.get("CHANGELAKE_DECODE_RANGE_BYTES", 4 << 20))
+# JSON lines are planned in ranges of about CHANGELAKE_DECODE_RANGE_BYTES; a decode task reads the consecutive
+# ranges of its share as one, up to CHANGELAKE_DECODE_MAX_RANGE_BYTES (what one read and one JSON parse hold in
+# a task's memory); a Parquet file in tasks of about CHANGELAKE_DECODE_RANGE_ROWS rows (config.TUNING).
+
 PLAN_CHUNK_BYTES = 1 << 20  # what the planner reads of a JSON-lines file at a time
 MAP_MIN_BYTES = 4 << 20  # a decode task maps a range of lines at least this large instead of reading it
-MAX_RANGE_BYTES = int(os.environ.get("CHANGELAKE_DECODE_MAX_RANGE_BYTES", 64 << 20))
-# Rows of a Parquet file per decode task: small row groups are combined up to this many.
-RANGE_ROWS = int(os.environ.get("CHANGELAKE_DECODE_RANGE_ROWS", 1 << 20))
+
+
 SPLIT_ROWS = 1 << 16  # the fewest rows a range cut in halves (to give every core a task) may get
 FILE_SHIFT, LINE_SHIFT = 48, MESSAGE_SHIFT  # as records.FILE_SHIFT, records.MESSAGE_SHIFT
 _ORDER_NUMBER = pa.decimal128(38, 9)
@@ -172,7 +172,7 @@ def plan_batch(
 
 
 def _line_ranges(path: Path, index: int, fmt: str, limit: int | None = None) -> tuple[list[Range], int, int]:
-    """A JSON-lines file cut into ranges at the first newline after every RANGE_BYTES, each with its first
+    """A JSON-lines file cut into ranges at the first newline after every CHANGELAKE_DECODE_RANGE_BYTES, each with its first
     line number; and the file's bytes and newlines. The file is read once through one reused 1 MiB buffer
     whose newlines numpy finds: 88 MB planned in 20 ms, and the driver's memory stays flat whatever the file's
     size (a memory map of the file would count it all in the driver's resident set).
@@ -181,6 +181,7 @@ def _line_ranges(path: Path, index: int, fmt: str, limit: int | None = None) -> 
     ``too_long``: no task reads it whole (a 150 MB line parsed cost 2.7 GB), its task reports it as a bad
     record, and the lines around it decode as usual."""
     limit = max_record_bytes() if limit is None else limit
+    range_bytes = tuned("decode_range_bytes")
     ranges: list[Range] = []
     start = offset = lines = 0  # the open range's first byte; the bytes and newlines before the chunk
     first_line = 1  # the open range's first line
@@ -198,7 +199,7 @@ def _line_ranges(path: Path, index: int, fmt: str, limit: int | None = None) -> 
             at = 0  # the chunk's newlines before ends[at] are in closed ranges
             for stop in [*long, len(ends)]:
                 # Close a range at the first newline where it holds enough bytes (maybe several per chunk).
-                while (cut := at + int(np.searchsorted(ends[at:stop], start + RANGE_BYTES - 1))) < stop:
+                while (cut := at + int(np.searchsorted(ends[at:stop], start + range_bytes - 1))) < stop:
                     ranges.append(Range(index, str(path), fmt, start, int(ends[cut]) + 1, first_line))
                     start, first_line, at = int(ends[cut]) + 1, lines + cut + 2, cut + 1
                 if stop < len(ends):  # a line over the limit: closes the open range, then a range of its own
@@ -235,10 +236,10 @@ def _size(path: Path) -> int:
 
 
 def _row_ranges(f: formats.RowsFormat, index: int, path: str) -> list[Range]:
-    """Rows ``[start, end)`` per task, about RANGE_ROWS each, as the format cuts its file
+    """Rows ``[start, end)`` per task, about CHANGELAKE_DECODE_RANGE_ROWS each, as the format cuts its file
     (:func:`split_ranges` cuts a large one if there are too few ranges for the cores). A file the format
     cannot plan is one range; its task reports why."""
-    bounds = f.row_ranges(Path(path), RANGE_ROWS)
+    bounds = f.row_ranges(Path(path), tuned("decode_range_rows"))
     if bounds is None:
         return [Range(index, path, f.name, 0, -1, 1)]
     return [Range(index, path, f.name, a, b, a + 1) for a, b in bounds]
@@ -405,7 +406,7 @@ def _decode_lines(
     in ``offsets`` (:func:`_claim_offsets`)."""
     opts = spec.source_options
     view = _mapped(r)
-    if opts.ordering == "arrival" and FAST_JSON:
+    if opts.ordering == "arrival" and tuned("fast_json"):
         table = _json_columns(view, r, spec)
         if table is not None:
             out.messages += table.num_rows
@@ -507,7 +508,6 @@ def _claim_offsets(
 # A format may decode a range of lines column-wise (changelog JSON: pyarrow's JSON reader and Arrow kernels)
 # when the result is certain to equal the per-message path's; a range it declines is decoded line by line,
 # so every error and dead letter is the per-message path's own. CHANGELAKE_FAST_JSON=0 turns it off.
-FAST_JSON = os.environ.get("CHANGELAKE_FAST_JSON", "1") != "0"
 
 
 def _mapped(r: Range) -> memoryview:
@@ -628,11 +628,12 @@ def plan_tasks(ranges: list[Range], cores: int) -> tuple[list[Range], list[list[
 
 def share_lines(ranges: list[Range], shares: int) -> tuple[list[Range], list[list[int]]]:
     """Byte ranges of lines in one share of about equal bytes per core, each share's consecutive ranges of
-    a file joined up to MAX_RANGE_BYTES.
+    a file joined up to CHANGELAKE_DECODE_MAX_RANGE_BYTES.
 
     Measured on 500k changelog-JSON records (88 MB, 2 cores): 16-MiB ranges in 4 tasks decoded in 1.5 s
     (a task of two ranges ran alone at the end, and every range pays a parse and a staged file of its
     own), two shares of 44 MB in 1.0 s; 4 tasks of 22 MB took as long as 2."""
+    max_range = tuned("decode_max_range_bytes")
     pieces: list[Range] = []
     groups: list[list[int]] = []
     for group in group_ranges(ranges, max(1, shares)):
@@ -643,7 +644,7 @@ def share_lines(ranges: list[Range], shares: int) -> tuple[list[Range], list[lis
                 last is not None
                 and last.file_index == r.file_index
                 and last.end == r.start
-                and r.end - last.start <= MAX_RANGE_BYTES
+                and r.end - last.start <= max_range
                 and not (last.too_long or r.too_long)
             ):
                 pieces[-1] = Range(last.file_index, last.path, last.fmt, last.start, r.end, last.first_line)

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from changelake.atomic import atomic_copy, atomic_write_text
-from changelake.config import CHECKOUT
+from changelake.config import CHECKOUT, load_settings
 
 #: CDN address of each asset Data Docs load -> its file in the npm packages of infra/datadocs_assets.sh.
 CDN_ASSETS = {
@@ -67,9 +67,10 @@ _SRI = re.compile(
 
 
 def default_assets() -> Path:
-    """Where ``infra/datadocs_assets.sh`` puts the npm packages (``CHANGELAKE_DATADOCS_ASSETS`` overrides)."""
-    env = os.environ.get("CHANGELAKE_DATADOCS_ASSETS")
-    return Path(env) if env else CHECKOUT / ".venv" / "datadocs-assets" / "node_modules"
+    """Where ``infra/datadocs_assets.sh`` puts the npm packages (the ``datadocs_assets`` setting,
+    ``CHANGELAKE_DATADOCS_ASSETS``, overrides)."""
+    configured = load_settings().datadocs_assets
+    return Path(configured) if configured else CHECKOUT / ".venv" / "datadocs-assets" / "node_modules"
 
 
 @dataclass

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 import sys
 import time
 from dataclasses import dataclass
@@ -20,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from changelake.atomic import atomic_write_bytes, atomic_write_text
-from changelake.config import Settings
+from changelake.config import Settings, tuned
 from changelake.quality.datadocs import localize_data_docs
 
 MAX_REPORTED_KEYS = 20
@@ -89,7 +88,7 @@ def run_quality(
 
     started = time.monotonic()
     # The schema dbt builds into (profiles.yml reads the same variable); it reaches SQL, so it is validated.
-    dbt_schema = check_name(dbt_schema or os.environ.get("CHANGELAKE_DBT_SCHEMA", "analytics"), "dbt schema")
+    dbt_schema = check_name(dbt_schema or settings.dbt_schema, "dbt schema")
     spark = spark or get_spark(settings, app_name="changelake-quality", hive=True)
     lake = ChangeLake(settings=settings, spark=spark, progress=lambda m: None)
     checks: list = []
@@ -224,7 +223,7 @@ def _context(settings: Settings, progress=None):
 def local_rows_limit() -> int:
     """Frames with at most this many rows are validated by GX's pandas engine (``CHANGELAKE_QUALITY_LOCAL_ROWS``,
     default 100,000; 0 = always Spark)."""
-    return int(os.environ.get("CHANGELAKE_QUALITY_LOCAL_ROWS", "100000"))
+    return tuned("quality_local_rows")
 
 
 def _local_frame(frame, limit: int):

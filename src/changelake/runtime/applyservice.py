@@ -63,14 +63,9 @@ SOCKET_NAME = "apply.sock"
 SHARED_SETTINGS = ("warehouse", "catalog_uri", "catalog_type", "catalog_name")
 PER_REQUEST_SETTINGS = ("tables_dir", "landing_dir")
 # Every kind of error travels back by name, so the client raises the kind (and exits with its code) the endpoint did.
-_ERRORS = {
+_ERRORS: dict[str, type[errors.ChangelakeError]] = {
     cls.__name__: cls
-    for cls in (
-        errors.ChangelakeError,
-        *errors.KINDS,
-        errors.BatchRefusedError,
-        errors.WriteRefusedError,
-    )
+    for cls in (errors.ChangelakeError, errors.BatchRefusedError, errors.WriteRefusedError) + errors.KINDS
 }
 _CONNECT_TIMEOUT = 2.0
 _MAX_SOCKET_PATH = 100  # sun_path holds 108 bytes on Linux, 104 on macOS

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from changelake.atomic import atomic_write_text
-from changelake.config import Settings
+from changelake.config import Settings, tuned
 from changelake.errors import ChangelakeError
 from changelake.identifiers import quote
 from changelake.runtime import endpoint_auth
@@ -488,9 +488,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="server_app.py", description=main.__doc__)
     parser.add_argument("--poll-seconds", type=float, default=None, help="snapshot poll interval")
     args = parser.parse_args(argv)
-    poll = args.poll_seconds or float(
-        os.environ.get("CHANGELAKE_SERVER_POLL_SECONDS") or DEFAULT_POLL_SECONDS
-    )
+    poll = args.poll_seconds or tuned("server_poll_seconds")
     settings = load_settings()
     endpoint = Endpoint.from_env()
     # What the endpoint writes (table files, changelogs, staged records, dbt's tables) is its user's alone, as

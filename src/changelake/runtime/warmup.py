@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from changelake.config import load_settings, tuned
 from changelake.runtime import endpoint_auth
 from changelake.runtime.endpoint import Endpoint
 
@@ -150,7 +151,6 @@ def warm_sql(spark, views: list[str], scratch: Path, progress=print) -> int:
 #: The schema the start's dbt build writes into, dropped at its end: the users' marts are never touched.
 WARM_DBT_SCHEMA = "changelake_warm_up_dbt"
 WARM_DBT_TIMEOUT = 300.0  # seconds; a build still running then is killed (the start goes on without it)
-_OFF = ("0", "false", "no", "off")
 
 
 def dbt_source_views(project: Path) -> set[str]:
@@ -185,7 +185,7 @@ def warm_dbt(
     thrift`` finds them compiled. Skipped (None) when ``CHANGELAKE_SERVER_WARM_DBT`` is 0, when dbt or the
     project is missing, or while any of the project's sources is not registered (``make demo`` starts the
     endpoint before its tables exist). Returns dbt's exit code; a failing build is reported, never fatal."""
-    if os.environ.get("CHANGELAKE_SERVER_WARM_DBT", "1").strip().lower() in _OFF:
+    if not tuned("server_warm_dbt"):
         return None
     dbt = dbt or Path(sys.executable).with_name("dbt")
     if not dbt.exists() or not (project / "dbt_project.yml").exists():
@@ -221,7 +221,7 @@ def warm_dbt(
     parse = subprocess.Popen(
         [str(dbt), "parse", "--target", "thrift"],
         cwd=project,
-        env={**env, "CHANGELAKE_DBT_SCHEMA": os.environ.get("CHANGELAKE_DBT_SCHEMA", "analytics")},
+        env={**env, "CHANGELAKE_DBT_SCHEMA": load_settings().dbt_schema},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
