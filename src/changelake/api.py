@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from changelake import evolution
 from changelake.config import Settings, load_settings
 from changelake.engine.apply import Applier, BatchResult, Progress, stderr_progress
-from changelake.errors import BatchRefusedError, ChangelakeError, unknown_table
+from changelake.errors import BatchRefusedError, ChangelakeError, CommitConflict, unknown_table
 from changelake.identifiers import split_table_name
 from changelake.inputs.landing import landing_status, read_manifest, scan_landing
 from changelake.spec import SpecDirectory, TableSpec, check_new_table, load_specs
@@ -273,7 +273,7 @@ class ChangeLake:
                 changelog_records=result.changelog_records,
                 counts=_row_counts(result.counts),
             )
-        raise ChangelakeError(
+        raise CommitConflict(
             f"{spec.full_name}: {MAX_INSERT_ATTEMPTS} other batches were committed while this statement was "
             "planned; retry it"
         )
@@ -446,7 +446,7 @@ class ChangeLake:
                 row if row is not None else self._single_row(table, key)
                 for key, row in zip(keys, found, strict=True)
             ]
-        raise ChangelakeError(
+        raise CommitConflict(
             f"{spec.full_name}: could not insert the missing keys in {MAX_INSERT_ATTEMPTS} attempts "
             "(other writers kept taking the next batch id); retry"
         )
