@@ -21,6 +21,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 DOC = ROOT / "docs" / "benchmarks.md"
+PROFILES = ROOT / "benchmarks" / "profiles.md"
 
 INTRO = """\
 # Benchmarks
@@ -612,6 +613,7 @@ def render_doc(
     parts.append(render_longrun(longrun_results or []))
     parts.append(KAFKA_INTRO)
     parts.append(render_kafka(kafka_result) if kafka_result else "Not run yet: `make bench-kafka`.\n")
+    parts.append(PROFILES.read_text())  # hand-written: where the time goes, and the runs behind the design
     return "\n".join(parts)
 
 
