@@ -15,15 +15,9 @@ import pyarrow  # noqa: F401
 import pytest
 
 from tests.helpers import REPO
+from tests.specs import FRUIT
 
-SPEC = """name: demo.fruit
-columns:
-  - {name: k, type: INT}
-  - {name: price, type: DOUBLE}
-  - {name: name, type: STRING}
-primary_key: [k]
-options: {bucket.num: 2}
-"""
+SPEC = FRUIT
 
 
 def cli(env, *args):

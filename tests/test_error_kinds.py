@@ -15,14 +15,9 @@ import pytest
 
 from changelake import errors
 from tests.helpers import REPO
+from tests.specs import kv
 
-SPEC = """name: demo.fruit
-columns:
-  - {name: k, type: INT}
-  - {name: v, type: STRING}
-primary_key: [k]
-options: {bucket.num: 2, table.delete.behavior: disable}
-"""
+SPEC = kv("demo.fruit", **{"table.delete.behavior": "disable"})
 
 
 @pytest.fixture

@@ -11,16 +11,11 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import land_batches
+from tests.specs import kv
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
-SPEC = """name: t.kv
-columns:
-  - {name: k, type: INT}
-  - {name: v, type: STRING}
-primary_key: [k]
-options: {bucket.num: 2}
-"""
+SPEC = kv()
 
 
 def run_cli(env, *args, fault=None):

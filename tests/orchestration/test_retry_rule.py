@@ -11,16 +11,11 @@ import subprocess
 import pytest
 
 from tests.orchestration.conftest import AIRFLOW, REPO, airflow_env
+from tests.specs import kv
 
 pytestmark = pytest.mark.integration
 
-SPEC = """name: demo.fruit
-columns:
-  - {name: k, type: INT}
-  - {name: v, type: STRING}
-primary_key: [k]
-options: {bucket.num: 1}
-"""
+SPEC = kv("demo.fruit", **{"bucket.num": 1})
 TASK = "apply__demo__fruit"
 
 

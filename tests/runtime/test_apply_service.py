@@ -21,15 +21,9 @@ from changelake.config import load_settings
 from changelake.errors import BadRecordError, BatchRefusedError, ChangelakeError
 from changelake.runtime import applyservice
 from tests.helpers import CLI
+from tests.specs import FRUIT
 
-SPEC = """name: demo.fruit
-columns:
-  - {name: k, type: INT}
-  - {name: price, type: DOUBLE}
-  - {name: name, type: STRING}
-primary_key: [k]
-options: {bucket.num: 2}
-"""
+SPEC = FRUIT
 BATCHES = [
     '{"op": "+I", "data": {"k": 1, "price": 2.0, "name": "apple"}}\n',
     '{"op": "+I", "data": {"k": 1, "price": 4.0, "name": "banana"}}\n{"op": "+I", "data": {"k": 2}}\n',
