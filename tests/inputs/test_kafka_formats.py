@@ -330,12 +330,15 @@ def test_registry_lookup_by_id_cached_and_unknown_ids_are_bad_records(tmp_path, 
     assert _Registry.asked == ["/schemas/ids/21"]  # asked once for the two records
     bad = land(
         tmp_path / "2.jsonl",
-        [records[0], kafka({"id": 9}, confluent(99, VALUE_SCHEMA, avro_row(ROWS[0])), 5)],
+        [records[0], kafka({"id": 1}, confluent(99, VALUE_SCHEMA, avro_row(ROWS[0])), 5)],
     )
     with pytest.raises(BadRecordError) as e:
         read_batch([bad], spec(source))
     assert (e.value.line, e.value.field) == (2, "value")
     assert "schema id 99 is not in the schema registry" in e.value.reason
+    # Registered since: the same process finds it (an unknown id is not remembered).
+    _Registry.schemas[99] = VALUE_SCHEMA
+    assert read_batch([bad], spec(source)).records.num_rows == 2
 
 
 def test_a_registry_that_fails_stops_the_batch_even_under_quarantine(tmp_path, registry):

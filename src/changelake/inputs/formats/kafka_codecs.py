@@ -540,7 +540,7 @@ class Registry:
 
     def __init__(self, url: str | None, directory: str | None):
         self.url, self.directory = url, directory
-        self.cache: dict[int, dict | None] = {}
+        self.cache: dict[int, dict] = {}
         self.lock = threading.Lock()
 
     def schema(self, schema_id: int) -> dict | None:
@@ -548,6 +548,8 @@ class Registry:
             if schema_id in self.cache:
                 return self.cache[schema_id]
         found = self._lookup(schema_id)
+        if found is None:
+            return None  # not cached: an id registered later is found by the next batch of a warm process
         with self.lock:
             return self.cache.setdefault(schema_id, found)
 
