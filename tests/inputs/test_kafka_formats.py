@@ -614,3 +614,106 @@ def test_what_the_column_wise_path_declines_is_decided_by_the_per_message_path(
         assert (e.value.line, e.value.field) == (2, field), str(e.value)
         assert reason in e.value.reason
     assert _column_wise(path, s) is None
+
+
+# --- Avro container batches of Kafka records -----------------------------------------------------------------
+KAFKA_RECORD = {
+    "type": "record", "name": "KafkaRecord",
+    "fields": [
+        {"name": "key", "type": ["null", "bytes"]},
+        {"name": "value", "type": ["null", "bytes"]},
+        {"name": "topic", "type": "string"},
+        {"name": "partition", "type": "int"},
+        {"name": "offset", "type": "long"},
+        {"name": "timestamp", "type": ["null", {"type": "long", "logicalType": "timestamp-millis"}]},
+    ],
+}  # fmt: skip
+
+
+def _container_batch(tmp_path: Path, records: list[dict], name: str = "1.avro") -> Path:
+    path = tmp_path / name
+    with path.open("wb") as fh:
+        fastavro.writer(fh, fastavro.parse_schema(KAFKA_RECORD), records)
+    return path
+
+
+def _wire(schema_id: int, schema: dict, record: dict) -> bytes:
+    return b"\x00" + struct.pack(">I", schema_id) + avro_bytes(schema, record)
+
+
+def _kafka_records() -> list[dict]:
+    at = dt.datetime(2026, 5, 1, tzinfo=dt.UTC)
+    records = [
+        {"key": _wire(3, KEY_SCHEMA, {"id": r["id"]}), "value": _wire(11, VALUE_SCHEMA, avro_row(r)),
+         "topic": "orders", "partition": 0, "offset": i, "timestamp": at}
+        for i, r in enumerate(ROWS)
+    ]  # fmt: skip
+    records.append(
+        {"key": _wire(3, KEY_SCHEMA, {"id": DELETED}), "value": None, "topic": "orders", "partition": 0,
+         "offset": len(ROWS), "timestamp": None}
+    )  # fmt: skip
+    return records
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_an_avro_container_of_kafka_records_is_the_same_data_as_json(tmp_path, monkeypatch, fast):
+    directory = schema_dir(tmp_path, {3: KEY_SCHEMA, 11: VALUE_SCHEMA})
+    source = {
+        "key.format": "avro-confluent", "key.avro-confluent.schema-dir": directory,
+        "value.format": "avro-confluent", "value.avro-confluent.schema-dir": directory,
+    }  # fmt: skip
+    s = spec(source)
+    path = _container_batch(tmp_path, _kafka_records())
+    want = json_batch(tmp_path)
+    assert read_batch([path], s).records.to_pylist() == want
+    table, out = _decode(path, s, fast, monkeypatch)  # the decode tasks' path
+    got = table.select(["_op", *s.column_names]).to_pylist()
+    assert got == [{k: v for k, v in r.items() if k != "_seq"} for r in want]
+    assert table.column("_kafka_offset").to_pylist() == [0, 1, 2]
+
+
+def test_bad_records_of_an_avro_container_are_named_by_their_position(tmp_path):
+    directory = schema_dir(tmp_path, {3: KEY_SCHEMA, 11: VALUE_SCHEMA})
+    source = {
+        "key.format": "avro-confluent", "key.avro-confluent.schema-dir": directory,
+        "value.format": "avro-confluent", "value.avro-confluent.schema-dir": directory,
+    }  # fmt: skip
+    records = _kafka_records()
+    records[1]["value"] = records[1]["value"][:-3]  # cut short
+    path = _container_batch(tmp_path, records)
+    with pytest.raises(BadRecordError) as e:
+        read_batch([path], spec(source))
+    assert (e.value.file, e.value.line, e.value.field) == (str(path), 2, "value")
+    batch = read_batch([path], spec({**source, "on-bad-record": "quarantine"}))
+    assert [(d["line"], d["field"]) for d in batch.dead_letters] == [(2, "value")]
+    assert batch.records.column("id").to_pylist() == [1, DELETED]
+    # Not a container of Kafka records, not a container at all, or read as another format: refused whole.
+    rows = tmp_path / "2.avro"
+    with rows.open("wb") as fh:
+        fastavro.writer(fh, fastavro.parse_schema(VALUE_SCHEMA), [avro_row(ROWS[0])])
+    with pytest.raises(BadRecordError, match="holds Kafka records"):
+        read_batch([rows], spec(source))
+    junk = tmp_path / "3.avro"
+    junk.write_bytes(b'{"key": 1}\n')
+    with pytest.raises(BadRecordError, match="not an Avro object container"):
+        read_batch([junk], spec(source))
+    with pytest.raises(ChangelakeError, match="read as upsert-kafka"):
+        read_batch(
+            [path],
+            TableSpec.from_dict({"name": "t.k", "columns": COLUMNS, "primary_key": ["id"]}),
+            "changelog-json",
+        )
+
+
+def test_an_avro_container_batch_is_complete_when_it_ends_with_its_sync_marker(tmp_path):
+    from changelake.inputs.landing import scan_landing
+
+    s = spec({})
+    directory = tmp_path / "landing" / s.full_name
+    directory.mkdir(parents=True)
+    whole = _container_batch(tmp_path, _kafka_records()).read_bytes()
+    for cut, waiting in ((len(whole), False), (len(whole) - 5, True), (20, True), (3, True)):
+        (directory / "1.avro").write_bytes(whole[:cut])
+        landing = scan_landing(tmp_path / "landing", s, after=0)
+        assert (landing.waiting_for is not None) == waiting, cut
+        assert list(landing.batches) == ([] if waiting else [1])

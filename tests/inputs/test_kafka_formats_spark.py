@@ -111,6 +111,26 @@ def test_hand_built_confluent_bytes_apply_as_the_same_data_as_json(lake, tmp_pat
         path = tmp_path / f"{name}.jsonl"
         path.write_text("".join(json.dumps(line) + "\n" for line in lines))
         assert lake.apply(name, file=path, batch_id=1).status == "applied"
+    # The same Kafka records landed as an Avro container batch (<batch_id>.avro), picked up by apply_pending.
+    add_spec(lake, {**avro, "name": "kf.pay_ocf"})
+    landed = lake.settings.landing_dir / "kf.pay_ocf"
+    landed.mkdir(parents=True, exist_ok=True)
+    container = {
+        "type": "record", "name": "KafkaRecord",
+        "fields": [{"name": "key", "type": ["null", "bytes"]}, {"name": "value", "type": ["null", "bytes"]},
+                   {"name": "topic", "type": "string"}, {"name": "partition", "type": "int"},
+                   {"name": "offset", "type": "long"}],
+    }  # fmt: skip
+    with (landed / "1.avro").open("wb") as fh:
+        fastavro.writer(
+            fh,
+            fastavro.parse_schema(container),
+            [{**line, "key": json.dumps(line["key"]).encode(),
+              "value": None if line["value"] is None else base64.b64decode(line["value"])}
+             for line in avro_lines],
+        )  # fmt: skip
+    assert [r.status for r in lake.apply_pending("kf.pay_ocf")] == ["applied"]
+    assert rows_of(lake.rows("kf.pay_ocf")) == rows_of(lake.rows("kf.pay_json"))
     got = rows_of(lake.rows("kf.pay_avro"))
     assert got == rows_of(lake.rows("kf.pay_json"))
     assert len(got) == 7 and got[0][2] == at + dt.timedelta(minutes=1)

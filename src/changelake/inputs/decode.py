@@ -44,6 +44,7 @@ from changelake.bucketing import bucket_ids
 from changelake.config import max_record_bytes, tuned
 from changelake.errors import BadRecordError, ChangelakeError
 from changelake.inputs import formats, landed, landing, readers
+from changelake.inputs.formats import kafka_container
 from changelake.inputs.records import (
     CLAIMS_SCHEMA,
     KAFKA_COLUMNS,
@@ -161,7 +162,12 @@ def plan_batch(
             ranges += parts
             messages += sum(max(0, r.end - r.start) for r in parts)
             continue
-        parts, size, lines = _line_ranges(path, index, name)
+        if kafka_container.is_container(path):  # read whole by one task, as JSON lines it becomes
+            kafka_container.check_format(path, name)
+            size = _size(path)
+            parts, lines = [Range(index, str(path), name, 0, size, 1)], 0
+        else:
+            parts, size, lines = _line_ranges(path, index, name)
         ranges += parts
         total += size
         messages += lines + 1
@@ -405,7 +411,10 @@ def _decode_lines(
     through readers' per-message path (which names any problem's line). Records with Kafka offsets claim them
     in ``offsets`` (:func:`_claim_offsets`)."""
     opts = spec.source_options
-    view = _mapped(r)
+    if kafka_container.is_container(r.path):
+        view = memoryview(kafka_container.as_json_lines(r.path, spec))
+    else:
+        view = _mapped(r)
     if opts.ordering == "arrival" and tuned("fast_json"):
         table = _json_columns(view, r, spec)
         if table is not None:

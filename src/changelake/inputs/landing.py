@@ -1,6 +1,6 @@
 """Landed batches: which files under ``<landing>/<namespace>.<table>/`` are batches, and their manifests.
 
-A batch file is ``<batch_id>.<ext>`` with ``ext`` one of ``jsonl``, ``json``, ``parquet`` and the id a positive
+A batch file is ``<batch_id>.<ext>`` with ``ext`` one of ``jsonl``, ``json``, ``parquet``, ``avro`` and the id a positive
 integer in ASCII digits (zero padding allowed). Other names (temporary files, manifests, ``٣.jsonl``) are not
 batches and are ignored. A name that looks like a batch but cannot be one (``0.jsonl``, an id beyond int64,
 two files for one id such as ``1.jsonl`` beside ``01.jsonl``, a symbolic link or anything else that is not a
@@ -36,7 +36,7 @@ from changelake.spec import TableSpec
 from changelake.storage.summary import BatchSummary
 
 #: Matched whole (``fullmatch``): ``$`` would also match before a trailing newline.
-BATCH_FILE = re.compile(r"([0-9]+)\.(jsonl|json|parquet)")
+BATCH_FILE = re.compile(r"([0-9]+)\.(jsonl|json|parquet|avro)")
 MAX_BATCH_ID = 2**63 - 1  # batch ids are Iceberg longs
 MAX_MANIFEST_BYTES = 1 << 20
 #: Snapshot-summary property (``changelake.input``) in which the apply records how it read a batch
@@ -188,9 +188,10 @@ def _link_note(path: Path, landing_dir: Path, dir_fd: int | None) -> str:
 
 def _incomplete(dir_fd: int, path: Path, spec: TableSpec) -> str | None:
     """Why a landed batch file is not complete yet, or None when it is (the completion rule: a JSON-lines
-    file ends with a newline, a Parquet file with its footer). A file of another format than the table reads
-    is complete: its batch's read names the mistake."""
+    file ends with a newline, a Parquet file with its footer, an Avro container with its sync marker). A file
+    of another format than the table reads is complete: its batch's read names the mistake."""
     from changelake.inputs import formats
+    from changelake.inputs.formats import kafka_container
 
     configured = spec.source.get("format")
     fmt = formats.FORMATS.get(str(configured) if configured else formats.default_format(path))
@@ -202,6 +203,8 @@ def _incomplete(dir_fd: int, path: Path, spec: TableSpec) -> str | None:
         return None  # unreadable, or a link by now: the apply's own open names the problem
     try:
         size = os.fstat(fd).st_size
+        if kafka_container.is_container(path):
+            return kafka_container.incomplete(fd, size)
         head = os.pread(fd, len(_PARQUET_MAGIC), 0)
         if isinstance(fmt, formats.RowsFormat):
             if size < 12:

@@ -16,6 +16,7 @@ offset the batch already holds.
 from __future__ import annotations
 
 import decimal
+import io
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +26,7 @@ import pyarrow as pa
 from changelake.config import max_record_bytes
 from changelake.errors import BadRecordError, ChangelakeError, short_repr
 from changelake.inputs import formats
+from changelake.inputs.formats import kafka_container
 from changelake.inputs.landed import open_landed
 from changelake.inputs.records import (
     CLAIMS_SCHEMA,
@@ -93,6 +95,7 @@ def read_batch(
             raise ChangelakeError(f"{path}: unknown input format '{name}'; known: {reader_names()}")
         if isinstance(f, formats.RowsFormat) and (opts.ordering != "arrival" or not rows_alone):
             raise ChangelakeError(f"{path}: {f.title} batches are read in arrival order, alone")
+        kafka_container.check_format(path, name)
     offsets = OffsetIndex({i: str(p) for i, p in enumerate(paths)})
     for index, (path, name) in enumerate(zip(paths, names, strict=True)):
         f = formats.FORMATS.get(name)
@@ -181,7 +184,7 @@ class _JsonReader:
         entries: list[_Entry] = []
         limit = max_record_bytes()
         try:
-            with open_landed(path) as fh:
+            with _open_lines(path, self.spec) as fh:
                 line_no = 0
                 while line := fh.readline(limit + 1):
                     line_no += 1
@@ -245,7 +248,7 @@ class _JsonReader:
             return entries
         path = offsets.paths[file_index]
         losers = {line_of(c["seq"]) for c in conflicts}
-        raw = _raw_lines(Path(path), losers) if self.opts.quarantine else {}
+        raw = _raw_lines(Path(path), losers, self.spec) if self.opts.quarantine else {}
         for conflict in conflicts:
             line = line_of(conflict["seq"])
             error = BadRecordError(path, line, "offset", offsets.conflict_reason(conflict))
@@ -403,11 +406,18 @@ def delivered_records(batches: dict[int, Path], spec: TableSpec) -> pa.Table:
     return pa.Table.from_pydict(columns, schema=schema)
 
 
-def _raw_lines(path: Path, wanted: set[int]) -> dict[int, str]:
+def _open_lines(path: Path, spec: TableSpec):
+    """A landed file's lines: the file, or the JSON lines an Avro container of Kafka records becomes."""
+    if kafka_container.is_container(path):
+        return io.BytesIO(kafka_container.as_json_lines(path, spec))
+    return open_landed(path)
+
+
+def _raw_lines(path: Path, wanted: set[int], spec: TableSpec) -> dict[int, str]:
     """The text of the ``wanted`` lines of a landed file (lines within CHANGELAKE_MAX_RECORD_BYTES)."""
     out: dict[int, str] = {}
     limit = max_record_bytes()
-    with open_landed(path) as fh:
+    with _open_lines(path, spec) as fh:
         line_no = 0
         while len(out) < len(wanted) and (line := fh.readline(limit + 1)):
             line_no += 1

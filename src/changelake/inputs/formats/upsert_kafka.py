@@ -40,6 +40,8 @@ _TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
 class UpsertKafka(JsonLinesFormat):
     name = "upsert-kafka"
     options = frozenset({"key.fields-prefix", "value.fields-include", *kafka_codecs.SOURCE_KEYS})
+    #: An Avro object container of Kafka records (:mod:`changelake.inputs.formats.kafka_container`).
+    suffixes = (".avro",)
     kafka_metadata = True
 
     def decode(self, obj: Any, spec: TableSpec, opts: SourceOptions) -> Message:
