@@ -82,7 +82,7 @@ def changelake_apply():
     summary = report.override(trigger_rule="all_done")()
     # The run's outcome: failed when a table's apply failed (the report above succeeds either way), success
     # when every apply succeeded or had nothing to do.
-    applied = EmptyOperator(task_id="all_applied", trigger_rule="none_failed")
+    all_applied = EmptyOperator(task_id="all_applied", trigger_rule="none_failed")
     for table in TABLES:
         name = common.task_name(table)
 
@@ -104,7 +104,7 @@ def changelake_apply():
             ],  # fmt: skip
             outlets=[common.table_asset(table)],
         )
-        has_batches(pending) >> apply >> [summary, applied]
+        has_batches(pending) >> apply >> [summary, all_applied]
 
 
 changelake_apply()

@@ -121,7 +121,8 @@ def changelake_json(*args: str, timeout: int = 600) -> Any:
         print(proc.stderr, flush=True)
     if proc.returncode != 0:
         raise failure(
-            f"{' '.join(command[1:])} exited with {proc.returncode}: {proc.stderr.strip()[-500:]}", proc.returncode
+            f"{' '.join(command[1:])} exited with {proc.returncode}: {proc.stderr.strip()[-500:]}",
+            proc.returncode,
         )
     try:
         return json.loads(proc.stdout)
