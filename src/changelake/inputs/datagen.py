@@ -104,7 +104,7 @@ def _check_types(spec: TableSpec, data: dict[str, Any]) -> None:
         if name in data and not _number(data[name]):
             fail(name, "a number")
     if "mode" in data and not isinstance(data["mode"], str):
-        fail("mode", "cdc or events")
+        fail("mode", "cdc, events or refunds")
     if "envelope" in data and not isinstance(data["envelope"], bool):
         fail("envelope", "true or false")
     if "format" in data and data["format"] not in FORMATS:
