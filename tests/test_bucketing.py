@@ -172,7 +172,7 @@ def test_bucket_counts_that_are_powers_of_two_or_not(n, type_name):
 
 def test_the_column_hashes_leave_the_callers_arrays_as_they_were():
     """The hashes work in place on arrays of their own: a caller's writable values and seeds stay unchanged."""
-    from changelake.bucketing import _hash_int, _hash_long
+    from changelake.bucketing.columns import _hash_int, _hash_long
 
     values = np.random.default_rng(3).integers(-(2**63), 2**63 - 1, 1000, dtype=np.int64)
     seeds = np.random.default_rng(4).integers(0, 2**63, 1000, dtype=np.int64).astype(np.uint64)

@@ -520,20 +520,13 @@ def _apply_on_endpoint(args: argparse.Namespace) -> list[dict[str, Any]] | None:
     settings name a warm server (``CHANGELAKE_SPARK_REMOTE``) and the endpoint of this home listens for
     applies; the batch results, or None to apply in this process."""
     from changelake.config import load_settings
-    from changelake.runtime import applyservice
 
     settings = load_settings(home=args.home, tables_dir=args.tables)
     if not settings.spark_remote:
         return None
     if args.file and (not args.table or args.batch_id is None):
         raise ChangelakeError("apply --file needs a table and --batch-id")
-    sock = applyservice.connect(settings.home)
-    if sock is None:
-        return None
-    _to_stderr(f"[apply] on the warm endpoint of {settings.home} (its driver applies; progress follows)")
-    shared = (*applyservice.SHARED_SETTINGS, *applyservice.PER_REQUEST_SETTINGS)
     request = {
-        "settings": {key: str(getattr(settings, key)) for key in shared},
         "table": args.table,
         "file": str(args.file.resolve()) if args.file else None,
         "batch_id": args.batch_id,
@@ -542,7 +535,21 @@ def _apply_on_endpoint(args: argparse.Namespace) -> list[dict[str, Any]] | None:
         "up_to": args.up_to,
         "from_batch": args.from_batch,
     }
-    return applyservice.request_apply(sock, request, _to_stderr)
+    return _on_endpoint(settings, "apply", request)
+
+
+def _on_endpoint(settings: Any, command: str, request: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """``request`` (with the settings the endpoint must share) run by the warm endpoint's driver through its
+    apply socket, progress relayed to stderr: its results, or None when no endpoint of this home listens."""
+    from changelake.runtime import applyservice
+
+    sock = applyservice.connect(settings.home)
+    if sock is None:
+        return None
+    _to_stderr(f"[{command}] on the warm endpoint of {settings.home} (its driver applies; progress follows)")
+    shared = (*applyservice.SHARED_SETTINGS, *applyservice.PER_REQUEST_SETTINGS)
+    request = {"settings": {key: str(getattr(settings, key)) for key in shared}, **request}
+    return applyservice.request_apply(sock, request, _to_stderr, command=command)
 
 
 def _sql(args: argparse.Namespace) -> dict[str, Any]:
@@ -581,18 +588,8 @@ def _sql_on_endpoint(args: argparse.Namespace, text: str) -> list[dict[str, Any]
     settings = load_settings(home=args.home, tables_dir=args.tables)
     if not settings.spark_remote or len(text.encode()) > applyservice.MAX_STATEMENT_BYTES:
         return None
-    sock = applyservice.connect(settings.home)
-    if sock is None:
-        return None
-    _to_stderr(f"[sql] on the warm endpoint of {settings.home} (its driver applies; progress follows)")
-    shared = (*applyservice.SHARED_SETTINGS, *applyservice.PER_REQUEST_SETTINGS)
-    request = {
-        "settings": {key: str(getattr(settings, key)) for key in shared},
-        "statement": text,
-        "idempotency_key": args.idempotency_key,
-        "batch_id": args.batch_id,
-    }
-    return applyservice.request_apply(sock, request, _to_stderr, command="sql")
+    request = {"statement": text, "idempotency_key": args.idempotency_key, "batch_id": args.batch_id}
+    return _on_endpoint(settings, "sql", request)
 
 
 def _report_applied(batches: list[dict[str, Any]], args: argparse.Namespace) -> dict[str, Any]:

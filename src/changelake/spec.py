@@ -27,7 +27,7 @@ import yaml
 from changelake.aggregate_signatures import AGGREGATE_SIGNATURES, DEFAULT_FUNCTION, retract_refused
 from changelake.errors import SpecError, java_list, short_repr
 from changelake.identifiers import check_column_name, check_table_name, derived_names, split_table_name
-from changelake.inputs.sources import SourceOptions, parse_source
+from changelake.source_options import SourceOptions, parse_source
 from changelake.types import INT_RANGES, NANOS_SUFFIX, DataType, parse_type
 
 DELETE_BEHAVIORS = ("allow", "ignore", "disable")

@@ -1,6 +1,6 @@
 """The input-format registry (``changelake.inputs.formats.FORMATS``) is the one list of formats: every format
-reads back what datagen writes in it, and a format added to the registry alone is accepted by the spec,
-written by datagen and read by the reader. No Spark here."""
+reads back what datagen writes in it, and a format added to the registry with its declaration
+(``source_options.FORMAT_DECLARATIONS``) is accepted by the spec, written by datagen and read by the reader. No Spark here."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from changelake.errors import SpecError
 from changelake.inputs import formats
 from changelake.inputs.datagen import Profile, _Source, generate
 from changelake.inputs.readers import read_batch
+from changelake.source_options import FORMAT_DECLARATIONS
 from changelake.spec import TableSpec
 
 COLUMNS = [
@@ -81,7 +82,6 @@ class PairsJson(formats.JsonLinesFormat):
     """A format the library does not have: ``[op, {row}]`` per line."""
 
     name = "pairs-json"
-    options = frozenset({"table.include"})
 
     def decode(self, obj: Any, spec: TableSpec, opts) -> formats.Message:
         if not (
@@ -94,10 +94,14 @@ class PairsJson(formats.JsonLinesFormat):
         return [json.dumps([op, row]) for e in events for op, row in e.records()]
 
 
-def test_a_format_added_to_the_registry_alone_is_specified_written_and_read(tmp_path, monkeypatch):
+def test_a_format_added_to_the_registry_and_declared_is_specified_written_and_read(tmp_path, monkeypatch):
+    """A new format is its class in FORMATS plus its declaration below the spec (the options only it takes,
+    whether it has Kafka metadata), which is what a spec is checked against."""
     with pytest.raises(SpecError, match=r"'format' must be one of \[.*'maxwell-json'\], got 'pairs-json'"):
         spec("pairs-json")
+    monkeypatch.setitem(FORMAT_DECLARATIONS, "pairs-json", (frozenset({"table.include"}), False))
     monkeypatch.setitem(formats.FORMATS, "pairs-json", PairsJson())
+    assert PairsJson().options == {"table.include"}  # the class reads its declaration
     s = TableSpec.from_dict(
         {
             "name": "r.t",

@@ -2,7 +2,7 @@
 
 :func:`read_batch` yields a :class:`~changelake.inputs.records.DecodedBatch`: an Arrow table with ``_seq`` (the
 record's position in the batch), ``_op`` (``+I``, ``-U``, ``+U``, ``-D``) and the table's columns in storage
-types, plus what the source settings (:mod:`changelake.inputs.sources`) did: records quarantined, messages
+types, plus what the source settings (:mod:`changelake.source_options`) did: records quarantined, messages
 skipped, Kafka redeliveries found and dropped, and the Kafka offsets applied so far.
 
 The formats are :mod:`changelake.inputs.formats`: a JSON-lines format decodes each line through its envelope
@@ -40,7 +40,7 @@ from changelake.inputs.records import (
     message_digests,
     record_digests,
 )
-from changelake.inputs.sources import SourceOptions
+from changelake.source_options import SourceOptions
 from changelake.spec import TableSpec
 
 OPS = formats.OPS

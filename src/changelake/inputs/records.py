@@ -22,7 +22,7 @@ from changelake.errors import BadRecordError
 from changelake.inputs.formats.base import OPS
 
 if TYPE_CHECKING:
-    from changelake.inputs.sources import SourceOptions
+    from changelake.source_options import SourceOptions
     from changelake.spec import TableSpec
 
 

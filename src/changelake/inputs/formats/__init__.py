@@ -3,9 +3,11 @@
 A format's module holds both directions: decoding its landed files into changelog records (used by
 :mod:`changelake.inputs.readers` and :mod:`changelake.inputs.decode`) and rendering datagen's
 :class:`SourceEvent` s as a batch file (:mod:`changelake.inputs.datagen`). The names a table's
-``source.format`` accepts, the source options only some formats take (:mod:`changelake.inputs.sources`)
-and the format of a file by its suffix all come from here. To add a format: a module with a
-:class:`JsonLinesFormat` (or :class:`RowsFormat`) subclass, listed in :data:`FORMATS`.
+``source.format`` accepts and the format of a file by its suffix come from here; the source options only
+some formats take and their Kafka metadata are each format's declaration in
+:data:`changelake.source_options.FORMAT_DECLARATIONS`, below the spec, which checks a ``source:`` section
+against them. To add a format: its declaration there, and a module with a :class:`JsonLinesFormat` (or
+:class:`RowsFormat`) subclass, listed in :data:`FORMATS`.
 """
 
 from __future__ import annotations

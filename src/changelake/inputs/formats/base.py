@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from changelake.source_options import FORMAT_DECLARATIONS
 from changelake.types import DataType
 
 if TYPE_CHECKING:
@@ -36,7 +37,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from changelake.inputs.records import DecodedBatch
-    from changelake.inputs.sources import SourceOptions
+    from changelake.source_options import SourceOptions
     from changelake.spec import TableSpec
 
 #: The row kinds of a changelog record: insert, update before image, update after image, delete.
@@ -102,10 +103,17 @@ class InputFormat(ABC):
     extension: ClassVar[str] = "jsonl"
     #: Landed-file suffixes read in this format when the table names no format.
     suffixes: ClassVar[tuple[str, ...]] = ()
-    #: The source options only some formats accept (:mod:`changelake.inputs.sources` refuses them elsewhere).
-    options: ClassVar[frozenset[str]] = frozenset()
-    #: Whether the records carry Kafka topic/partition/offset (for ``dedup``/``ordering`` by offsets).
-    kafka_metadata: ClassVar[bool] = False
+
+    @property
+    def options(self) -> frozenset[str]:
+        """The source options only some formats accept: the format's declaration below the spec
+        (:data:`changelake.source_options.FORMAT_DECLARATIONS`, which refuses them for other formats)."""
+        return FORMAT_DECLARATIONS[self.name][0]
+
+    @property
+    def kafka_metadata(self) -> bool:
+        """Whether the records carry Kafka topic/partition/offset (for ``dedup``/``ordering`` by offsets)."""
+        return FORMAT_DECLARATIONS[self.name][1]
 
     @abstractmethod
     def write(self, spec: TableSpec, events: list[SourceEvent], path: Path, envelope: bool = False) -> int:
@@ -275,7 +283,6 @@ def included(opts: SourceOptions, database: Any, table: Any) -> bool:
 
 
 #: The source options of the CDC formats that filter messages by their database and table.
-CDC_FILTERS = frozenset({"database.include", "table.include"})
 
 
 # --- rendering --------------------------------------------------------------------------------------------

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 
 from changelake.errors import printable, short_repr
 from changelake.inputs.formats.base import (
-    CDC_FILTERS,
     Coerce,
     FieldError,
     JsonLinesFormat,
@@ -28,7 +27,7 @@ from changelake.inputs.formats.base import (
 from changelake.types import SPECIAL_FLOATS, DataType, parse_number_text
 
 if TYPE_CHECKING:
-    from changelake.inputs.sources import SourceOptions
+    from changelake.source_options import SourceOptions
     from changelake.spec import TableSpec
 
 _KEYS = {
@@ -41,7 +40,6 @@ _ROW_TYPES = frozenset(_KINDS.values())
 
 class CanalJson(JsonLinesFormat):
     name = "canal-json"
-    options = CDC_FILTERS
 
     def decode(self, obj: Any, spec: TableSpec, opts: SourceOptions) -> Message | None:
         obj = json_object(obj, None)

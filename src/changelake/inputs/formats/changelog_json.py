@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     import numpy as np
     import pyarrow as pa
 
-    from changelake.inputs.sources import SourceOptions
+    from changelake.source_options import SourceOptions
     from changelake.spec import TableSpec
 
 

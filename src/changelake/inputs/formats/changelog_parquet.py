@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from changelake.inputs.records import DecodedBatch
-    from changelake.inputs.sources import SourceOptions
+    from changelake.source_options import SourceOptions
     from changelake.spec import TableSpec
 
 

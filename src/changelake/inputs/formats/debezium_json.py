@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 
 from changelake.errors import printable, short_repr
 from changelake.inputs.formats.base import (
-    CDC_FILTERS,
     Coerce,
     FieldError,
     JsonLinesFormat,
@@ -40,7 +39,7 @@ from changelake.types import (
 )
 
 if TYPE_CHECKING:
-    from changelake.inputs.sources import SourceOptions
+    from changelake.source_options import SourceOptions
     from changelake.spec import TableSpec
 
 _OPS = {"c", "u", "d", "r"}
@@ -50,7 +49,6 @@ _UNIT = {"ms": 1_000, "us": 1}  # microseconds per unit (nanoseconds are divided
 
 class DebeziumJson(JsonLinesFormat):
     name = "debezium-json"
-    options = CDC_FILTERS
 
     def decode(self, obj: Any, spec: TableSpec, opts: SourceOptions) -> Message | None:
         if obj is None:

@@ -39,30 +39,12 @@ import fastavro.schema
 
 from changelake.errors import ChangelakeError, SpecError, short_repr
 from changelake.inputs.formats.base import FieldError, json_kind, json_object, json_value
+from changelake.source_options import PartOptions
 from changelake.types import DataType
 
 if TYPE_CHECKING:
     from changelake.spec import TableSpec
 
-#: The key/value formats, in the order messages list them.
-KV_FORMATS = ("json", "csv", "raw", "avro", "avro-confluent")
-#: The options of each format, as Flink names them (without the ``key.``/``value.`` part prefix). The
-#: ``avro.encoding`` values other than ``binary``, ``avro.schema-file``, ``avro.schema-dir`` and
-#: ``avro-confluent.schema-dir`` are changelake's own.
-FORMAT_OPTIONS = {
-    "json": (),
-    "csv": ("csv.field-delimiter", "csv.quote-character", "csv.null-literal"),
-    "raw": ("raw.charset", "raw.endianness"),
-    "avro": ("avro.encoding", "avro.schema-file", "avro.schema-dir"),
-    "avro-confluent": ("avro-confluent.url", "avro-confluent.schema-dir"),
-}
-#: Every source option these formats add, for :mod:`changelake.inputs.sources`.
-SOURCE_KEYS = tuple(
-    f"{part}.{name}"
-    for part in ("key", "value")
-    for name in ("format", *(o for opts in FORMAT_OPTIONS.values() for o in opts))
-)
-AVRO_ENCODINGS = ("binary", "single-object", "container")
 SINGLE_OBJECT_MAGIC = b"\xc3\x01"
 CONTAINER_MAGIC = b"Obj\x01"
 CONFLUENT_MAGIC = 0
@@ -80,80 +62,6 @@ REGISTRY_TIMEOUT_S = 10.0
 
 class SchemaRegistryError(ChangelakeError):
     """The schema registry could not be asked (not a bad record: the batch stops and nothing is written)."""
-
-
-@dataclass(frozen=True)
-class PartOptions:
-    """A key's or value's format and its options (without the part prefix), as the spec gives them."""
-
-    format: str = "json"
-    options: tuple[tuple[str, str], ...] = ()
-
-    def get(self, name: str, default: str | None = None) -> str | None:
-        return dict(self.options).get(name, default)
-
-
-def parse_part(source: dict, part: str, table: str) -> PartOptions:
-    """Validate ``<part>.format`` and its options (``part`` is ``key`` or ``value``)."""
-    fmt = source.get(f"{part}.format", "json")
-    if fmt in ("debezium-json", "canal-json", "maxwell-json"):
-        # Flink's upsert-kafka refuses them too: a CDC message is a change, not a row.
-        raise SpecError(
-            f"{table}: the 'upsert-kafka' source doesn't support '{fmt}' as {part} format, "
-            "because it is not in insert-only mode"
-        )
-    if not isinstance(fmt, str) or fmt not in KV_FORMATS:
-        raise SpecError(
-            f"{table}: source option '{part}.format' must be one of {list(KV_FORMATS)}, got {short_repr(fmt)}"
-        )
-    options = []
-    for name in sorted({o for opts in FORMAT_OPTIONS.values() for o in opts}):
-        key = f"{part}.{name}"
-        if key not in source:
-            continue
-        if name not in FORMAT_OPTIONS[fmt]:
-            raise SpecError(f"{table}: source option '{key}' applies to {part}.format {name.split('.')[0]!r}")
-        value = source[key]
-        if not isinstance(value, str):
-            raise SpecError(f"{table}: source option '{key}' must be a string, got {short_repr(value)}")
-        options.append((name, value))
-    opts = PartOptions(fmt, tuple(options))
-    _check_scalar_options(opts, part, table)
-    return opts
-
-
-def _check_scalar_options(opts: PartOptions, part: str, table: str) -> None:
-    for name, allowed in (
-        ("avro.encoding", AVRO_ENCODINGS),
-        ("raw.endianness", ("big-endian", "little-endian")),
-    ):
-        value = opts.get(name)
-        if value is not None and value not in allowed:
-            raise SpecError(
-                f"{table}: source option '{part}.{name}' must be one of {list(allowed)}, got {short_repr(value)}"
-            )
-    for name in ("csv.field-delimiter", "csv.quote-character"):
-        value = opts.get(name)
-        if value is not None and len(value) != 1:
-            raise SpecError(f"{table}: source option '{part}.{name}' must be one character, got {value!r}")
-    charset = opts.get("raw.charset")
-    if charset is not None:
-        try:
-            "".encode(charset)
-        except LookupError:
-            raise SpecError(
-                f"{table}: source option '{part}.raw.charset': unknown charset {charset!r}"
-            ) from None
-    url = opts.get("avro-confluent.url")
-    if url is not None and urllib.parse.urlsplit(url).scheme not in ("http", "https"):
-        raise SpecError(
-            f"{table}: source option '{part}.avro-confluent.url' must be an http(s) URL, got {url!r}"
-        )
-    if opts.format == "avro-confluent" and url is None and opts.get("avro-confluent.schema-dir") is None:
-        raise SpecError(
-            f"{table}: {part}.format avro-confluent needs '{part}.avro-confluent.url' (the schema registry) "
-            f"or '{part}.avro-confluent.schema-dir' (a directory of <id>.avsc files)"
-        )
 
 
 # --- the fields a part holds --------------------------------------------------------------------------------

@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any
 
 from changelake.errors import printable, short_repr
 from changelake.inputs.formats.base import (
-    CDC_FILTERS,
     Coerce,
     FieldError,
     JsonLinesFormat,
@@ -25,7 +24,7 @@ from changelake.inputs.formats.base import (
 from changelake.inputs.formats.canal_json import changed_fields, coerce_text, text_row
 
 if TYPE_CHECKING:
-    from changelake.inputs.sources import SourceOptions
+    from changelake.source_options import SourceOptions
     from changelake.spec import TableSpec
 
 _KEYS = {
@@ -42,7 +41,6 @@ _SKIP = frozenset({
 
 class MaxwellJson(JsonLinesFormat):
     name = "maxwell-json"
-    options = CDC_FILTERS
 
     def decode(self, obj: Any, spec: TableSpec, opts: SourceOptions) -> Message | None:
         obj = json_object(obj, None)

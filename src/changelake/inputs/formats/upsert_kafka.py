@@ -28,7 +28,7 @@ from changelake.inputs.formats.base import (
 )
 
 if TYPE_CHECKING:
-    from changelake.inputs.sources import SourceOptions
+    from changelake.source_options import SourceOptions
     from changelake.spec import TableSpec
 
 #: Kafka's ranges: a partition is a non-negative int32, an offset a non-negative int64; a topic name is 1-249
@@ -39,10 +39,8 @@ _TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
 
 class UpsertKafka(JsonLinesFormat):
     name = "upsert-kafka"
-    options = frozenset({"key.fields-prefix", "value.fields-include", *kafka_codecs.SOURCE_KEYS})
     #: An Avro object container of Kafka records (:mod:`changelake.inputs.formats.kafka_container`).
     suffixes = (".avro",)
-    kafka_metadata = True
 
     def decode(self, obj: Any, spec: TableSpec, opts: SourceOptions) -> Message:
         """Key fields carry ``key.fields-prefix``; with ``value.fields-include: EXCEPT_KEY`` the value holds

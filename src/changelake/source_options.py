@@ -3,7 +3,7 @@
 They live in the table spec under ``source:`` (validated when the spec loads)::
 
     source:
-      format: upsert-kafka          # a name in changelake.inputs.formats.FORMATS (default: by file suffix)
+      format: upsert-kafka          # an input format's name (default: by file suffix)
       ordering: kafka-offset        # arrival (file then line, default) | kafka-offset | <dotted field path>
       dedup: kafka-offsets          # none (default) | kafka-offsets: drop redelivered Kafka records
       on-bad-record: quarantine     # fail (default) | quarantine: dead-letter bad records, commit the rest
@@ -21,13 +21,58 @@ They live in the table spec under ``source:`` (validated when the spec loads)::
 from __future__ import annotations
 
 import re
+import urllib.parse
 from dataclasses import dataclass
 from typing import Any
 
 from changelake.errors import SpecError, short_repr
-from changelake.inputs.formats import FORMATS
-from changelake.inputs.formats.kafka_codecs import SOURCE_KEYS as KAFKA_FORMAT_KEYS
-from changelake.inputs.formats.kafka_codecs import PartOptions, parse_part
+
+# --- the input formats as the spec sees them (their decoders are changelake.inputs.formats) -----------------
+#: The key/value formats, in the order messages list them.
+KV_FORMATS = ("json", "csv", "raw", "avro", "avro-confluent")
+#: The options of each format, as Flink names them (without the ``key.``/``value.`` part prefix). The
+#: ``avro.encoding`` values other than ``binary``, ``avro.schema-file``, ``avro.schema-dir`` and
+#: ``avro-confluent.schema-dir`` are changelake's own.
+FORMAT_OPTIONS = {
+    "json": (),
+    "csv": ("csv.field-delimiter", "csv.quote-character", "csv.null-literal"),
+    "raw": ("raw.charset", "raw.endianness"),
+    "avro": ("avro.encoding", "avro.schema-file", "avro.schema-dir"),
+    "avro-confluent": ("avro-confluent.url", "avro-confluent.schema-dir"),
+}
+#: Every source option these formats add, for :mod:`changelake.source_options`.
+SOURCE_KEYS = tuple(
+    f"{part}.{name}"
+    for part in ("key", "value")
+    for name in ("format", *(o for opts in FORMAT_OPTIONS.values() for o in opts))
+)
+AVRO_ENCODINGS = ("binary", "single-object", "container")
+
+#: The source options only some formats take, and whether a format's records carry Kafka metadata (topic,
+#: partition, offset), by format name in the order messages list them: what a spec's ``source:`` section is
+#: checked against. Each format's class says the same (``InputFormat.options``, ``kafka_metadata``);
+#: tests/inputs/test_format_registry.py keeps the two equal.
+CDC_FILTERS = frozenset({"database.include", "table.include"})
+FORMAT_DECLARATIONS: dict[str, tuple[frozenset[str], bool]] = {
+    "changelog-json": (frozenset(), False),
+    "changelog-parquet": (frozenset(), False),
+    "upsert-kafka": (frozenset({"key.fields-prefix", "value.fields-include", *SOURCE_KEYS}), True),
+    "debezium-json": (CDC_FILTERS, False),
+    "canal-json": (CDC_FILTERS, False),
+    "maxwell-json": (CDC_FILTERS, False),
+}
+
+
+@dataclass(frozen=True)
+class PartOptions:
+    """A key's or value's format and its options (without the part prefix), as the spec gives them."""
+
+    format: str = "json"
+    options: tuple[tuple[str, str], ...] = ()
+
+    def get(self, name: str, default: str | None = None) -> str | None:
+        return dict(self.options).get(name, default)
+
 
 #: Every source option; the format-specific ones (an InputFormat's ``options``) are checked in this order.
 _KEYS = (
@@ -41,7 +86,7 @@ _KEYS = (
     "value.fields-include",
     "timestamp-epoch-unit",
     "ignore-unknown-fields",
-    *KAFKA_FORMAT_KEYS,
+    *SOURCE_KEYS,
 )
 _PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}(?:\.[A-Za-z_][A-Za-z0-9_]{0,127}){0,15}")  # fullmatch
 
@@ -111,9 +156,9 @@ def parse_source(source: dict[str, Any] | None, table: str = "?") -> SourceOptio
     if unknown:
         raise SpecError(f"{table}: unknown source option '{unknown[0]}'; supported: {sorted(_KEYS)}")
     fmt = source.get("format")
-    if fmt is not None and (not isinstance(fmt, str) or fmt not in FORMATS):
+    if fmt is not None and (not isinstance(fmt, str) or fmt not in FORMAT_DECLARATIONS):
         raise SpecError(
-            f"{table}: source option 'format' must be one of {list(FORMATS)}, got {short_repr(fmt)}"
+            f"{table}: source option 'format' must be one of {list(FORMAT_DECLARATIONS)}, got {short_repr(fmt)}"
         )
     ordering = source.get("ordering", "arrival")
     if not isinstance(ordering, str) or not (
@@ -124,14 +169,14 @@ def parse_source(source: dict[str, Any] | None, table: str = "?") -> SourceOptio
             f"such as 'source.lsn', got {short_repr(ordering)}"
         )
     dedup = _choice(source, "dedup", ("none", "kafka-offsets"), "none")
-    kafka = [name for name, f in FORMATS.items() if f.kafka_metadata]
+    kafka = [name for name, (_, metadata) in FORMAT_DECLARATIONS.items() if metadata]
     if (dedup == "kafka-offsets" or ordering == "kafka-offset") and fmt not in kafka:
         raise SpecError(
             f"{table}: dedup/ordering by Kafka offsets needs the records' Kafka metadata "
             f"(format {' or '.join(map(repr, kafka))}), but the format is {fmt!r}"
         )
     for key in _KEYS:
-        accepting = [name for name, f in FORMATS.items() if key in f.options]
+        accepting = [name for name, (options, _) in FORMAT_DECLARATIONS.items() if key in options]
         if accepting and key in source and fmt not in accepting:
             where = accepting[0] if len(accepting) == 1 else accepting
             raise SpecError(f"{table}: source option '{key}' applies to {where} only")
@@ -157,3 +202,66 @@ def parse_source(source: dict[str, Any] | None, table: str = "?") -> SourceOptio
         key_format=parse_part(source, "key", table),
         value_format=parse_part(source, "value", table),
     )
+
+
+def parse_part(source: dict, part: str, table: str) -> PartOptions:
+    """Validate ``<part>.format`` and its options (``part`` is ``key`` or ``value``)."""
+    fmt = source.get(f"{part}.format", "json")
+    if fmt in ("debezium-json", "canal-json", "maxwell-json"):
+        # Flink's upsert-kafka refuses them too: a CDC message is a change, not a row.
+        raise SpecError(
+            f"{table}: the 'upsert-kafka' source doesn't support '{fmt}' as {part} format, "
+            "because it is not in insert-only mode"
+        )
+    if not isinstance(fmt, str) or fmt not in KV_FORMATS:
+        raise SpecError(
+            f"{table}: source option '{part}.format' must be one of {list(KV_FORMATS)}, got {short_repr(fmt)}"
+        )
+    options = []
+    for name in sorted({o for opts in FORMAT_OPTIONS.values() for o in opts}):
+        key = f"{part}.{name}"
+        if key not in source:
+            continue
+        if name not in FORMAT_OPTIONS[fmt]:
+            raise SpecError(f"{table}: source option '{key}' applies to {part}.format {name.split('.')[0]!r}")
+        value = source[key]
+        if not isinstance(value, str):
+            raise SpecError(f"{table}: source option '{key}' must be a string, got {short_repr(value)}")
+        options.append((name, value))
+    opts = PartOptions(fmt, tuple(options))
+    _check_scalar_options(opts, part, table)
+    return opts
+
+
+def _check_scalar_options(opts: PartOptions, part: str, table: str) -> None:
+    for name, allowed in (
+        ("avro.encoding", AVRO_ENCODINGS),
+        ("raw.endianness", ("big-endian", "little-endian")),
+    ):
+        value = opts.get(name)
+        if value is not None and value not in allowed:
+            raise SpecError(
+                f"{table}: source option '{part}.{name}' must be one of {list(allowed)}, got {short_repr(value)}"
+            )
+    for name in ("csv.field-delimiter", "csv.quote-character"):
+        value = opts.get(name)
+        if value is not None and len(value) != 1:
+            raise SpecError(f"{table}: source option '{part}.{name}' must be one character, got {value!r}")
+    charset = opts.get("raw.charset")
+    if charset is not None:
+        try:
+            "".encode(charset)
+        except LookupError:
+            raise SpecError(
+                f"{table}: source option '{part}.raw.charset': unknown charset {charset!r}"
+            ) from None
+    url = opts.get("avro-confluent.url")
+    if url is not None and urllib.parse.urlsplit(url).scheme not in ("http", "https"):
+        raise SpecError(
+            f"{table}: source option '{part}.avro-confluent.url' must be an http(s) URL, got {url!r}"
+        )
+    if opts.format == "avro-confluent" and url is None and opts.get("avro-confluent.schema-dir") is None:
+        raise SpecError(
+            f"{table}: {part}.format avro-confluent needs '{part}.avro-confluent.url' (the schema registry) "
+            f"or '{part}.avro-confluent.schema-dir' (a directory of <id>.avsc files)"
+        )
