@@ -18,7 +18,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from changelake.errors import BadRecordError, ChangelakeError
@@ -113,6 +113,8 @@ def a_batch():
 
 @APPLIES
 @given(batch=a_batch(), name=st.sampled_from([STRICT, QUARANTINE]))
+# found by CI: a line starting with a lone surrogate behind Parquet's magic bytes
+@example(batch=(['\ud800{"op": "+I", "data": {"id": 0}}'], 1, True), name=STRICT)
 def test_a_refused_batch_changes_nothing_and_quarantine_applies_the_rest(
     tables, tmp_path_factory, batch, name
 ):
@@ -120,7 +122,9 @@ def test_a_refused_batch_changes_nothing_and_quarantine_applies_the_rest(
     lines, at, parquet_magic = batch
     lines = [*lines[:at], json.dumps({"op": "+U", "data": {"id": at, "s": "valid"}}), *lines[at:]]
     if parquet_magic:
-        lines = [b"PAR1" + (lines[0] if isinstance(lines[0], bytes) else lines[0].encode()), *lines[1:]]
+        # as write_lines encodes a line: a lone surrogate (fuzzed junk) is kept, not an error of the test
+        first = lines[0] if isinstance(lines[0], bytes) else lines[0].encode("utf-8", "surrogatepass")
+        lines = [b"PAR1" + first, *lines[1:]]
     spec = lake.spec(name)
     batch_id = Storage.state(lake.storage.pk_table(spec)).last_batch + 1
     scratch = tmp_path_factory.mktemp("batch")
