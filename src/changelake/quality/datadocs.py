@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from changelake.atomic import atomic_copy, atomic_write_text
-from changelake.config import CHECKOUT, load_settings
+from changelake.config import CHECKOUT, Settings, load_settings
 
 #: CDN address of each asset Data Docs load -> its file in the npm packages of infra/datadocs_assets.sh.
 CDN_ASSETS = {
@@ -66,10 +66,10 @@ _SRI = re.compile(
 )
 
 
-def default_assets() -> Path:
+def default_assets(settings: Settings | None = None) -> Path:
     """Where ``infra/datadocs_assets.sh`` puts the npm packages (the ``datadocs_assets`` setting,
-    ``CHANGELAKE_DATADOCS_ASSETS``, overrides)."""
-    configured = load_settings().datadocs_assets
+    ``CHANGELAKE_DATADOCS_ASSETS``, overrides); ``settings`` when the caller has them, else loaded."""
+    configured = (settings or load_settings()).datadocs_assets
     return Path(configured) if configured else CHECKOUT / ".venv" / "datadocs-assets" / "node_modules"
 
 

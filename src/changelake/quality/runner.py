@@ -20,7 +20,7 @@ from typing import Any
 
 from changelake.atomic import atomic_write_bytes, atomic_write_text
 from changelake.config import Settings, tuned
-from changelake.quality.datadocs import localize_data_docs
+from changelake.quality.datadocs import default_assets, localize_data_docs
 
 MAX_REPORTED_KEYS = 20
 
@@ -139,7 +139,7 @@ def run_quality(
     for i, check in enumerate(checks, start=1):
         progress(f"[quality] {i}/{len(checks)} {check.suite}: {check.asset}")
         results.append(_validate(context, check))
-    docs = build_data_docs(context, progress)
+    docs = build_data_docs(context, progress, settings)
     failed_critical = [
         r for r in results for e in r["expectations"] if not e["success"] and e["severity"] == "critical"
     ]
@@ -182,11 +182,13 @@ def run_quality(
     return 1 if failed_critical else 0
 
 
-def build_data_docs(context, progress=print) -> str:
-    """Rebuild the Data Docs from every stored validation, make them work offline; returns the index URL."""
+def build_data_docs(context, progress=print, settings: Settings | None = None) -> str:
+    """Rebuild the Data Docs from every stored validation, make them work offline (their assets where
+    ``settings`` say, else where the loaded settings do); returns the index URL."""
     context.build_data_docs()
     docs = context.get_docs_sites_urls()[0]["site_url"]
-    _report_localized(localize_data_docs(Path(docs.removeprefix("file://")).parent), progress)
+    site = Path(docs.removeprefix("file://")).parent
+    _report_localized(localize_data_docs(site, default_assets(settings)), progress)
     return docs
 
 

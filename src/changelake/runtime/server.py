@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from changelake.atomic import atomic_write_text
-from changelake.config import Settings, tuned
+from changelake.config import TUNING, Settings, tuned
 from changelake.errors import ChangelakeError
 from changelake.identifiers import quote
 from changelake.runtime import endpoint_auth
@@ -53,7 +53,7 @@ if TYPE_CHECKING:
 
     from changelake.api import ChangeLake
 
-DEFAULT_POLL_SECONDS = 1.0
+DEFAULT_POLL_SECONDS = TUNING["server_poll_seconds"][1]  # CHANGELAKE_SERVER_POLL_SECONDS unset
 CONNECT_PLUGIN = "org.apache.spark.sql.connect.SparkConnectPlugin"
 # Keys that say where the endpoint listens and what it lets in: the environment decides them, not the config
 # file's spark_conf (which may still choose another HiveServer2 authentication, e.g. LDAP).
@@ -396,6 +396,7 @@ class Server:
             self._drop_database,
             self.progress,
             password=secrets.password(),
+            dbt_schema=self.settings.dbt_schema,
         )
 
     def _drop_database(self, name: str) -> None:

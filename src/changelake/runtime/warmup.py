@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from changelake.config import load_settings, tuned
+from changelake.config import tuned
 from changelake.runtime import endpoint_auth
 from changelake.runtime.endpoint import Endpoint
 
@@ -177,6 +177,7 @@ def warm_dbt(
     dbt: Path | None = None,
     timeout: float = WARM_DBT_TIMEOUT,
     password: str = "",
+    dbt_schema: str = "analytics",
 ) -> int | None:
     """Build the dbt project once through the endpoint's own Thrift server into :data:`WARM_DBT_SCHEMA`,
     then drop that schema. The JVM compiles a statement's code the first time it runs (Janino for Spark's
@@ -221,7 +222,7 @@ def warm_dbt(
     parse = subprocess.Popen(
         [str(dbt), "parse", "--target", "thrift"],
         cwd=project,
-        env={**env, "CHANGELAKE_DBT_SCHEMA": load_settings().dbt_schema},
+        env={**env, "CHANGELAKE_DBT_SCHEMA": dbt_schema},  # the users' schema (settings.dbt_schema)
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
