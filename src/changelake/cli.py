@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from changelake.atomic import atomic_write_text
-from changelake.errors import ChangelakeError, CommitConflict, unknown_table
+from changelake.errors import ChangelakeError, lost_race, unknown_table
 
 # Output of the read commands: aligned text, one JSON object per line, or one JSON array (one document).
 _ROW_FORMATS = ["table", "jsonl", "json"]
@@ -250,10 +250,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return e.exit_code  # one per kind (changelake.errors; docs/cli.md "Exit codes")
     except Exception as e:
-        if type(e).__name__ != "CommitFailedException":  # pyiceberg's, not imported here (start-up time)
+        conflict = lost_race(e)
+        if conflict is None:
             raise
-        print(f"error: another writer committed first; retry later ({e})", file=sys.stderr)
-        return CommitConflict.exit_code
+        print(f"error: {conflict}", file=sys.stderr)
+        return conflict.exit_code
     finally:
         os.umask(umask)
     if as_json:

@@ -119,3 +119,12 @@ def missing_table(full_name: str, changelog: bool = False) -> TableNotFound:
     if changelog:
         return TableNotFound(f"Changelog table of {full_name} does not exist; create the table first")
     return TableNotFound(f"Table {full_name} does not exist; create it first (changelake create)")
+
+
+def lost_race(error: BaseException) -> CommitConflict | None:
+    """A commit race lost outside the apply's own retries (pyiceberg's ``CommitFailedException``, matched by
+    name so that this module and the CLI's start-up need not import pyiceberg) as the retryable kind it is;
+    None for any other error."""
+    if type(error).__name__ != "CommitFailedException":
+        return None
+    return CommitConflict(f"another writer committed first; retry later ({error})")

@@ -239,8 +239,8 @@ class _Handler(socketserver.StreamRequestHandler):
         except errors.ChangelakeError as e:
             send({"error": {"type": _kind_of(e).__name__, "message": str(e)}})
         except Exception as e:  # reported to the client; the service keeps serving
-            if type(e).__name__ == "CommitFailedException":  # a commit race lost outside the apply's retries
-                send({"error": {"type": "CommitConflict", "message": f"another writer committed first: {e}"}})
+            if (conflict := errors.lost_race(e)) is not None:
+                send({"error": {"type": "CommitConflict", "message": str(conflict)}})
                 return
             self.server.log(f"[apply-service] request failed: {type(e).__name__}: {e}")
             send({"error": {"type": "internal", "message": f"{type(e).__name__}: {e}"}})
