@@ -30,28 +30,15 @@ import time
 from pathlib import Path
 
 import numpy as np
+from bench_apply import SPEC
+
+from changelake.inputs import decode
+from changelake.inputs.formats import FORMATS, SourceEvent
+from changelake.spec import TableSpec
+from changelake.storage.taskio import TaskIO
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "src"))
-
-from changelake.inputs import decode  # noqa: E402
-from changelake.inputs.formats import FORMATS, SourceEvent  # noqa: E402
-from changelake.spec import TableSpec  # noqa: E402
-
-try:  # where the decode task's file access lives moved between modules (issue 35)
-    from changelake.storage.taskio import TaskIO  # type: ignore[import-not-found]
-except ImportError:
-    from changelake.engine.buckets import TaskIO
-
-COLUMNS = [
-    {"name": "order_id", "type": "BIGINT"},
-    {"name": "user_id", "type": "BIGINT"},
-    {"name": "item", "type": "STRING"},
-    {"name": "amount", "type": "DECIMAL(12,2)"},
-    {"name": "qty", "type": "INT"},
-    {"name": "score", "type": "DOUBLE"},
-    {"name": "updated_at", "type": "TIMESTAMP(6)"},
-]
+COLUMNS = SPEC["columns"]  # the bench's shape (make bench's table)
 TARGET = 0.8
 
 
