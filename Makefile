@@ -29,13 +29,14 @@ uv: ## Install uv with pip if it is missing
 check-java: ## Fail early unless Java >= 17 is on PATH (Spark needs it)
 	@infra/check_java.sh
 
-setup: uv check-java ## Create both environments from their lock files (.venv, .venv-airflow); the PostgreSQL server for tests
+setup: uv check-java ## Create both environments from their lock files (.venv, .venv-airflow); pinned JVM jars (.cache/jars); the PostgreSQL server for tests
 	@$(UV) sync --frozen --quiet
 	@echo "data env ready: $$($(PY) -c 'import pyspark, pyiceberg; print("pyspark", pyspark.__version__, "pyiceberg", pyiceberg.__version__)')"
 	@UV_PROJECT_ENVIRONMENT=$(CURDIR)/.venv-airflow $(UV) sync --frozen --quiet --project infra/airflow
 	@echo "airflow env ready: apache-airflow $$($(AIRFLOW_PY) -c 'import importlib.metadata as m; print(m.version("apache-airflow"))')"
 	@$(PY) -m compileall -q -j 0 src spark_apps dags >/dev/null
 	@infra/datadocs_assets.sh
+	@infra/jars.sh spark
 	@infra/postgres.sh
 
 test: setup ## Run the whole test suite: data env (unit, Spark, crash/race, cluster) then Airflow env (DAGs, e2e)
