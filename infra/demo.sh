@@ -35,7 +35,7 @@ run_dag() {  # dag_id [conf]: run one DAG through Airflow, show its progress lin
   echo "==> airflow dags test $dag (log: $log)"
   local started=$SECONDS
   "$AIRFLOW" dags test "$dag" -c "$conf" >"$log" 2>&1 || true
-  grep -E "\] batch [0-9]+: [0-9]+ messages|batch [0-9]+ committed|batch [0-9]+ already applied|up to date|\[dbt\] build:|\[quality\] [0-9]+/[0-9]+ expectations|\[quality\] WARNING|\[DAG TEST\] end task" "$log" \
+  grep -E "\] batch [0-9]+: [0-9]+ messages|batch [0-9]+\) committed|batch [0-9]+ already applied|up to date|\[dbt\] build:|\[quality\] [0-9]+/[0-9]+ expectations|\[quality\] WARNING|\[DAG TEST\] end task" "$log" \
     | grep -v "Returned value" | sed -E 's/^.*\[info *\] //; s/ \[airflow[^]]*\].*$//; s/ loc=.*$//' | sed 's/^/    /' || true
   if ! grep -q "DagRun Finished: dag_id=$dag.*state=success" "$log"; then
     echo "!! $dag did not succeed; last lines of $log:" >&2

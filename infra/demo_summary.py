@@ -18,7 +18,7 @@ def main() -> int:
     lake = ChangeLake(progress=None)
     apply_log = (args.run_dir / "changelake_apply.log").read_text(errors="replace")
     applied: dict[str, int] = {}
-    for table in re.findall(r"\[([\w.]+)\] batch \d+ committed", apply_log):
+    for table in re.findall(r"\[([\w.]+)\] [\w.-]+ batch \d+ \(table batch \d+\) committed", apply_log):
         applied[table] = applied.get(table, 0) + 1
     print("\n==> changelake demo summary")
     header = f"{'table':<22}{'engine':<13}{'applied now':>12}{'last batch':>11}{'rows':>7}{'changelog':>10}"

@@ -16,6 +16,8 @@ def test_nan_and_infinities_survive_staging(tmp_path):
         }
     )
     values = [float("nan"), float("inf"), float("-inf"), 1.5]
-    path = lake._stage_records(spec, [{"op": "+I", "data": {"k": i, "d": v}} for i, v in enumerate(values)])
-    got = read_batch([path], spec).records.column("d").to_pylist()
+    records = [{"op": "+I", "data": {"k": i, "d": v}} for i, v in enumerate(values)]
+    with lake._staged_records(spec, records) as path:
+        got = read_batch([path], spec).records.column("d").to_pylist()
+    assert not path.exists()  # a call's staged records go when it returns
     assert math.isnan(got[0]) and got[1:] == [math.inf, -math.inf, 1.5]

@@ -113,7 +113,7 @@ def test_lost_commit_races_exit_75_and_leave_the_table_as_it_was(run, home, monk
     assert len(calls) >= MAX_COMMIT_ATTEMPTS
     assert run("scan", "demo.fruit")[0] == 0
     code, err = run("apply", "demo.fruit")
-    assert code == 0 and re.search(r"batch 1 committed", err), err
+    assert code == 0 and re.search(r"landing batch 1 \(table batch 1\) committed", err), err
 
 
 def test_the_dags_retry_rule_uses_the_library_codes():

@@ -168,7 +168,7 @@ def test_cli_lookup_insert_if_not_exists(home, cli_env):
     first = lookup("user_id=u1", "--insert-if-not-exists")
     assert first.returncode == 0, first.stderr[-3000:]
     (row,) = [json.loads(line) for line in first.stdout.splitlines()]
-    assert row["user_id"] == "u1" and row["uid"] >= 1 and "inserting them as batch 1" in first.stderr
+    assert row["user_id"] == "u1" and row["uid"] >= 1 and "inserting them as lookup batch 1" in first.stderr
     again = lookup("user_id=u1", "--insert-if-not-exists")
     assert [json.loads(line) for line in again.stdout.splitlines()] == [row]
     assert "inserting" not in again.stderr
@@ -195,7 +195,7 @@ INSERTER = textwrap.dedent(
     def progress(message):
         print(message, file=sys.stderr, flush=True)
         # Both processes reach their first insert before either applies it: real contention, every run.
-        if "not found; inserting them as batch" in message and not me.exists():
+        if "not found; inserting them as lookup batch" in message and not me.exists():
             me.touch()
             deadline = time.monotonic() + 240
             while not other.exists() and time.monotonic() < deadline:
@@ -232,8 +232,8 @@ def test_two_processes_inserting_the_same_new_keys_get_one_id_per_key(home, cli_
             assert ids.setdefault(row["user_id"], row["uid"]) == row["uid"], row  # both saw the same id
     assert sorted(ids) == sorted(set(first) | set(second)) and len(set(ids.values())) == 12
     # Both reached the insert of batch 1; the loser found it taken and looked up again.
-    assert all("inserting them as batch 1" in err for _, err in outputs)
-    assert any("another writer committed batch 1 first" in err for _, err in outputs)
+    assert all("inserting them as lookup batch 1" in err for _, err in outputs)
+    assert any("another caller inserted lookup batch 1 first" in err for _, err in outputs)
 
     lake = sparkless_lake(home)
     assert {r["user_id"]: r["uid"] for r in lake.rows_arrow("web.uid_mapping").to_pylist()} == ids

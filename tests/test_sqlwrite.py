@@ -107,8 +107,14 @@ def test_insert_into_a_static_partition_gives_its_value_to_every_row():
 
 def test_delete_is_one_tombstone_keyed_by_the_whole_primary_key():
     spec = make_spec(columns=[*COLUMNS, {"name": "p", "type": "STRING"}], pk=("k", "p"))
-    plan = plan_of("DELETE FROM s.t WHERE p = 'x' AND (s.t.k = 4)", spec)
+    stored = {"k": 4, "c": "a", "n": 7, "d": None, "p": "x"}
+    plan = plan_of("DELETE FROM s.t WHERE p = 'x' AND (s.t.k = 4)", spec, stored=stored)
     assert plan.records == [{"op": "-D", "data": {"k": 4, "p": "x"}}]
+    # A missing key is nothing to write, said the way an UPDATE of a missing key says it.
+    missing = plan_of("DELETE FROM s.t WHERE p = 'x' AND k = 5", spec, stored=None)
+    updated = plan_of("UPDATE s.t SET c = 'b' WHERE p = 'x' AND k = 5", spec, stored=None)
+    assert missing.records == [] and updated.records == []
+    assert missing.note == updated.note == "no row of s.t has the key {'k': 5, 'p': 'x'}"
 
 
 def test_update_writes_the_stored_row_with_the_new_values():
@@ -352,7 +358,7 @@ SCENARIOS = {
         ),
         ("UPDATE s.t SET n = 11, d = 2 WHERE k = 1", [("+U", (1, "a2", 11, D("2.00")))], None),
         ("DELETE FROM s.t WHERE k = 2", [("-D", (2, None, None, None))], None),
-        ("DELETE FROM s.t WHERE k = 99", [("-D", (99, None, None, None))], None),
+        ("DELETE FROM s.t WHERE k = 99", [], None),  # no such key: nothing to write, as for an UPDATE
         ("INSERT INTO s.t (k, n) SELECT k + 0, n FROM s.t WHERE k = 1", None, None),  # refused: k + 0
     ],
     "first_row": [
@@ -398,7 +404,11 @@ def test_statements_applied_equal_the_reference_merge(tmp_path, engine):
                 lake.sql(text)
             continue
         (result,) = lake.sql(text)
+        if not records:
+            assert result.status == "nothing to write" and result.batch_id is None, (number, result)
+            continue
         assert result.status == "applied" and result.batch_id == len(applied) + 1, (number, result)
+        assert result.writer_seq == result.batch_id  # the sql writer is the table's only writer here
         applied.append((records, target))
     assert _actual(lake, spec) == _expected(spec, applied)
 
@@ -494,9 +504,9 @@ def test_cli_sql_reports_each_statement_and_exits_2_on_a_refusal(home, cli_env):
         ("update", "applied", 2),
     ]
     deleted = cli("DELETE FROM s.t WHERE k = 1", "--idempotency-key", "gdpr-1")
-    assert deleted.returncode == 0 and "DELETE s.t: batch 3 applied" in deleted.stdout
+    assert deleted.returncode == 0 and "DELETE s.t: sql batch 3 (table batch 3) applied" in deleted.stdout
     retried = cli("DELETE FROM s.t WHERE k = 1", "--idempotency-key", "gdpr-1")
-    assert "no-op (already applied as batch 3)" in retried.stdout
+    assert "no-op (already applied as sql batch 3 (table batch 3))" in retried.stdout
     refused = cli("DELETE FROM s.t WHERE c = 'b'")
     assert refused.returncode == 2
     assert (
@@ -547,8 +557,8 @@ def test_a_batch_committed_by_another_writer_meanwhile_makes_the_statement_plan_
     def plan_then_race(tree, spec, **kwargs):
         planned = real_plan(tree, spec, **kwargs)
         calls.append(planned.records)
-        if len(calls) == 1:  # another writer commits batch 2 after this UPDATE read the row
-            lake.apply("s.t", [{"op": "+U", "data": {"k": 1, "c": "other", "n": 9, "d": "9"}}], batch_id=2)
+        if len(calls) == 1:  # another writer commits table batch 2 after this UPDATE read the row
+            lake.apply("s.t", [{"op": "+U", "data": {"k": 1, "c": "other", "n": 9, "d": "9"}}], batch_id=1)
         return planned
 
     monkeypatch.setattr(sqlwrite, "plan", plan_then_race)

@@ -12,24 +12,35 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
 import math
+import os
+import shutil
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from changelake import evolution
 from changelake.config import Settings, load_settings
 from changelake.engine.apply import Applier, BatchResult, Progress, stderr_progress
-from changelake.errors import BatchRefusedError, ChangelakeError, CommitConflict, unknown_table
+from changelake.errors import (
+    BatchRefusedError,
+    ChangelakeError,
+    CommitConflict,
+    PlannedOnOldState,
+    unknown_table,
+)
 from changelake.identifiers import split_table_name
 from changelake.inputs.landing import landing_status, read_manifest, scan_landing
 from changelake.spec import SpecDirectory, TableSpec, check_new_table, load_specs
 from changelake.storage import sparkread
 from changelake.storage.fastread import FastReader, changelog_order, expired_before, json_default
 from changelake.storage.iceberg import CHANGELOG_SUFFIX, Storage
+from changelake.storage.summary import API, LOOKUP, SQL, WriterPosition, check_writer_name
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -151,25 +162,66 @@ class ChangeLake:
         file: str | Path | None = None,
         fmt: str | None = None,
         target_columns: list[str] | None = None,
+        writer: str = API,
     ) -> BatchResult:
-        """Apply one batch exactly once: a list of changelog records, a DataFrame, or a landed ``file``.
+        """Apply one batch exactly once: a list of changelog records, a DataFrame, or a ``file``.
 
         Records use the changelog-json shapes: ``{"op": "+I", "data": {...}}`` or
         ``{"rowkind": "+I", "fields": [...]}``. A DataFrame has an ``op`` column and the row columns; its
-        row order (as collected) is the batch order. Without ``batch_id`` the next id is used.
+        row order (as collected) is the batch order. Records given here are applied in the order given, after
+        everything the table took before: the table's ``source:`` settings (its format, ordering field,
+        dedup, quarantine) are for its landed input, and a bad record fails the call. A ``file`` is read with
+        the table's ``source:`` settings (``fmt`` overrides its format).
+
+        ``writer`` names the sequence the batch belongs to (``api`` unless you name yours: two jobs writing one
+        table each name theirs), and ``batch_id`` is the batch's number in it: 1, 2, 3, ... with no gaps, and
+        a number applied before is a no-op with the same input (refused with other input). Without
+        ``batch_id`` the writer's next number is used, so a retried call applies again: pass ``batch_id``
+        for exactly once. Other writers of the table (landed batches, SQL statements, lookup inserts) keep
+        their own numbers. The result's ``batch_id`` is the table's batch id of the commit (the changelog's
+        ``_batch_id``), ``writer_seq`` the number.
+
         ``target_columns`` makes the batch a partial update: only those columns (which must include the
         primary key) are written.
         """
         spec = self._ensure(table)
-        if batch_id is None:
-            batch_id = Storage.state(self.storage.pk_table(spec)).last_batch + 1
+        return self._apply_as(spec, check_writer_name(writer), batch_id, records, file, fmt, target_columns)
+
+    def writer_positions(self, table: str) -> dict[str, int]:
+        """Every writer's last applied number for ``table`` (``landing``, ``sql``, ``api``, ``lookup``, and the
+        writers API callers named); empty for a table not created yet."""
+        spec = self.spec(table)
+        if not self.storage.exists(spec):
+            return {}
+        return Storage.writer_positions(self.storage.pk_table(spec))
+
+    def _apply_as(
+        self,
+        spec: TableSpec,
+        writer: str,
+        seq: int | None,
+        records: list[dict] | Any = None,
+        file: str | Path | None = None,
+        fmt: str | None = None,
+        target_columns: list[str] | None = None,
+        name: str | None = None,
+        based_on: int | None = None,
+    ) -> BatchResult:
+        """:meth:`apply` as number ``seq`` (None: the next) of ``writer``; ``name`` names the staged records'
+        file (SQL statements: their idempotency key); ``based_on`` the table batch the records were planned on
+        (:meth:`changelake.engine.apply.Applier.apply_files`)."""
+        if seq is None:
+            seq = Storage.writer_positions(self.storage.pk_table(spec)).get(writer, 0) + 1
+        position = WriterPosition(writer, seq)
         if file is not None:
-            return self.applier.apply_files(spec, batch_id, [Path(file)], fmt, target_columns)
+            return self.applier.apply_files(spec, position, [Path(file)], fmt, target_columns, based_on)
         if records is None:
             raise ChangelakeError("apply() needs records, a DataFrame or file=")
-        staged = self._stage_records(spec, records)
-        fmt = "changelog-parquet" if staged.suffix == ".parquet" else "changelog-json"
-        return self.applier.apply_files(spec, batch_id, [staged], fmt, target_columns=target_columns)
+        with self._staged_records(spec, records, name) as staged:
+            fmt = "changelog-parquet" if staged.suffix == ".parquet" else "changelog-json"
+            return self.applier.apply_files(
+                _own_records(spec, fmt), position, [staged], fmt, target_columns, based_on
+            )
 
     def apply_pending(
         self, table: str | None = None, up_to: int | None = None, from_batch: int | None = None
@@ -219,8 +271,10 @@ class ChangeLake:
         return results
 
     def _sql_statement(self, tree: Any, key: str | None, batch_id: int | None) -> SqlResult:
-        """One statement as one batch: find it applied under ``key``, else plan it on the table's current
-        state and apply it as the next batch (planned again if another writer took that batch id first)."""
+        """One statement as one batch of the table's ``sql`` writer: find it applied under ``key``, else plan it
+        on the table's current state and apply it as the writer's next batch (planned again if another
+        statement took that number first). Its records are applied after everything the table took before,
+        in the statement's order: no ordering field or quarantine of the table's landed input applies."""
         from changelake import sqlwrite
 
         text = sqlwrite.statement_text(tree)
@@ -237,7 +291,8 @@ class ChangeLake:
                     return sqlwrite.SqlResult(
                         text, kind, spec.full_name, "already-applied", idempotency_key=key, **done
                     )
-            last = Storage.state(pk).last_batch
+            state = Storage.state(pk)
+            last = Storage.writer_positions(pk, state).get(SQL, 0)
             plan = sqlwrite.plan(
                 tree,
                 spec,
@@ -251,16 +306,29 @@ class ChangeLake:
                     text, kind, spec.full_name, "nothing to write", note=plan.note, idempotency_key=key
                 )
             name = f"{key_prefix}{digest}.jsonl" if key_prefix is not None else None
-            staged = self._stage_records(spec, plan.records, name=name)
             try:
-                result = self.applier.apply_files(
-                    spec, batch_id or last + 1, [staged], "changelog-json", plan.target_columns
+                result = self._apply_as(
+                    spec,
+                    SQL,
+                    batch_id or last + 1,
+                    plan.records,
+                    target_columns=plan.target_columns,
+                    name=name,
+                    based_on=state.last_batch if plan.reads_target else None,
                 )
+            except PlannedOnOldState:
+                self.progress(
+                    f"[{spec.full_name}] sql: another batch was committed while the statement was planned; "
+                    "planning again"
+                )
+                continue
             except BatchRefusedError:
-                if batch_id is not None or Storage.state(self.storage.pk_table(spec)).last_batch == last:
+                now = Storage.writer_positions(self.storage.pk_table(spec)).get(SQL, 0)
+                if batch_id is not None or now == last:
                     raise  # refused for another reason than a race
                 self.progress(
-                    f"[{spec.full_name}] sql: another writer committed batch {last + 1} first; planning again"
+                    f"[{spec.full_name}] sql: another statement was committed as sql batch {last + 1} first; "
+                    "planning again"
                 )
                 continue
             return sqlwrite.SqlResult(
@@ -269,12 +337,13 @@ class ChangeLake:
                 spec.full_name,
                 result.status,
                 batch_id=result.batch_id,
+                writer_seq=result.writer_seq,
                 idempotency_key=key,
                 changelog_records=result.changelog_records,
                 counts=_row_counts(result.counts),
             )
         raise CommitConflict(
-            f"{spec.full_name}: {MAX_INSERT_ATTEMPTS} other batches were committed while this statement was "
+            f"{spec.full_name}: {MAX_INSERT_ATTEMPTS} other statements were committed while this statement was "
             "planned; retry it"
         )
 
@@ -299,6 +368,7 @@ class ChangeLake:
                 )
                 return {
                     "batch_id": summary.batch_id,
+                    "writer_seq": summary.position.seq,
                     "changelog_records": summary.changelog_records,
                     "counts": _row_counts(summary.counts),
                 }
@@ -308,26 +378,35 @@ class ChangeLake:
         """Tables a statement may name: those with a spec file and those in the catalog."""
         return sorted({*self.specs(), *self._catalog_tables()})
 
-    def _stage_records(self, spec: TableSpec, records, name: str | None = None) -> Path:
-        """Write API records to a content-addressed file, so re-applying the same records is a no-op."""
-        directory = self.settings.staging_dir / spec.full_name
-        directory.mkdir(parents=True, exist_ok=True)
-        if isinstance(records, list):
-            payload = "".join(
-                json.dumps(_finite(r), default=json_default, sort_keys=True, allow_nan=False) + "\n"
-                for r in records
-            ).encode()
-            # A statement's idempotency key names its file (the batch history finds the key by it).
-            path = directory / (name or f"api-{hashlib.sha256(payload).hexdigest()[:20]}.jsonl")
-            path.write_bytes(payload)
-            return path
-        # A DataFrame: one Parquet file in the DataFrame's order.
-        tmp = directory / f"df-{uuid.uuid4().hex}"
-        records.coalesce(1).write.parquet(str(tmp))
-        part = next(tmp.glob("*.parquet"))
-        path = directory / f"df-{hashlib.sha256(part.read_bytes()).hexdigest()[:20]}.parquet"
-        part.replace(path)
-        return path
+    @contextlib.contextmanager
+    def _staged_records(self, spec: TableSpec, records, name: str | None = None) -> Iterator[Path]:
+        """API records as the file the apply reads: JSON lines (a list) or one Parquet file (a DataFrame, in its
+        order), in a directory of this call's own under ``staging/`` (0700, files 0600: they hold the records)
+        that is removed when the apply returns, committed or not. Its checksum is its content's, so the same
+        records again are a replay. ``name`` names the file (a statement's idempotency key: the batch history
+        finds the key by it)."""
+        directory = self.settings.staging_dir / spec.full_name / f"call-{uuid.uuid4().hex}"
+        os.makedirs(directory, mode=0o700)
+        try:
+            if isinstance(records, list):
+                payload = "".join(
+                    json.dumps(_finite(r), default=json_default, sort_keys=True, allow_nan=False) + "\n"
+                    for r in records
+                ).encode()
+                path = directory / (name or f"api-{hashlib.sha256(payload).hexdigest()[:20]}.jsonl")
+                # 0600, exclusive, never through a link; not fsynced: removed once the apply returns.
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+                with open(fd, "wb") as out:
+                    out.write(payload)
+            else:
+                # A DataFrame: one Parquet file in the DataFrame's order (executors write it: a local path).
+                records.coalesce(1).write.parquet(str(directory / "df"))
+                part = next((directory / "df").glob("*.parquet"))
+                path = directory / f"df-{hashlib.sha256(part.read_bytes()).hexdigest()[:20]}.parquet"
+                part.replace(path)
+            yield path
+        finally:
+            shutil.rmtree(directory, ignore_errors=True)
 
     # --- reads -----------------------------------------------------------------------------------------
     def rows(self, table: str, at_batch: int | None = None):
@@ -412,15 +491,15 @@ class ChangeLake:
         The insert is one batch through the exactly-once apply (after the table's last batch, a partial write
         of the primary key columns, as Fluss writes it), with its changelog. Keys already there are not
         written, so a second call returns the same rows without writing. Concurrent callers get one row per
-        key: a caller whose batch id another writer took looks the keys up again and inserts only those still
-        missing; two callers inserting the same keys under one batch id stage the same batch (the same
+        key: a caller whose number another caller took looks the keys up again and inserts only those still
+        missing; two callers inserting the same keys under one number stage the same batch (the same
         checksum), so the second finds it applied. Either way each caller returns the stored row.
 
         Fluss's rules: primary-key lookups only, and refused for a table with a NOT NULL column outside the
         primary key and the auto-increment column (nothing could fill it); the insert is refused for the
         first_row and versioned merge engines, which take no partial writes ("Partial update is not supported
-        for the ... merge engine."). The batch ids are the table's, so a table fed by landed batches should
-        not also be fed by inserts (its next landed batch id would already be taken).
+        for the ... merge engine."). The inserts are batches of the table's ``lookup`` writer, numbered on their
+        own: they never take a number of the landed batches or of any other writer.
         """
         from changelake.storage.fastread import check_lookup_columns, decode_lookup_value
 
@@ -431,6 +510,9 @@ class ChangeLake:
         for key in keys:
             check_lookup_columns(spec, list(key), prefix=False)
             identities.append(tuple(repr(decode_lookup_value(spec, k, key[k])) for k in spec.primary_key))
+        # The table batch the lookups read (or a later one: then a batch committed meanwhile, and the insert
+        # plans again): the insert is planned on it.
+        based_on = Storage.state(self.storage.pk_table(spec)).last_batch if insert_if_not_exists else 0
         found = [self._single_row(table, key) for key in keys]
         if not insert_if_not_exists:
             return found
@@ -441,21 +523,22 @@ class ChangeLake:
                     missing.setdefault(identity, key)
             if not missing:
                 return found
-            self._insert_keys(spec, list(missing.values()))
+            self._insert_keys(spec, list(missing.values()), based_on)
+            based_on = Storage.state(self.storage.pk_table(spec)).last_batch
             found = [
                 row if row is not None else self._single_row(table, key)
                 for key, row in zip(keys, found, strict=True)
             ]
         raise CommitConflict(
             f"{spec.full_name}: could not insert the missing keys in {MAX_INSERT_ATTEMPTS} attempts "
-            "(other writers kept taking the next batch id); retry"
+            "(other callers kept inserting first); retry"
         )
 
     def _single_row(self, table: str, key: dict[str, Any]) -> dict[str, Any] | None:
         rows = self.reader.lookup(table, key)
         return rows[0] if rows else None
 
-    def _insert_keys(self, spec: TableSpec, keys: list[dict[str, Any]]) -> None:
+    def _insert_keys(self, spec: TableSpec, keys: list[dict[str, Any]], based_on: int) -> None:
         """Apply the missing ``keys`` as the table's next batch: ``+I`` records of the primary key columns
         only. A batch id another writer took first is not an error: the caller looks the keys up again."""
         from changelake.engine import merge
@@ -465,17 +548,22 @@ class ChangeLake:
         records = [
             {"op": "+I", "data": {k: _staged_key_value(spec, k, key[k]) for k in target}} for key in keys
         ]
-        last = Storage.state(self.storage.pk_table(spec)).last_batch
+        last = Storage.writer_positions(self.storage.pk_table(spec)).get(LOOKUP, 0)
         self.progress(
-            f"[{spec.full_name}] lookup: {len(keys)} key(s) not found; inserting them as batch {last + 1}"
+            f"[{spec.full_name}] lookup: {len(keys)} key(s) not found; inserting them as lookup batch {last + 1}"
         )
         try:
-            self.apply(spec.full_name, records, batch_id=last + 1, target_columns=target)
+            self._apply_as(spec, LOOKUP, last + 1, records, target_columns=target, based_on=based_on)
+        except PlannedOnOldState:
+            self.progress(
+                f"[{spec.full_name}] lookup: another batch was committed meanwhile; looking up again"
+            )
         except BatchRefusedError:
-            if Storage.state(self.storage.pk_table(spec)).last_batch == last:
+            if Storage.writer_positions(self.storage.pk_table(spec)).get(LOOKUP, 0) == last:
                 raise  # refused for another reason than a race
             self.progress(
-                f"[{spec.full_name}] lookup: another writer committed batch {last + 1} first; looking up again"
+                f"[{spec.full_name}] lookup: another caller inserted lookup batch {last + 1} first; looking up "
+                "again"
             )
 
     def status(self) -> list[dict[str, Any]]:
@@ -630,6 +718,14 @@ class ChangeLake:
             _verify(spec, batch_id, paths, batch_spec, fmt, target_columns, summary.checksum)
             parts.append(_project(_batch_input(batch_id, paths, batch_spec, fmt), spec))
         return pa.concat_tables(parts) if parts else _input_schema(spec).empty_table()
+
+
+def _own_records(spec: TableSpec, fmt: str) -> TableSpec:
+    """The spec records given to the API (and SQL statements, lookup inserts) are decoded with: the table's
+    columns, read in the format changelake staged them in, in the order given -- not with the ``source:``
+    settings of the table's landed input (its envelope's ordering field, dedup by Kafka offsets, quarantine),
+    which such records do not carry: a bad record fails the write, and nothing is quarantined."""
+    return dataclasses.replace(spec, source={"format": fmt})
 
 
 def _row_counts(counts: dict[str, int]) -> dict[str, int]:

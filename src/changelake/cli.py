@@ -113,12 +113,21 @@ def _parser() -> argparse.ArgumentParser:
     a = sub.add_parser("apply", help="apply pending landed batches, or one explicit file, exactly once")
     a.add_argument("table", nargs="?", help="namespace.table (default: every table with a spec)")
     a.add_argument("--file", type=Path, help="apply this file as one batch (needs --batch-id)")
-    a.add_argument("--batch-id", type=int, help="batch id for --file")
+    a.add_argument(
+        "--batch-id", type=int, help="with --file: the batch's number in its writer's sequence (1, 2, 3, ...)"
+    )
+    a.add_argument(
+        "--writer",
+        default="api",
+        help="with --file: the writer whose sequence the batch is in (default: api)",
+    )
     a.add_argument("--format", dest="fmt", help="input format (default: by table source / file extension)")
     a.add_argument("--target-columns", help="partial update of these comma-separated columns (with --file)")
-    a.add_argument("--up-to", type=int, help="apply pending batches up to this id only")
+    a.add_argument("--up-to", type=int, help="apply pending landed batches up to this number only")
     a.add_argument(
-        "--from-batch", type=int, help="replay landed batches from this id (applied ones are no-ops)"
+        "--from-batch",
+        type=int,
+        help="also check landed batches applied from this number on (each is a no-op if unchanged)",
     )
     a.add_argument("--summary", type=Path, help="also write the batch results as JSON to this file")
     a.add_argument("--json", action="store_true", help=_JSON_HELP)
@@ -329,9 +338,17 @@ def _run_fast(args: argparse.Namespace) -> list[dict[str, Any]]:
         # A spec file that did not load is a row with its problem; exit 0, as for a landing problem.
         broken = load_specs(settings.tables_dir).status_rows(rows[0] if rows else None)
         rows = sorted(rows + broken, key=lambda r: r["table"]) if broken else rows
+        if args.format not in ("json", "jsonl"):  # each writer's position as one cell: "landing 8, sql 2"
+            rows = [{**r, "writers": _writers_text(r.get("writers"))} for r in rows]
     if args.format != "json":
         _print_rows(rows, args.format)
     return rows
+
+
+def _writers_text(writers: dict[str, int] | None) -> str:
+    """A status row's writers, landed batches first: ``landing 8, sql 2, api 5``."""
+    items = sorted((writers or {}).items(), key=lambda item: (item[0] != "landing", item[0]))
+    return ", ".join(f"{name} {seq}" for name, seq in items)
 
 
 def _lookup_keys(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -493,11 +510,38 @@ def _created(outcomes: list) -> dict[str, Any]:
     }
 
 
-def _apply(lake, args: argparse.Namespace) -> dict[str, Any]:
-    """``apply`` in this process: the batches' results, reported as text and returned as :func:`_applied`."""
+def _check_apply_args(args: argparse.Namespace) -> None:
+    """The combinations ``apply`` takes: ``--file`` with a table and ``--batch-id``; the options of one file
+    (``--batch-id``, ``--writer``, ``--format``, ``--target-columns``) only with ``--file``, those of the landed
+    batches (``--up-to``, ``--from-batch``) only without."""
     if args.file:
         if not args.table or args.batch_id is None:
             raise ChangelakeError("apply --file needs a table and --batch-id")
+        if args.up_to is not None or args.from_batch is not None:
+            raise ChangelakeError(
+                "apply --up-to and --from-batch choose landed batches; they do not go with --file"
+            )
+        return
+    given = [
+        option
+        for option, value in (
+            ("--batch-id", args.batch_id),
+            ("--writer", None if args.writer == "api" else args.writer),
+            ("--format", args.fmt),
+            ("--target-columns", args.target_columns),
+        )
+        if value is not None
+    ]
+    if given:
+        raise ChangelakeError(
+            f"apply {' and '.join(given)} go(es) with --file (landed batches are numbered by their file names)"
+        )
+
+
+def _apply(lake, args: argparse.Namespace) -> dict[str, Any]:
+    """``apply`` in this process: the batches' results, reported as text and returned as :func:`_applied`."""
+    _check_apply_args(args)
+    if args.file:
         results = [
             lake.apply(
                 args.table,
@@ -505,6 +549,7 @@ def _apply(lake, args: argparse.Namespace) -> dict[str, Any]:
                 batch_id=args.batch_id,
                 fmt=args.fmt,
                 target_columns=_target_columns(args),
+                writer=args.writer,
             )
         ]
     else:
@@ -525,12 +570,12 @@ def _apply_on_endpoint(args: argparse.Namespace) -> list[dict[str, Any]] | None:
     settings = load_settings(home=args.home, tables_dir=args.tables)
     if not settings.spark_remote:
         return None
-    if args.file and (not args.table or args.batch_id is None):
-        raise ChangelakeError("apply --file needs a table and --batch-id")
+    _check_apply_args(args)
     request = {
         "table": args.table,
         "file": str(args.file.resolve()) if args.file else None,
         "batch_id": args.batch_id,
+        "writer": args.writer,
         "fmt": args.fmt,
         "target_columns": _target_columns(args),
         "up_to": args.up_to,
@@ -600,8 +645,10 @@ def _report_applied(batches: list[dict[str, Any]], args: argparse.Namespace) -> 
     print(f"{document['applied']} batch(es) applied, {document['already_applied']} already applied")
     for r in batches:
         c = r["counts"]
+        table_batch = f" (table batch {r['batch_id']})" if r["batch_id"] else ""
         print(
-            f"  {r['table']} batch {r['batch_id']}: {r['status']}; inserted {c.get('inserted', 0)}, updated "
+            f"  {r['table']} {r['writer']} batch {r['writer_seq']}{table_batch}: {r['status']}; inserted "
+            f"{c.get('inserted', 0)}, updated "
             f"{c.get('updated', 0)}, deleted {c.get('deleted', 0)}, ignored {c.get('ignored', 0)}; "
             f"changelog {r['log_end_offset'] - r['log_start_offset']} record(s)"
             + "".join(f", {k} {v}" for k, v in r["source"].items() if v and k != "messages")
@@ -615,9 +662,9 @@ def _report_applied(batches: list[dict[str, Any]], args: argparse.Namespace) -> 
 def _applied(batches: list[dict[str, Any]]) -> dict[str, Any]:
     """The JSON document of ``apply --json``: ``{"applied": n, "already_applied": m, "batches": [...]}``,
     one object per batch in apply order with every field of :class:`changelake.engine.apply.BatchResult`
-    (``table``, ``batch_id``, ``status`` = applied | already-applied, ``counts``, ``snapshot_id``,
+    (``table``, ``batch_id`` (the table's), ``status`` = applied | already-applied, ``counts``, ``snapshot_id``,
     ``changelog_records``, ``log_start_offset``, ``log_end_offset``, ``seconds``, ``source``,
-    ``dead_letter``); ``--summary`` writes the same ``batches`` list to a file."""
+    ``dead_letter``, ``writer`` and ``writer_seq``: the batch's writer and its number there); ``--summary`` writes the same ``batches`` list to a file."""
     applied = sum(1 for r in batches if r["status"] == "applied")
     return {"applied": applied, "already_applied": len(batches) - applied, "batches": batches}
 
@@ -625,6 +672,7 @@ def _applied(batches: list[dict[str, Any]]) -> dict[str, Any]:
 def _datagen(lake, args: argparse.Namespace) -> dict[str, Any]:
     """``datagen``: a progress line per landed batch, and the batches as :func:`_landed`."""
     from changelake.inputs.datagen import generate
+    from changelake.storage.summary import LANDING
 
     specs = lake.specs()
     names = args.table or sorted(n for n, s in specs.items() if s.datagen)
@@ -640,6 +688,7 @@ def _datagen(lake, args: argparse.Namespace) -> dict[str, Any]:
             seed=args.seed,
             fmt=args.fmt,
             start=args.start,
+            applied=lake.writer_positions(name).get(LANDING, 0),
             records=args.records,
             keys=args.keys,
             redelivery=args.redelivery,

@@ -52,6 +52,11 @@ class CommitConflict(ChangelakeError):
     retryable = True
 
 
+class PlannedOnOldState(CommitConflict):
+    """A write planned on the table as it was (an UPDATE read the row it changes, a lookup found keys missing)
+    found that another batch was committed since: nothing was applied, and the write is planned again."""
+
+
 class BadRecordError(BadInput):
     """A landed record cannot be decoded. Names file, line and field."""
 

@@ -15,7 +15,8 @@ What each statement becomes (docs/sql-writes.md):
 * ``INSERT INTO t [(cols)] SELECT cols FROM s [WHERE …]``: the rows of one changelake table ``s`` (its
   current snapshot, read without Spark), projected and filtered here; joins, aggregates and functions are
   refused.
-* ``DELETE FROM t WHERE <pk> = …``: one ``-D`` keyed by the whole primary key.
+* ``DELETE FROM t WHERE <pk> = …``: one ``-D`` keyed by the whole primary key; nothing if there is no such
+  row (a primary-key lookup), as for an UPDATE.
 * ``UPDATE t SET c = … WHERE <pk> = …``: the stored row (a primary-key lookup) with the new values, written
   as a full row (``+U``), as Fluss's sink writes an UPDATE (FLINK-36736); nothing if there is no such row.
 
@@ -57,6 +58,7 @@ class WritePlan:
     records: list[dict[str, Any]] = field(default_factory=list)
     target_columns: list[str] | None = None  # a partial update's columns
     note: str | None = None  # why there is nothing to write
+    reads_target: bool = False  # planned on the table's rows (UPDATE, DELETE, INSERT … SELECT from itself)
 
 
 @dataclass
@@ -67,7 +69,8 @@ class SqlResult:
     kind: str
     table: str
     status: str  # "applied" | "already-applied" | "nothing to write"
-    batch_id: int | None = None
+    batch_id: int | None = None  # the table's batch id of the commit
+    writer_seq: int | None = None  # the statement's number in the table's ``sql`` writer
     counts: dict[str, int] = field(default_factory=dict)  # rows inserted, updated, deleted; records ignored
     changelog_records: int = 0
     idempotency_key: str | None = None
@@ -92,9 +95,10 @@ def describe(result: dict[str, Any]) -> str:
         f"inserted {c.get('inserted', 0)}, updated {c.get('updated', 0)}, deleted {c.get('deleted', 0)}, "
         f"ignored {c.get('ignored', 0)}; changelog {result.get('changelog_records', 0)} record(s)"
     )
+    batch = f"sql batch {result.get('writer_seq')} (table batch {result['batch_id']})"
     if result["status"] == "already-applied":
-        return f"{where}: no-op (already applied as batch {result['batch_id']}); {counts}"
-    return f"{where}: batch {result['batch_id']} applied; {counts}"
+        return f"{where}: no-op (already applied as {batch}); {counts}"
+    return f"{where}: {batch} applied; {counts}"
 
 
 # --- parsing -----------------------------------------------------------------------------------------------
@@ -168,7 +172,7 @@ def plan(
     if isinstance(tree, exp.Insert):
         return _plan_insert(tree, spec, read_rows, known, spec_of)
     if isinstance(tree, exp.Delete):
-        return _plan_delete(tree, spec)
+        return _plan_delete(tree, spec, lookup)
     if isinstance(tree, exp.Update):
         return _plan_update(tree, spec, lookup)
     raise WriteRefusedError(f"not an INSERT, UPDATE or DELETE: {_short(tree)}")
@@ -348,10 +352,11 @@ def _plan_insert_select(
         _check_not_null(spec, data, number + 1)
         records.append({"op": "+I", "data": data})
     note = None if records else f"the SELECT on {source_spec.full_name} found no rows"
-    return WritePlan("insert", name, records, [*writes, *static] if partial else None, note)
+    target = [*writes, *static] if partial else None
+    return WritePlan("insert", name, records, target, note, reads_target=source_spec.full_name == name)
 
 
-def _plan_delete(tree: exp.Delete, spec: TableSpec) -> WritePlan:
+def _plan_delete(tree: exp.Delete, spec: TableSpec, lookup: Lookup) -> WritePlan:
     name = spec.full_name
     _check_row_level(spec)
     if spec.options.get("table.delete.behavior") == "disable":
@@ -360,7 +365,9 @@ def _plan_delete(tree: exp.Delete, spec: TableSpec) -> WritePlan:
         )
     _only_args(tree, "DELETE", {"this", "where"})
     key = _key_condition(tree, spec, "DELETE")
-    return WritePlan("delete", name, [{"op": "-D", "data": key}])
+    if lookup(spec, key) is None:  # as an UPDATE of a missing key: nothing to write, and said so
+        return WritePlan("delete", name, note=f"no row of {name} has the key {key}", reads_target=True)
+    return WritePlan("delete", name, [{"op": "-D", "data": key}], reads_target=True)
 
 
 def _plan_update(tree: exp.Update, spec: TableSpec, lookup: Lookup) -> WritePlan:
@@ -390,11 +397,11 @@ def _plan_update(tree: exp.Update, spec: TableSpec, lookup: Lookup) -> WritePlan
     key = _key_condition(tree, spec, "UPDATE")
     stored = lookup(spec, key)
     if stored is None:
-        return WritePlan("update", name, note=f"no row of {name} has the key {key}")
+        return WritePlan("update", name, note=f"no row of {name} has the key {key}", reads_target=True)
     row = {c: _stored_as_json(spec, c, stored.get(c), "the stored row") for c in spec.column_names}
     row.update(values)
     _check_not_null(spec, row, 1)
-    return WritePlan("update", name, [{"op": "+U", "data": row}])
+    return WritePlan("update", name, [{"op": "+U", "data": row}], reads_target=True)
 
 
 # --- Fluss's checks --------------------------------------------------------------------------------------

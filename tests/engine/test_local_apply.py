@@ -14,6 +14,7 @@ from changelake.engine import buckets
 from changelake.engine.apply import Applier
 from changelake.inputs.datagen import generate
 from changelake.spec import TableSpec
+from changelake.storage.summary import WriterPosition
 from tests.helpers import REPO, changelog_of, rows_of
 
 pytestmark = pytest.mark.integration
@@ -108,7 +109,7 @@ def test_a_small_batch_needs_no_spark_and_a_large_one_uses_it(lake, home, monkey
     path = home / "1.jsonl"
     path.write_text("".join(f'{{"op": "+I", "data": {{"k": {i}, "v": "é{i}"}}}}\n' for i in range(50)))
     result = Applier(no_spark, lake.storage, lake.messages.append).apply_files(
-        spec, 1, [path], target_columns=["k", "v"]
+        spec, WriterPosition("api", 1), [path], target_columns=["k", "v"]
     )
     assert result.counts["inserted"] == 50
     ids = sorted(r["uid"] for r in lake.rows_arrow("loc.ids").to_pylist())
@@ -119,7 +120,7 @@ def test_a_small_batch_needs_no_spark_and_a_large_one_uses_it(lake, home, monkey
     path2.write_text("".join(f'{{"op": "+U", "data": {{"k": {i}, "v": "w{i}"}}}}\n' for i in range(50)))
     with pytest.raises(AssertionError, match="started Spark"):
         Applier(no_spark, lake.storage, lake.messages.append).apply_files(
-            spec, 2, [path2], target_columns=["k", "v"]
+            spec, WriterPosition("api", 2), [path2], target_columns=["k", "v"]
         )
     result = lake.apply("loc.ids", file=path2, batch_id=2, target_columns=["k", "v"])
     assert result.counts["updated"] == 50

@@ -31,6 +31,7 @@ from changelake.errors import BadRecordError, ChangelakeError
 from changelake.inputs import decode
 from changelake.inputs.readers import read_batch
 from changelake.spec import TableSpec
+from changelake.storage.summary import WriterPosition
 from tests.helpers import REPO, sparkless_lake
 
 COLUMNS = [{"name": "id", "type": "BIGINT"}, {"name": "n", "type": "BIGINT"}, {"name": "s", "type": "STRING"}]
@@ -256,7 +257,7 @@ def test_offsets_are_one_record_across_the_files_of_a_batch(lake, tmp_path):
     with pytest.raises(
         BadRecordError, match=f"b.jsonl:2 field 'offset': .* read before at {re.escape(str(first))}:1 "
     ):
-        lake.applier.apply_files(lake._ensure(name), 1, [first, second], None, None)
+        lake.applier.apply_files(lake._ensure(name), WriterPosition("api", 1), [first, second], None, None)
 
 
 def decode_in_tasks(tmp_path, spec: TableSpec, path: Path, tasks: int):

@@ -32,6 +32,7 @@ from changelake import ChangeLake
 from changelake.engine.apply import Applier
 from changelake.errors import BatchRefusedError, ChangelakeError
 from changelake.inputs import decode, landing
+from changelake.inputs import landing as landing_module
 from changelake.inputs.landing import changed_inputs, scan_landing
 from changelake.storage.iceberg import Storage
 from changelake.storage.maintenance import remove_orphans
@@ -153,11 +154,11 @@ def test_a_file_swapped_for_a_link_after_the_scan_is_refused_before_it_is_read(l
         (landing / f"{batch_id}.jsonl").write_text(record(batch_id, "x") + "\n")
     apply_files = Applier.apply_files
 
-    def swap_then_apply(self, spec, batch_id, paths, *args, **kwargs):
-        if batch_id == 2:  # scanned as a regular file; a link by the time its turn comes
+    def swap_then_apply(self, spec, position, paths, *args, **kwargs):
+        if position.seq == 2:  # scanned as a regular file; a link by the time its turn comes
             paths[0].unlink()
             paths[0].symlink_to(secret)
-        return apply_files(self, spec, batch_id, paths, *args, **kwargs)
+        return apply_files(self, spec, position, paths, *args, **kwargs)
 
     monkeypatch.setattr(Applier, "apply_files", swap_then_apply)
     with pytest.raises(
@@ -245,7 +246,7 @@ def test_a_file_still_being_written_is_waited_for_and_applied_whole_once(lake):
     waited = [
         at
         for at, messages, _ in applies
-        if any("waiting for batch 1" in m and "does not end with a newline" in m for m in messages)
+        if any("waiting for landed batch 1" in m and "does not end with a newline" in m for m in messages)
     ]
     # Applies that saw batch 1 (so ran after it was created) and started before it was complete: they overlapped.
     assert waited and min(waited) < written["first"], (written, applies[:3])
@@ -264,7 +265,9 @@ def test_status_shows_the_batch_a_table_waits_for(lake):
     (landing / "2.jsonl").write_text(record(2, "b"))  # no newline yet
     (landing / "3.jsonl").write_text(record(3, "c") + "\n")
     assert [r.batch_id for r in lake.apply_pending(TABLE)] == [1]
-    assert any("waiting for batch 2" in m and "does not end with a newline" in m for m in lake.messages)
+    assert any(
+        "waiting for landed batch 2" in m and "does not end with a newline" in m for m in lake.messages
+    )
     (row,) = lake.status()
     assert "2.jsonl: incomplete: does not end with a newline" in row["incomplete"]
     assert row["problem"] is None
@@ -304,7 +307,9 @@ def test_a_file_that_changes_while_it_is_read_is_not_committed(lake, monkeypatch
 
     monkeypatch.setattr(decode, "plan_batch", plan_then_append)
     assert lake.apply_pending(TABLE) == []
-    assert any("waiting for batch 1" in m and "changed while it was being read" in m for m in lake.messages)
+    assert any(
+        "waiting for landed batch 1" in m and "changed while it was being read" in m for m in lake.messages
+    )
     assert last_batch(lake) == 0
     monkeypatch.setattr(decode, "plan_batch", plan)
     assert [r.batch_id for r in lake.apply_pending(TABLE)] == [1]
@@ -449,3 +454,36 @@ def test_free_running_racing_appliers_always_leave_the_committed_inputs_dead_let
         assert sorted(type(o).__name__ for o in outcome.values()) == ["BatchRefusedError", "str"], outcome
         winner = next(name for name, o in outcome.items() if o == "applied")
         assert committed_letters(lake, table) == (winner, [f"bad record of {winner}"])
+
+
+def test_a_batch_number_landed_again_under_another_extension_is_reported_like_a_changed_file(lake):
+    landing = landing_of(lake)
+    (landing / "1.jsonl").write_text(record(1, "a") + "\n")
+    assert [r.writer_seq for r in lake.apply_pending(TABLE)] == [1]
+    (landing / "1.jsonl").unlink()  # cleaned up after its apply: allowed
+    table = pa.table({"op": ["+I"], "k": pa.array([7], pa.int32()), "v": ["other rows"]})
+    pq.write_table(table, landing / "1.parquet")
+    expected = "1.parquet: landed batch 1 was applied from 1.jsonl, not from this file"
+    with pytest.raises(BatchRefusedError, match=expected):
+        lake.apply_pending(TABLE)
+    (row,) = lake.status()
+    assert expected in row["problem"] and rows(lake) == [(1, "a")]
+
+
+def test_a_pending_batch_that_cannot_be_read_is_a_status_problem(lake, monkeypatch):
+    landing = landing_of(lake)
+    (landing / "1.jsonl").write_text(record(1, "a") + "\n")
+    (landing / "2.jsonl").write_text(record(2, "b") + "\n")
+    real_open = os.open
+
+    def unreadable(path, flags, *args, **kwargs):  # mode 000 as a user who is not root
+        if str(path).endswith("2.jsonl"):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(landing_module.os, "open", unreadable)
+    (row,) = lake.status()
+    assert "2.jsonl: cannot read the batch file: Permission denied" in row["problem"]
+    with pytest.raises(ChangelakeError, match="2.jsonl: cannot read the batch file"):
+        lake.apply_pending(TABLE)  # batch 1 below it still applies
+    assert rows(lake) == [(1, "a")]

@@ -98,8 +98,8 @@ def test_demo_source_then_apply_through_airflow(pipeline_home):
     assert "cold path: spark-submit" in apply_log and "warm path" not in apply_log
     # Task logs carry the apply counts.
     assert (
-        "[shop.orders] batch 1 committed" in apply_log
-        and "[shop.shop_user_stats] batch 2 committed" in apply_log
+        "[shop.orders] landing batch 1 (table batch 1) committed" in apply_log
+        and "[shop.shop_user_stats] landing batch 2 (table batch 2) committed" in apply_log
     )
     assert "inserted" in apply_log and "deduplicated" in apply_log
 
@@ -173,8 +173,8 @@ def test_the_pipeline_runs_warm_through_the_endpoint(warm_endpoint):
     apply_log = dags_test(env, "changelake_apply")
     assert apply_log.count("warm path:") == 2 and "cold path" not in apply_log
     assert (
-        "[shop.orders] batch 2 committed" in apply_log
-        and "[shop.shop_user_stats] batch 2 committed" in apply_log
+        "[shop.orders] landing batch 2 (table batch 2) committed" in apply_log
+        and "[shop.shop_user_stats] landing batch 2 (table batch 2) committed" in apply_log
     )
 
     expected = data_env(env, EXPECTED, str(tables), str(home / "landing"), "2")

@@ -87,7 +87,8 @@ def test_cli_apply_runs_in_the_endpoint_without_pyspark_or_pyiceberg(served, hom
     assert [(b["batch_id"], b["status"]) for b in document["batches"]] == [(1, "applied"), (2, "applied")]
     assert document["batches"][1]["counts"]["updated"] == 1
     assert "[apply] on the warm endpoint" in result.stderr
-    assert "[demo.fruit] batch 2 committed" in result.stderr  # the endpoint's progress, relayed as it came
+    # the endpoint's progress, relayed as it came
+    assert "[demo.fruit] landing batch 2 (table batch 2) committed" in result.stderr
     assert result.stderr.strip().splitlines()[-1] == "[]"  # nothing heavy was imported by the client
     assert len(recorder.requests) == 1
     assert rows(home) == [

@@ -387,7 +387,9 @@ def test_endpoint_serves_dbt_sql_clients_and_new_batches(demo, spark, endpoint, 
         [sys.executable, str(REPO / "spark_apps" / "apply_app.py"), "shop.orders"],
         env=warm, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
-    assert app.returncode == 0 and "[shop.orders] batch 3 committed" in app.stderr, app.stderr[-3000:]
+    assert app.returncode == 0 and "[shop.orders] landing batch 3 (table batch 3) committed" in app.stderr, (
+        app.stderr[-3000:]
+    )
     assert "[apply] on the warm endpoint" in app.stderr
     committed = time.monotonic()
     new_keys = frozenset(demo.rows_arrow("shop.orders").column("order_id").to_pylist())

@@ -79,11 +79,11 @@ def test_apply_on_a_standalone_cluster_equals_the_local_run(tmp_path):
         cluster_log = submit(envs["cluster"], f"spark://127.0.0.1:{port}")
     finally:
         subprocess.run([str(script), "stop"], env=cluster, timeout=60)
-    assert "[shop.orders] batch 2 committed" in cluster_log
+    assert "[shop.orders] landing batch 2 (table batch 2) committed" in cluster_log
     # The tasks really ran on the worker: its work directory holds this application's executor logs.
     assert any((tmp_path / "spark-cluster" / "work").glob("app-*/*/stderr"))
     local_log = submit(envs["local"], "local[2]")
-    assert "[shop.orders] batch 2 committed" in local_log
+    assert "[shop.orders] landing batch 2 (table batch 2) committed" in local_log
 
     cluster_rows, cluster_log = stored(tmp_path / "cluster", tables)
     local_rows, local_log = stored(tmp_path / "local", tables)

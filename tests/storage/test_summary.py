@@ -11,7 +11,7 @@ import pytest
 from changelake.engine import buckets, merge
 from changelake.errors import ChangelakeError
 from changelake.storage import summary
-from changelake.storage.summary import AutoIncrementState, BatchSummary, ChangelogSummary
+from changelake.storage.summary import AutoIncrementState, BatchSummary, ChangelogSummary, WriterPosition
 
 # Captured from a committed snapshot (batch 2 of an upsert-kafka table with an auto-increment column, Kafka
 # offset dedup and a quarantined line, applied in process by the apply engine before the summary protocol
@@ -249,7 +249,9 @@ def test_a_batch_applied_in_process_commits_the_summary_its_result_reports(home)
     spec = storage.create(spec)
     path = home / "1.jsonl"
     path.write_text("".join(json.dumps({"op": "+I", "data": {"k": k, "v": "x"}}) + "\n" for k in range(5)))
-    result = Applier(no_spark, storage, lambda m: None).apply_files(spec, 1, [path])
+    result = Applier(no_spark, storage, lambda m: None).apply_files(
+        spec, WriterPosition("landing", 1), [path]
+    )
     state = Storage.state(storage.pk_table(spec))
     committed = state.batch
     assert (committed.batch_id, state.last_batch, state.snapshot_id) == (1, 1, result.snapshot_id)
@@ -260,3 +262,59 @@ def test_a_batch_applied_in_process_commits_the_summary_its_result_reports(home)
     assert committed.committed_at_ms is not None and committed.target_columns is None
     logged = ChangelogSummary.from_snapshot(storage.changelog_table(spec).current_snapshot())
     assert logged == ChangelogSummary(1, 0, 5, result.snapshot_id)
+
+
+# --- the table's writers (issue 41) --------------------------------------------------------------------------
+def _legacy(batch_id: int, files: list[str] | None, landed: bool = False) -> BatchSummary:
+    """A batch committed before writers were recorded: how it was read is all that tells its writer."""
+    how = None if files is None else {"files": files, "landed": landed, "columns": [], "source": {}}
+    return BatchSummary(batch_id=batch_id, checksum="c", changelog_manifest="m", input=how)
+
+
+def test_a_batch_committed_before_writers_keeps_its_id_as_its_number_and_its_writer_is_told_from_its_input():
+    batches = [
+        _legacy(1, None),  # before inputs were recorded: landed files were all there was
+        _legacy(2, ["2.jsonl"], landed=True),
+        _legacy(3, ["sql-0123456789abcdef0123-ffff.jsonl"]),
+        _legacy(4, ["api-0123.jsonl"]),  # API records and lookup inserts were staged alike
+        _legacy(5, ["sql-9999.jsonl"]),
+        _legacy(6, ["6.jsonl"], landed=True),
+    ]
+    assert [b.position for b in batches] == [
+        WriterPosition("landing", 1),
+        WriterPosition("landing", 2),
+        WriterPosition("sql", 3),
+        WriterPosition("api", 4),
+        WriterPosition("sql", 5),
+        WriterPosition("landing", 6),
+    ]
+    # A migrated table: landed batches 7, 8, ... are the landing writer's next, whatever the SQL batches took.
+    assert summary.writer_positions(batches) == {"landing": 6, "sql": 5, "api": 4}
+    assert summary.BatchSummary.from_properties(COMMITTED).position == WriterPosition("landing", 2)
+
+
+def test_writer_fields_round_trip_and_stay_out_of_the_history():
+    from changelake.storage import history
+
+    s = replace(_legacy(7, ["x.jsonl"]), writer="etl", writer_seq=3, writers={"etl": 3, "landing": 4})
+    props = s.to_properties()
+    assert (props["changelake.writer"], props["changelake.writer-seq"]) == ("etl", "3")
+    assert json.loads(props["changelake.writers"]) == {"etl": 3, "landing": 4}
+    back = BatchSummary.from_properties(props)
+    assert back.position == WriterPosition("etl", 3) and back.writers == {"etl": 3, "landing": 4}
+    # The positions are the latest snapshot's state: a history entry keeps its batch's own writer, not them.
+    (entry,) = history.decode(history.encode([(1, props)]))
+    assert entry.batch.position == WriterPosition("etl", 3) and entry.batch.writers is None
+    with pytest.raises(ChangelakeError, match="changelake.writers is not a JSON object of writer positions"):
+        BatchSummary.from_properties({**props, "changelake.writers": '{"etl": "3"}'})
+
+
+@pytest.mark.parametrize("name", ["", "Etl", "1job", "a b", "x" * 65, 7, "landing", "kafka-orders"])
+def test_writer_names_the_api_takes(name):
+    with pytest.raises(ChangelakeError):
+        summary.check_writer_name(name)
+
+
+def test_reserved_writer_names_are_changelake_s_own():
+    assert summary.check_writer_name("landing", internal=True) == "landing"
+    assert summary.check_writer_name("etl.daily-2") == "etl.daily-2"

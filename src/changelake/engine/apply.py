@@ -4,8 +4,11 @@ Protocol for batch N of table T (every step is safe to crash in):
 
 1. Roll forward: if T's current snapshot committed a batch whose changelog is not yet in ``T__changelog``,
    commit it from the manifest that snapshot names (files written before the PK commit).
-2. Idempotency: batch N already committed with the same input checksum -> no-op; different checksum ->
-   refused. N != last + 1 -> refused (no skipping ahead, no going back).
+2. Idempotency, per writer: every writer of T (the landing directory, SQL statements, API calls, lookup
+   inserts) numbers its batches on its own (:class:`~changelake.storage.summary.WriterPosition`). Number N of a
+   writer already committed with the same input checksum -> no-op; different checksum -> refused. N != the
+   writer's last + 1 -> refused (no skipping ahead, no going back). The batch becomes T's next batch id
+   (T's commits are numbered 1, 2, 3, ... whatever their writer; the changelog's ``_batch_id``).
 3. Decode: Spark tasks decode byte ranges of the landed files (:mod:`changelake.inputs.decode`) and stage the
    records as Parquet; the driver gets counts, dead letters and the first error, never the records.
 4. Plan: from T's current snapshot (:class:`changelake.storage.summary.BatchSummary`), one task per touched
@@ -46,7 +49,7 @@ from changelake.config import tuned
 from changelake.engine import buckets, merge
 from changelake.engine.buckets import COUNTERS, BucketContext, BucketTask
 from changelake.engine.buckets import SOURCE_COUNTERS as TASK_SOURCE_COUNTERS
-from changelake.errors import BatchRefusedError, CommitConflict
+from changelake.errors import BatchRefusedError, CommitConflict, PlannedOnOldState
 from changelake.faults import fault, losing_commits
 from changelake.inputs import decode
 from changelake.inputs.landing import (
@@ -66,7 +69,13 @@ from changelake.storage import sparkread
 from changelake.storage.files import Layout, TableFile
 from changelake.storage.iceberg import CommitFailedException, Storage, TableState
 from changelake.storage.rollforward import MAX_COMMIT_ATTEMPTS, roll_forward_changelog
-from changelake.storage.summary import SOURCE_COUNTERS, AutoIncrementState, BatchSummary
+from changelake.storage.summary import (
+    LANDING,
+    SOURCE_COUNTERS,
+    AutoIncrementState,
+    BatchSummary,
+    WriterPosition,
+)
 
 # A batch of at most this many messages is decoded in this process, and merged here too if its buckets' files
 # hold at most LOCAL_STORED_BYTES: no Spark job (nor a JVM) for what takes less time than starting one. The
@@ -83,7 +92,7 @@ def stderr_progress(message: str) -> None:
 @dataclass
 class BatchResult:
     table: str
-    batch_id: int
+    batch_id: int  # the table's batch id (0: a batch older than the history keeps, found applied)
     status: str  # "applied" | "already-applied"
     counts: dict[str, int] = field(default_factory=dict)
     snapshot_id: int | None = None
@@ -93,6 +102,8 @@ class BatchResult:
     seconds: float = 0.0
     source: dict[str, int] = field(default_factory=dict)  # messages, skipped, quarantined, redelivered, ...
     dead_letter: str | None = None  # where this batch's quarantined records are
+    writer: str = LANDING  # the writer the batch came from, and its number in that writer's sequence
+    writer_seq: int = 0
 
     @classmethod
     def of(cls, table: str, status: str, summary: BatchSummary, snapshot_id: int | None) -> BatchResult:
@@ -108,15 +119,22 @@ class BatchResult:
             log_end_offset=summary.log_end_offset,
             source=dict(summary.source),
             dead_letter=summary.dead_letter,
+            writer=summary.position.writer,
+            writer_seq=summary.position.seq,
         )
+
+    @property
+    def position(self) -> WriterPosition:
+        return WriterPosition(self.writer, self.writer_seq)
 
 
 @dataclass(frozen=True)
 class BatchInput:
-    """One batch to apply: its table and id, its files and how to read them, cut into decode ranges."""
+    """One batch to apply: its table, its writer's number for it, its files and how to read them, cut into
+    decode ranges."""
 
     spec: TableSpec
-    batch_id: int
+    position: WriterPosition
     paths: list[Path]
     fmt: str | None
     target_columns: list[str] | None  # a partial update's columns (docs/semantics.md §6)
@@ -130,6 +148,8 @@ class ApplyPlan:
     bucket tasks and where they run, and what the write and commit steps record besides the tasks' results."""
 
     batch: BatchInput
+    batch_id: int  # the table's batch id this attempt commits as: the one after the parent snapshot's
+    writers: dict[str, int]  # every writer's last number after this batch
     table: Any  # the PK table as this attempt read it: its current snapshot is the commit's parent
     decoded: decode.DecodeSummary
     checksum: str
@@ -149,8 +169,9 @@ class ApplyPlan:
         return self.batch.spec
 
     @property
-    def batch_id(self) -> int:
-        return self.batch.batch_id
+    def what(self) -> str:
+        """The batch as progress lines name it: its writer's number, and the table's batch id."""
+        return f"{self.batch.position} (table batch {self.batch_id})"
 
 
 @dataclass(frozen=True)
@@ -194,15 +215,15 @@ class Applier:
     def apply_pending(
         self, spec: TableSpec, landing_dir: Path, up_to: int | None = None, from_batch: int | None = None
     ) -> list[BatchResult]:
-        """Apply every landed batch newer than the last committed one, in id order.
+        """Apply every landed batch newer than the landing writer's last one, in batch order.
 
-        ``from_batch`` replays landed batches from that id on as well: already-applied ones are verified
-        against their checksum and change nothing (a backfill of a range is safe to repeat).
+        Landed batch N is number N of the table's ``landing`` writer, whatever other writers (SQL statements,
+        API calls, lookup inserts) committed in between. ``from_batch`` also checks the landed batches from that
+        number on that were applied already: each is verified against its checksum and changes nothing (a
+        backfill of a range is safe to repeat).
         """
-        self.roll_forward_changelog(spec)
-        table = self.storage.pk_table(spec)
-        last = Storage.state(table).last_batch
-        lowest = last + 1 if from_batch is None else from_batch
+        table = self.roll_forward_changelog(spec)
+        last = Storage.writer_positions(table).get(LANDING, 0)
         # A bad landed file blocks this table from its batch on; the batches below it still apply. An
         # incomplete one is waited for: it and the batches after it are applied once it is complete.
         landing = scan_landing(landing_dir, spec, after=last)
@@ -213,55 +234,83 @@ class Applier:
             landing,
             last,
             [BatchSummary.of_batch(s) for s in Storage.batch_snapshots(table)],
-            lambda ids: [b for _, b in Storage.batch_history(table) if b.batch_id in ids],
+            lambda seqs: [
+                b
+                for _, b in Storage.batch_history(table)
+                if b.position.writer == LANDING and b.position.seq in seqs
+            ],
         )
         if changed:
             raise changed_error(spec.full_name, changed)
-        pending = {b: p for b, p in landing.batches.items() if b >= lowest and (up_to is None or b <= up_to)}
+        lowest = last + 1 if from_batch is None else from_batch
+        chosen = {b: p for b, p in landing.batches.items() if b >= lowest and (up_to is None or b <= up_to)}
         blocked = landing.blocked_from
         error = landing.error() if blocked is not None and (up_to is None or blocked <= up_to) else None
         waiting = landing.waiting_for
         if waiting is not None and up_to is not None and waiting.batch_id > up_to:
             waiting = None
-        if not pending:
+        if not chosen:
             if error is not None:
                 raise error
             if waiting is not None:
-                self.progress(f"[{spec.full_name}] waiting for batch {waiting.batch_id}: {waiting}")
+                self.progress(f"[{spec.full_name}] waiting for landed batch {waiting.batch_id}: {waiting}")
             else:
-                self.progress(f"[{spec.full_name}] up to date (last batch {last}, nothing pending)")
+                self.progress(f"[{spec.full_name}] up to date (last landed batch {last}, nothing pending)")
             return []
-        self.progress(f"[{spec.full_name}] {len(pending)} pending batch(es): {_ranges(list(pending))}")
+        pending = [b for b in chosen if b > last]
+        applied = [b for b in chosen if b <= last]
+        self.progress(
+            f"[{spec.full_name}] "
+            + "; ".join(
+                part
+                for part in (
+                    f"{len(pending)} pending landed batch(es): {_ranges(pending)}" if pending else "",
+                    f"{len(applied)} applied landed batch(es) to check again: {_ranges(applied)}"
+                    if applied
+                    else "",
+                )
+                if part
+            )
+        )
         results = []
-        for i, (batch_id, path) in enumerate(pending.items(), start=1):
-            self.progress(f"[{spec.full_name}] batch {i}/{len(pending)}: id {batch_id} from {path}")
+        for i, (seq, path) in enumerate(chosen.items(), start=1):
+            self.progress(f"[{spec.full_name}] {i}/{len(chosen)}: landed batch {seq} from {path}")
             try:
-                results.append(self.apply_files(spec, batch_id, [path], target_columns=read_manifest(path)))
+                results.append(
+                    self.apply_files(
+                        spec, WriterPosition(LANDING, seq), [path], target_columns=read_manifest(path)
+                    )
+                )
             except LandedFileChanging as e:
                 # Its producer is still writing it: not an error, the next apply takes it.
-                self.progress(f"[{spec.full_name}] waiting for batch {batch_id}: {e}")
+                self.progress(f"[{spec.full_name}] waiting for landed batch {seq}: {e}")
                 return results
         if error is not None:
             raise error
         if waiting is not None:
-            self.progress(f"[{spec.full_name}] waiting for batch {waiting.batch_id}: {waiting}")
+            self.progress(f"[{spec.full_name}] waiting for landed batch {waiting.batch_id}: {waiting}")
         return results
 
     def apply_files(
         self,
         spec: TableSpec,
-        batch_id: int,
+        position: WriterPosition,
         paths: list[Path],
         fmt: str | None = None,
         target_columns: list[str] | None = None,
+        based_on: int | None = None,
     ) -> BatchResult:
-        """Apply the files of one batch (in order) as batch ``batch_id``, exactly once: the protocol's steps
-        (module docstring), the commit retried from the state check when another writer committed first.
+        """Apply the files of one batch (in order) as number ``position.seq`` of writer ``position.writer``,
+        exactly once: the protocol's steps (module docstring), the commit retried from the state check when
+        another writer committed first (the batch then takes the table's next batch id).
 
         ``target_columns`` makes it a partial update (docs/semantics.md §6): only those columns are written.
+        ``based_on`` is the table batch a write was planned on (an UPDATE's stored row, a lookup's missing
+        keys): once another batch has been committed since, :class:`PlannedOnOldState` is raised and nothing is
+        applied, so the write is planned again instead of undoing what that batch wrote.
         """
-        if batch_id <= 0:
-            raise BatchRefusedError(f"batch ids are positive integers, got {batch_id}")
+        if position.seq <= 0:
+            raise BatchRefusedError(f"batch numbers are positive integers, got {position.seq}")
         merge.check_target_columns(spec, target_columns)  # refuse before reading anything
         merge.check_retraction_format(spec, fmt)
         started = time.monotonic()
@@ -269,16 +318,21 @@ class Applier:
         # since the scan is refused.
         read_as = fingerprints(paths, Path(self.storage.settings.landing_dir) / spec.full_name)
         ranges = decode.plan_batch(paths, spec, fmt, target_columns)
-        batch = BatchInput(spec, batch_id, paths, fmt, target_columns, ranges, read_as)
+        batch = BatchInput(spec, position, paths, fmt, target_columns, ranges, read_as)
         decoded: decode.DecodeSummary | None = None
         for _attempt in range(MAX_COMMIT_ATTEMPTS):
-            table, state, done = self._check_state(batch)
+            table, state, writers, done = self._check_state(batch)
             if done is not None:
                 return done
+            if based_on is not None and state.last_batch != based_on:
+                raise PlannedOnOldState(
+                    f"{spec.full_name}: {position} was planned on table batch {based_on}, and batch "
+                    f"{state.last_batch} has been committed since; nothing was applied"
+                )
             if decoded is None:
-                # Batch N always follows N-1, so what it decodes to is fixed: decode once, retry commits.
-                decoded = self._decode(batch, table)
-            plan = self._plan(batch, table, state, decoded)
+                # What a batch decodes to does not depend on the table: decode once, retry commits.
+                decoded = self._decode(batch, table, state.last_batch + 1)
+            plan = self._plan(batch, table, state, writers, decoded)
             merged = self._merge(plan)
             fault("after-data-files")
             written = self._write(plan, merged)
@@ -288,61 +342,63 @@ class Applier:
                 recommitted = self._commit_after_race(plan, written)
                 if recommitted is None:
                     self.progress(
-                        f"[{spec.full_name}] batch {batch_id}: another writer committed first; re-checking"
+                        f"[{spec.full_name}] {position}: another writer committed first; re-checking"
                     )
                     continue
                 committed = recommitted
             return self._finish(plan, committed, started)
         raise CommitConflict(
-            f"{spec.full_name}: batch {batch_id} lost {MAX_COMMIT_ATTEMPTS} commit races; retry later"
+            f"{spec.full_name}: {position} lost {MAX_COMMIT_ATTEMPTS} commit races; retry later"
         )
 
     # --- exactly-once bookkeeping ---------------------------------------------------------------------
-    def _check_state(self, batch: BatchInput) -> tuple[Any, TableState, BatchResult | None]:
-        """Steps 1 and 2: roll the changelog forward, then read the table's state; with it, the no-op result
-        of a batch already committed with this input (None for the next batch)."""
+    def _check_state(self, batch: BatchInput) -> tuple[Any, TableState, dict[str, int], BatchResult | None]:
+        """Steps 1 and 2: roll the changelog forward, then read the table's state and its writers' positions;
+        with them, the no-op result of a batch already committed with this input (None for the next batch)."""
         # The PK table as the roll-forward read it (that step commits to the changelog table only): a batch
         # committed by another writer since is caught by this attempt's commit, as one committed a moment
         # after a fresh read would be.
         table = self.roll_forward_changelog(batch.spec)
         state = Storage.state(table)
-        return table, state, self._already_committed(batch, table, state.last_batch)
+        writers = Storage.writer_positions(table, state)
+        return table, state, writers, self._already_committed(batch, table, writers)
 
-    def _already_committed(self, batch: BatchInput, table, last_batch: int) -> BatchResult | None:
-        """A no-op result for a batch committed with this input, None for the next batch; refuses the rest.
-        Only a batch at or below the last one waits for the input's checksum here."""
-        spec, batch_id = batch.spec, batch.batch_id
-        if batch_id > last_batch:
-            if batch_id != last_batch + 1:
+    def _already_committed(self, batch: BatchInput, table, writers: dict[str, int]) -> BatchResult | None:
+        """A no-op result for a batch its writer committed with this input, None for the writer's next batch;
+        refuses the rest. Only a batch at or below the writer's last one waits for the input's checksum here."""
+        spec, position = batch.spec, batch.position
+        last = writers.get(position.writer, 0)
+        if position.seq > last:
+            if position.seq != last + 1:
                 raise BatchRefusedError(
-                    f"{spec.full_name}: batch {batch_id} skips ahead; the last applied batch is {last_batch}, "
-                    f"so the next must be {last_batch + 1}"
+                    f"{spec.full_name}: {position} skips ahead; the {position.writer} writer's last applied "
+                    f"batch is {last}, so its next must be {last + 1}"
                 )
             return None
-        snap = self.storage.snapshot_for_batch(table, batch_id)
-        if snap is not None:
-            committed, snapshot_id = BatchSummary.of_batch(snap), snap.snapshot_id
-        elif (entry := self.storage.expired_batch(table, batch_id)) is not None:
-            committed, snapshot_id = (
-                entry.batch,
-                entry.snapshot_id,
-            )  # its snapshot expired: the history has it
-        else:
-            # Batch ids go 1, 2, 3...: every id up to the last was applied, this one before the history's window
-            # (batch-history.num-retained). It is not applied again; its input can no longer be checked.
+        found = Storage.writer_batch(table, position)
+        if found is None:
+            # A writer's numbers go 1, 2, 3...: every number up to its last was applied, this one before the
+            # history's window (batch-history.num-retained). It is not applied again; its input can no longer
+            # be checked.
             self.progress(
-                f"[{spec.full_name}] batch {batch_id} was applied before the oldest batch the table's history "
-                "keeps (batch-history.num-retained): nothing to do, and its input cannot be checked against "
-                "what was applied"
+                f"[{spec.full_name}] {position} was applied before the oldest batch the table's history keeps "
+                "(batch-history.num-retained): nothing to do, and its input cannot be checked against what was "
+                "applied"
             )
-            return BatchResult(spec.full_name, batch_id, "already-applied")
+            return BatchResult(
+                spec.full_name, 0, "already-applied", writer=position.writer, writer_seq=position.seq
+            )
+        snapshot_id, committed = found
         checksum = batch.ranges.checksum
         if committed.checksum != checksum:
             raise BatchRefusedError(
-                f"{spec.full_name}: batch {batch_id} was already applied from a different input "
-                f"(checksum {committed.checksum[:12]}…, this input {checksum[:12]}…); refusing"
+                f"{spec.full_name}: {position} was already applied (as table batch {committed.batch_id}) from a "
+                f"different input (checksum {committed.checksum[:12]}…, this input {checksum[:12]}…); refusing"
             )
-        self.progress(f"[{spec.full_name}] batch {batch_id} already applied (same checksum): nothing to do")
+        self.progress(
+            f"[{spec.full_name}] {position} already applied as table batch {committed.batch_id} (same "
+            "checksum): nothing to do"
+        )
         return BatchResult.of(spec.full_name, "already-applied", committed, snapshot_id)
 
     def roll_forward_changelog(self, spec: TableSpec) -> Any:
@@ -351,10 +407,12 @@ class Applier:
         return roll_forward_changelog(self.storage, spec, MAX_COMMIT_ATTEMPTS)
 
     # --- the batch itself: decode -> plan -> merge -> write -> commit ----------------------------------
-    def _decode(self, batch: BatchInput, table) -> decode.DecodeSummary:
+    def _decode(self, batch: BatchInput, table, batch_id: int) -> decode.DecodeSummary:
         """Step 3: decode the landed files in Spark tasks (a few per core, each decoding consecutive ranges of
-        the files), or in this process for a small batch; the driver gets only their stats."""
-        spec, batch_id, files = batch.spec, batch.batch_id, batch.ranges
+        the files), or in this process for a small batch; the driver gets only their stats. ``batch_id`` (the
+        table batch the first attempt commits as) only names the staging directory: what a batch decodes to
+        does not depend on it."""
+        spec, files = batch.spec, batch.ranges
         started = time.monotonic()
         staging = f"{self.storage.new_data_dir(table, batch_id)}-staging"
         local = files.messages <= tuned("local_apply_records")
@@ -362,7 +420,8 @@ class Applier:
         ranges, groups = decode.plan_tasks(files.ranges, cores)
         where = "in this process" if local else f"{len(groups)} task(s)"
         self.progress(
-            f"[{spec.full_name}] batch {batch_id}: decoding {files.bytes:,} bytes in {len(ranges)} range(s), {where}"
+            f"[{spec.full_name}] {batch.position}: decoding {files.bytes:,} bytes in {len(ranges)} range(s), "
+            f"{where}"
         )
         task = decode.decode_task(spec, staging, dict(table.io.properties), ranges, groups)
         # A Spark range needs at least one partition, even for no groups.
@@ -372,14 +431,21 @@ class Applier:
         decoded = decode.summarize(stats)  # raises the first bad record, as the task found it
         ops = decoded.op_counts
         self.progress(
-            f"[{spec.full_name}] batch {batch_id}: {decoded.records:,} records "
+            f"[{spec.full_name}] {batch.position}: {decoded.records:,} records "
             f"(+I {ops['+I']:,}, -U {ops['-U']:,}, +U {ops['+U']:,}, -D {ops['-D']:,}) "
             f"from {decoded.messages:,} messages decoded in {time.monotonic() - started:.1f}s"
             + _source_note(decoded)
         )
         return decoded
 
-    def _plan(self, batch: BatchInput, table, state: TableState, decoded: decode.DecodeSummary) -> ApplyPlan:
+    def _plan(
+        self,
+        batch: BatchInput,
+        table,
+        state: TableState,
+        writers: dict[str, int],
+        decoded: decode.DecodeSummary,
+    ) -> ApplyPlan:
         """Step 4: this attempt's bucket tasks from the table's current snapshot, and what the commit will record
         besides their results. A batch the table's delete behaviour refuses stops here, before any task."""
         spec = batch.spec
@@ -397,16 +463,19 @@ class Applier:
         commit_ts = dt.datetime.now(dt.UTC)
         log_ends = self._previous_manifest(table, state).get("log_ends", {})
         files = self.storage.table_files(table)
+        batch_id = state.last_batch + 1  # the table's next commit, whichever writer it comes from
         tasks, context, id_counter = [], None, None
         if decoded.groups:
             id_ranges, id_counter = _allocate_ids(spec, state.batch, decoded)
             tasks = _bucket_tasks(spec, Storage.layout(table), decoded, files, log_ends, id_ranges)
-            context = self._bucket_context(batch, table, state.batch, commit_ts)
+            context = self._bucket_context(batch, batch_id, table, state.batch, commit_ts)
         local = decoded.records <= tuned("local_apply_records") and _local_work(spec, tasks, files)
         if local and context is not None:
             context = replace(context, threads=True, keep_rows=True)  # this process has the cores to itself
         return ApplyPlan(
             batch=batch,
+            batch_id=batch_id,
+            writers={**writers, batch.position.writer: batch.position.seq},
             table=table,
             decoded=decoded,
             checksum=checksum,
@@ -415,7 +484,7 @@ class Applier:
             log_ends=log_ends,
             commit_ts=commit_ts,
             files=files,
-            manifest_path=_manifest_path(table, batch.batch_id),
+            manifest_path=_manifest_path(table, batch_id),
             tasks=tasks,
             context=context,
             id_counter=id_counter,
@@ -450,7 +519,7 @@ class Applier:
             else ("rewritten" if rewritten else "merged on read")
         )
         self.progress(
-            f"[{spec.full_name}] batch {plan.batch_id}: merged {len(tasks)} of {spec.bucket_num} bucket(s) per "
+            f"[{spec.full_name}] {plan.what}: merged {len(tasks)} of {spec.bucket_num} bucket(s) per "
             f"partition ({how}; {sum(m['_count'] for m in merged.buckets):,} rows now in them, "
             f"{sum(m['_log_end'] - m['_log_start'] for m in merged.buckets):,} changelog records) "
             f"in {time.monotonic() - started:.1f}s" + (" in this process" if local else "")
@@ -514,7 +583,7 @@ class Applier:
             except (CommitFailedException, ValidationException):
                 continue
             self.progress(
-                f"[{spec.full_name}] batch {plan.batch_id}: committed after another writer's maintenance commit, "
+                f"[{spec.full_name}] {plan.what}: committed after another writer's maintenance commit, "
                 "without merging again"
             )
             return result
@@ -528,7 +597,7 @@ class Applier:
         result.seconds = time.monotonic() - started
         c = result.counts
         self.progress(
-            f"[{plan.spec.full_name}] batch {plan.batch_id} committed (snapshot {result.snapshot_id}) in "
+            f"[{plan.spec.full_name}] {plan.what} committed (snapshot {result.snapshot_id}) in "
             f"{result.seconds:.1f}s: inserted {c['inserted']:,}, updated {c['updated']:,}, deleted "
             f"{c['deleted']:,}, ignored {c['ignored']:,}, dropped -U {c['dropped_update_before']:,}; "
             f"{result.changelog_records:,} changelog records"
@@ -563,7 +632,7 @@ class Applier:
         return self.storage.read_json(table, state.changelog_manifest) if state.changelog_manifest else {}
 
     def _bucket_context(
-        self, batch: BatchInput, table, previous: BatchSummary | None, commit_ts: dt.datetime
+        self, batch: BatchInput, batch_id: int, table, previous: BatchSummary | None, commit_ts: dt.datetime
     ) -> BucketContext:
         """What every bucket task of this attempt needs: the spec, fresh output directories, the batch's
         commit timestamp, and the Kafka offsets applied before it."""
@@ -575,9 +644,9 @@ class Applier:
             partition_columns=(*spec.partition_keys, "_bucket"),
             files_by_partition={},
             io_properties=dict(table.io.properties),
-            out_dir=self.storage.new_data_dir(table, batch.batch_id),
-            log_dir=self.storage.new_data_dir(self.storage.changelog_table(spec), batch.batch_id),
-            batch_id=batch.batch_id,
+            out_dir=self.storage.new_data_dir(table, batch_id),
+            log_dir=self.storage.new_data_dir(self.storage.changelog_table(spec), batch_id),
+            batch_id=batch_id,
             commit_micros=int((commit_ts - _EPOCH) / dt.timedelta(microseconds=1)),
             target_columns=None if batch.target_columns is None else tuple(batch.target_columns),
             ordering=opts.ordering,
@@ -743,6 +812,9 @@ def _batch_summary(plan: ApplyPlan, markers: list[dict], dead_letter: str | None
         counts=counts,
         rows=_rows_before(plan) + counts["inserted"] - counts["deleted"],
         totals=_totals(plan, source),
+        writer=plan.batch.position.writer,
+        writer_seq=plan.batch.position.seq,
+        writers=plan.writers,
     )
 
 

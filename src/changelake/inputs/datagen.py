@@ -336,12 +336,16 @@ def generate(
     fmt: str | None = None,
     start: int | None = None,
     stream: str | None = None,
+    applied: int = 0,
     **overrides: Any,
 ) -> list[Generated]:
     """Write ``batches`` landing batches for ``spec`` after the last landed one (or from ``start``).
 
-    ``stream`` names the random stream (default: the table name); two tables with the same stream, seed
-    and profile get the same logical changes.
+    ``applied`` is the table's landing writer's last applied number: numbering continues after it too, so
+    batches whose files were cleaned up after their apply are not landed again under their numbers (other
+    writers -- SQL statements, API calls -- have sequences of their own and do not count). ``stream`` names the
+    random stream (default: the table name); two tables with the same stream, seed and profile get the same
+    logical changes.
     """
     from changelake.inputs.landing import landed_batches
 
@@ -351,7 +355,7 @@ def generate(
         raise ChangelakeError(f"unknown format {fmt!r}; formats: {list(FORMATS)}")
     writer = FORMATS[fmt]
     landed = landed_batches(landing_dir, spec)
-    first = start if start is not None else (max(landed) + 1 if landed else 1)
+    first = start if start is not None else max([*landed, applied]) + 1
     directory = landing_dir / spec.full_name
     directory.mkdir(parents=True, exist_ok=True)
     source = _Source(spec, profile, seed, stream)

@@ -33,7 +33,7 @@ from changelake.atomic import create_private
 from changelake.errors import BatchRefusedError, ChangelakeError, printable
 from changelake.inputs.landed import READ_FLAGS, open_landed
 from changelake.spec import TableSpec
-from changelake.storage.summary import BatchSummary
+from changelake.storage.summary import LANDING, BatchSummary
 
 #: Matched whole (``fullmatch``): ``$`` would also match before a trailing newline.
 BATCH_FILE = re.compile(r"([0-9]+)\.(jsonl|json|parquet|avro)")
@@ -154,7 +154,13 @@ def scan_landing(landing_dir: Path, spec: TableSpec, after: int | None = None) -
             else:
                 found[batch_id] = path
                 if after is not None and batch_id > after:
-                    reason = _incomplete(fd, path, spec)
+                    try:
+                        reason = _incomplete(fd, path, spec)
+                    except OSError as e:  # unreadable (its mode), or a link by now: blocks until mended
+                        landing.problems.append(
+                            LandingProblem(batch_id, path, f"cannot read the batch file: {e.strerror or e}")
+                        )
+                        continue
                     if reason is not None:
                         landing.waiting.append(LandingProblem(batch_id, path, reason))
     except OSError as e:
@@ -189,7 +195,8 @@ def _link_note(path: Path, landing_dir: Path, dir_fd: int | None) -> str:
 def _incomplete(dir_fd: int, path: Path, spec: TableSpec) -> str | None:
     """Why a landed batch file is not complete yet, or None when it is (the completion rule: a JSON-lines
     file ends with a newline, a Parquet file with its footer, an Avro container with its sync marker). A file
-    of another format than the table reads is complete: its batch's read names the mistake."""
+    of another format than the table reads is complete: its batch's read names the mistake. A file that
+    cannot be opened (its mode, or a link by now) raises the OSError: a problem, not a wait."""
     from changelake.inputs import formats
     from changelake.inputs.formats import kafka_container
 
@@ -199,8 +206,6 @@ def _incomplete(dir_fd: int, path: Path, spec: TableSpec) -> str | None:
         fd = os.open(path.name, READ_FLAGS, dir_fd=dir_fd)
     except FileNotFoundError:
         return "removed while the directory was listed"
-    except OSError:
-        return None  # unreadable, or a link by now: the apply's own open names the problem
     try:
         size = os.fstat(fd).st_size
         if kafka_container.is_container(path):
@@ -370,14 +375,21 @@ def input_record(
 @dataclass(frozen=True)
 class ChangedInput:
     """A landed file that is not what its batch was applied from: ``current`` is its checksum now (or what
-    it has become, such as a symbolic link)."""
+    it has become, such as a symbolic link); ``applied_from`` names the file(s) the batch was applied from when
+    this file has another name (the number landed again under another extension)."""
 
     batch_id: int
     path: Path
     recorded: str
     current: str
+    applied_from: str | None = None
 
     def __str__(self) -> str:
+        if self.applied_from is not None:
+            return (
+                f"{self.path}: landed batch {self.batch_id} was applied from {self.applied_from}, not from this "
+                "file"
+            )
         return (
             f"{self.path}: changed after batch {self.batch_id} was applied from it (checksum at the apply "
             f"{self.recorded}, now {self.current})"
@@ -398,35 +410,43 @@ def changed_inputs(
     landing_dir: Path,
     spec: TableSpec,
     landing: Landing,
-    last_batch: int,
+    last_landed: int,
     retained: list[BatchSummary],
     expired: Callable[[set[int]], Iterable[BatchSummary]],
 ) -> list[ChangedInput]:
-    """The applied batches whose landed file changed since (their ``stat`` differs and their checksum too).
+    """The applied landed batches whose file changed since (their ``stat`` differs and their checksum too), or
+    whose number is now landed under another name (``1.parquet`` after ``1.jsonl`` was applied).
 
-    ``retained`` are the batches of the table's retained snapshots, checked all (their summaries are at
-    hand); ``expired(ids)`` gives the history's summaries of expired batches, asked only for the files
+    ``last_landed`` is the landing writer's last applied number; ``retained`` are the batches of the table's
+    retained snapshots (every writer's: those of the landing writer are checked, all: their summaries are at
+    hand); ``expired(numbers)`` gives the history's summaries of expired landed batches, asked only for the files
     changed after the oldest retained batch was committed (reading the history costs seconds for 100,000
     batches). A missing file is not a change: producers may clean up applied files."""
     directory = Path(landing_dir) / spec.full_name
-    applied = {b: p for b, p in landing.batches.items() if b <= last_batch}
-    by_id = {b.batch_id: b for b in retained if b.batch_id in applied}
+    applied = {b: p for b, p in landing.batches.items() if b <= last_landed}
+    landed = [b for b in retained if b.position.writer == LANDING]
+    by_seq = {b.position.seq: b for b in landed if b.position.seq in applied}
     committed = [b.committed_at_ms for b in retained if b.committed_at_ms is not None]
-    if committed and retained:
+    if committed and landed:
         since_ns = min(committed) * 1_000_000
-        oldest = min(b.batch_id for b in retained)
+        oldest = min(b.position.seq for b in landed)
         later = {b for b, p in applied.items() if b < oldest and _ctime_ns(p) > since_ns}
         if later:
-            by_id.update({b.batch_id: b for b in expired(later) if b.batch_id in later})
+            by_seq.update({b.position.seq: b for b in expired(later) if b.position.seq in later})
     out = []
-    for batch_id, batch in sorted(by_id.items()):
+    for seq, batch in sorted(by_seq.items()):
         how = batch.input or {}
-        if not how.get("landed") or not how.get("stat") or not how.get("files"):
-            continue  # not landed input, or applied before files were fingerprinted
+        if not how.get("landed") or not how.get("files"):
+            continue  # not landed input
+        if applied[seq].name not in how["files"]:
+            out.append(ChangedInput(seq, applied[seq], batch.checksum, "", ", ".join(how["files"])))
+            continue
+        if not how.get("stat"):
+            continue  # applied before files were fingerprinted
         paths = [directory / name for name in how["files"]]
         current = _current_checksum(paths, how, batch.checksum)
         if current is not None:
-            out.append(ChangedInput(batch_id, paths[0], batch.checksum, current))
+            out.append(ChangedInput(seq, paths[0], batch.checksum, current))
     return out
 
 
@@ -461,25 +481,29 @@ def _current_checksum(paths: list[Path], how: dict[str, Any], recorded: str) -> 
 
 def landing_status(reader: Any, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """``status`` rows (:meth:`changelake.storage.fastread.FastReader.status`) with what the landing
-    directory says of each table: ``pending_batches`` (landed, not applied), ``problem`` (a bad landed file
-    name, and the applied landed files that changed since) and ``incomplete`` (the batch the table waits
-    for, and why)."""
+    directory says of each table: ``pending_batches`` (landed, not applied by the table's landing writer),
+    ``problem`` (a bad or unreadable landed file, and the applied landed files that changed since) and
+    ``incomplete`` (the batch the table waits for, and why). A row's ``writers`` (every writer's last number)
+    says how far the landing writer got."""
     specs = dict(reader.specs())  # the tables whose spec loaded: the ones status has rows of
     landing_dir = reader.settings.landing_dir
     for i, row in enumerate(rows):
         spec = specs.get(row["table"])
         # Usable landed batches; a bad file name blocks its table from that batch on, not the status.
+        last_landed = (row.get("writers") or {}).get(LANDING, 0)
+        # Every landed batch (the pending count), and those the next apply would take: a pending file that
+        # cannot be read is a problem too.
         scan = scan_landing(landing_dir, spec) if spec is not None else Landing(row["table"])
-        row = rows[i] = _with_landing(row, scan)
+        landing = scan_landing(landing_dir, spec, after=last_landed) if spec is not None else scan
+        row = rows[i] = _with_landing(row, scan, landing, last_landed)
         row["incomplete"] = None
         if spec is None:
             continue
-        landing = scan_landing(landing_dir, spec, after=row["last_batch"])
         waiting = landing.waiting_for
         if waiting is not None:
             age = time.time() - _mtime(waiting.path)
             row["incomplete"] = f"{waiting} (last written {age:.0f}s ago)"
-        if not row.get("exists") or not row["last_batch"]:
+        if not row.get("exists") or not last_landed:
             continue
         from changelake.identifiers import split_table_name
 
@@ -489,22 +513,25 @@ def landing_status(reader: Any, rows: list[dict[str, Any]]) -> list[dict[str, An
             continue
         retained = [BatchSummary.from_properties(props) for _, props in source.batch_snapshots()]
 
-        def expired(ids: set[int], source: Any = source) -> list[BatchSummary]:
-            return [b for _, b in reader._history(source) if b.batch_id in ids]
+        def expired(seqs: set[int], source: Any = source) -> list[BatchSummary]:
+            return [
+                b
+                for _, b in reader._history(source)
+                if b.position.writer == LANDING and b.position.seq in seqs
+            ]
 
-        changed = changed_inputs(landing_dir, spec, landing, row["last_batch"], retained, expired)
+        changed = changed_inputs(landing_dir, spec, landing, last_landed, retained, expired)
         if changed:
             message = str(changed_error(spec.full_name, changed))
             row["problem"] = message if not row.get("problem") else f"{message}; {row['problem']}"
     return rows
 
 
-def _with_landing(row: dict[str, Any], scan: Landing) -> dict[str, Any]:
+def _with_landing(row: dict[str, Any], scan: Landing, pending: Landing, last_landed: int) -> dict[str, Any]:
     """A status row with ``pending_batches`` and ``problem`` after ``changelog_records``, as status shows them."""
-    last = row.get("last_batch") or 0
     landed = {
-        "pending_batches": sum(1 for b in scan.batches if b > last),
-        "problem": str(scan.error()) if scan.problems else None,  # shown; the other tables go on
+        "pending_batches": sum(1 for b in scan.batches if b > last_landed),
+        "problem": str(pending.error()) if pending.problems else None,  # shown; the other tables go on
     }
     out: dict[str, Any] = {}
     for key, value in row.items():

@@ -420,6 +420,7 @@ class ApplyService(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
                     batch_id=_int(request, "batch_id"),
                     fmt=_text(request, "fmt"),
                     target_columns=columns,
+                    writer=_text(request, "writer") or "api",
                 )
             ]
         else:

@@ -698,7 +698,7 @@ class FastReader:
         """Per table with a spec: last batch, rows, batch snapshots, changelog records, and the quarantined /
         redelivered / deduplicated totals of its batches. What the landing directory says (pending batches,
         problems) is added by :func:`changelake.inputs.landing.landing_status`: storage does not read it."""
-        out = []
+        out: list[dict[str, Any]] = []
         for name, spec in sorted(self.specs().items()):
             source = self._source(spec.namespace, spec.table)
             if source is None:
@@ -715,6 +715,7 @@ class FastReader:
                         "last_maintenance": None,
                         "changelog_records": 0,
                         **dict.fromkeys(_SOURCE_TOTALS, 0),
+                        "writers": {},
                     }
                 )
                 continue
@@ -730,6 +731,12 @@ class FastReader:
             else:  # a table whose batches did not carry them: summed over its history
                 batches = [b for _, b in self._history(source)]
                 totals = {k: sum(b.source[k] for b in batches) for k in _SOURCE_TOTALS}
+            if head is None:
+                writers: dict[str, int] = {}
+            elif head.writers is not None:  # carried forward by every batch
+                writers = dict(head.writers)
+            else:  # committed before writers were recorded: told from its history (summary.writer_positions)
+                writers = summary.writer_positions(b for _, b in self._history(source))
             log_source = self._source(spec.namespace, spec.table + _CHANGELOG_SUFFIX)
             tables = [source] + ([log_source] if log_source is not None else [])
             maintained = json.loads(source.properties.get(summary.MAINTENANCE) or "{}")
@@ -751,6 +758,7 @@ class FastReader:
                     "last_maintenance": _iso_ms(maintained.get("at_ms")),
                     "changelog_records": head.log_end_offset if head else 0,
                     **totals,
+                    "writers": writers,
                 }
             )
         return out

@@ -30,7 +30,7 @@ from changelake.storage.summary import BatchSummary
 
 HISTORY = summary.PREFIX + "history"  # table property: the history's chunk files
 #: Keys a history entry leaves out: state only the latest snapshot needs (the next batch continues from it).
-_STATE_ONLY = (summary.KAFKA_OFFSETS, summary.AUTO_INCREMENT)
+_STATE_ONLY = (summary.KAFKA_OFFSETS, summary.AUTO_INCREMENT, summary.WRITERS)
 #: Chunks the history keeps before they are merged into one.
 MAX_CHUNKS = 8
 

@@ -48,7 +48,7 @@ from changelake.storage import (
 )
 from changelake.storage.files import FILE_PATH_ID, POS_ID, Layout, TableFile, int_bound, int_bounds
 from changelake.storage.rowdelta import commit_row_delta
-from changelake.storage.summary import BatchSummary, ChangelogSummary
+from changelake.storage.summary import BatchSummary, ChangelogSummary, WriterPosition
 
 CHANGELOG_SUFFIX = "__changelog"
 #: Iceberg's own properties that keep a table's metadata files few: each commit writes a new metadata file and
@@ -421,6 +421,37 @@ class Storage:
             history.read(functools.partial(_read_bytes, table), table.properties),
             [(s.snapshot_id, summary.properties(s)) for s in Storage.batch_snapshots(table)],
         )
+
+    @staticmethod
+    def writer_positions(table: Table, state: TableState | None = None) -> dict[str, int]:
+        """Every writer's last number (:class:`~changelake.storage.summary.WriterPosition`), as the table's
+        latest batch recorded them; for a table whose batches did not record them yet, told once from its batch
+        history (:func:`~changelake.storage.summary.writer_positions`; the next batch records them)."""
+        batch = (state or Storage.state(table)).batch
+        if batch is None:
+            return {}
+        if batch.writers is not None:
+            return dict(batch.writers)
+        return summary.writer_positions(b for _, b in Storage.batch_history(table))
+
+    @staticmethod
+    def writer_batch(table: Table, position: WriterPosition) -> tuple[int, BatchSummary] | None:
+        """The batch a writer committed as number ``position.seq``, as (snapshot id, summary), newest first
+        among the retained snapshots, then in the batch history; None when neither holds it (its batch is
+        older than the history keeps, or it was never committed)."""
+        current = table.current_snapshot()
+        if current is not None:
+            for snap in ancestors_of(current, table.metadata):
+                props = summary.properties(snap)
+                if summary.batch_of(props) is None:
+                    continue
+                batch = BatchSummary.from_properties(props)
+                if batch.position == position:
+                    return snap.snapshot_id, batch
+        for entry in reversed(history.read(functools.partial(_read_bytes, table), table.properties)):
+            if entry.batch.position == position:
+                return entry.snapshot_id, entry.batch
+        return None
 
     @staticmethod
     def expired_batch(table: Table, batch_id: int) -> history.Entry | None:

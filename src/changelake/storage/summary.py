@@ -19,7 +19,8 @@ This module imports nothing heavy: the JVM-free read commands (:mod:`changelake.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,6 +45,11 @@ COMMITTED_AT_MS = PREFIX + "committed-at-ms"
 ROWS = PREFIX + "rows"  # the table's live rows after the batch (data files minus deleted rows)
 #: "batch" (the default) or "compact": a compaction's snapshot carries the state of the batch before it.
 OPERATION = PREFIX + "operation"
+#: Which of the table's writers the batch came from, and its number in that writer's own sequence
+#: (:class:`WriterPosition`); every writer's last number after the batch (JSON, carried forward).
+WRITER = PREFIX + "writer"
+WRITER_SEQ = PREFIX + "writer-seq"
+WRITERS = PREFIX + "writers"
 #: What the source held: messages read, skipped, quarantined, redelivered and dropped as duplicates.
 SOURCE_COUNTERS = ("messages", "skipped", "quarantined", "redelivered", "deduplicated")
 SOURCE_KEYS = {name: f"{PREFIX}source.{name}" for name in SOURCE_COUNTERS}
@@ -61,6 +67,49 @@ SPEC = PREFIX + "spec"  # the spec a table was created from (JSON), on the PK an
 MAINTENANCE = PREFIX + "maintenance"  # when maintenance last changed the table, and what (JSON)
 #: The changelog table's first batch whose records are kept: those before it are gone (table.log.ttl).
 LOG_START_BATCH = PREFIX + "log-start-batch"
+
+
+# --- the table's writers ------------------------------------------------------------------------------------
+#: The landing directory: batch N is the landed file ``N.<ext>``.
+LANDING = "landing"
+#: ``changelake sql`` statements (``ChangeLake.sql``): replays are found by their idempotency key.
+SQL = "sql"
+#: Python API calls (``ChangeLake.apply``, ``changelake apply --file``), unless the caller names its writer.
+API = "api"
+#: Keys a lookup with ``insert_if_not_exists`` inserted.
+LOOKUP = "lookup"
+#: Names only changelake's own write paths use; an API caller names its writer otherwise.
+RESERVED_WRITERS = (LANDING, SQL, LOOKUP)
+_WRITER_NAME = re.compile(r"[a-z][a-z0-9_.-]{0,63}")
+
+
+def check_writer_name(name: Any, *, internal: bool = False) -> str:
+    """A writer name as the API takes it: lower-case letters, digits, ``_ . -``, at most 64 characters,
+    starting with a letter; the reserved names only for changelake's own paths (``internal``)."""
+    if not isinstance(name, str) or not _WRITER_NAME.fullmatch(name):
+        raise ChangelakeError(
+            f"a writer name is 1-64 lower-case letters, digits, '_', '.' or '-', starting with a letter; got "
+            f"{short_repr(name)}"
+        )
+    if not internal and (name in RESERVED_WRITERS or name.startswith("kafka")):
+        raise ChangelakeError(
+            f"writer name {name!r} is reserved for changelake's own write paths ({', '.join(RESERVED_WRITERS)}, "
+            "kafka...); name your writer otherwise"
+        )
+    return name
+
+
+@dataclass(frozen=True)
+class WriterPosition:
+    """A batch's place in its writer's sequence: each writer of a table (the landing directory, SQL statements,
+    API calls, lookup inserts, ...) numbers its batches 1, 2, 3, ... on its own, so no writer can take or
+    shadow another's number; the table's batch id (``batch_id``) numbers every commit, whatever its writer."""
+
+    writer: str
+    seq: int
+
+    def __str__(self) -> str:
+        return f"{self.writer} batch {self.seq}"
 
 
 @dataclass(frozen=True)
@@ -92,6 +141,9 @@ class BatchSummary:
     committed_at_ms: int | None = None
     rows: int | None = None  # live rows after the batch (None: committed before it was recorded)
     totals: dict[str, int] | None = None  # source counters over all batches so far (None: not recorded)
+    writer: str | None = None  # the writer the batch came from (None: committed before writers were recorded)
+    writer_seq: int | None = None  # the batch's number in its writer's sequence
+    writers: dict[str, int] | None = None  # every writer's last number after the batch (None: not recorded)
 
     def __post_init__(self) -> None:
         # Every counter is stored, in a fixed order: a name outside it would be silently lost.
@@ -99,6 +151,20 @@ class BatchSummary:
             unknown = set(getattr(self, name) or ()) - set(known)
             if unknown:
                 raise ValueError(f"BatchSummary.{name}: unknown counter(s) {sorted(unknown)}")
+
+    @property
+    def position(self) -> WriterPosition:
+        """The batch's writer and number in its sequence. A batch committed before writers were recorded took
+        the table's one batch sequence: it keeps its batch id as its number, and its writer is told from how it
+        was read -- landed files (or no record: landed files were all there was), SQL statements (staged as
+        ``sql-*``), else API records (lookup inserts among them)."""
+        if self.writer is not None and self.writer_seq is not None:
+            return WriterPosition(self.writer, self.writer_seq)
+        how = self.input
+        if how is None or how.get("landed"):
+            return WriterPosition(LANDING, self.batch_id)
+        files = how.get("files") or []
+        return WriterPosition(SQL if files and str(files[0]).startswith("sql-") else API, self.batch_id)
 
     def to_properties(self) -> dict[str, str]:
         """The snapshot-summary properties, in the order and encodings tables have always been written."""
@@ -129,6 +195,11 @@ class BatchSummary:
             props[ROWS] = str(self.rows)
         if self.totals is not None:
             props.update({TOTAL_KEYS[k]: str(self.totals.get(k, 0)) for k in SOURCE_COUNTERS})
+        if self.writer is not None and self.writer_seq is not None:
+            props[WRITER] = self.writer
+            props[WRITER_SEQ] = str(self.writer_seq)
+        if self.writers is not None:
+            props[WRITERS] = json.dumps(self.writers, sort_keys=True)
         return props
 
     @classmethod
@@ -158,6 +229,9 @@ class BatchSummary:
                 if TOTAL_KEYS[SOURCE_COUNTERS[0]] in props
                 else None
             ),
+            writer=r.text(WRITER) or None,
+            writer_seq=r.optional_integer(WRITER_SEQ),
+            writers=_positions(r.json_object(WRITERS)),
         )
 
     @classmethod
@@ -284,6 +358,25 @@ def _offsets(decoded: dict) -> dict[str, int]:
     if not all(isinstance(v, int) and not isinstance(v, bool) for v in decoded.values()):
         raise _malformed(KAFKA_OFFSETS, json.dumps(decoded), "not a JSON object of integer offsets")
     return decoded
+
+
+def _positions(decoded: dict | None) -> dict[str, int] | None:
+    if decoded is None:
+        return None
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in decoded.values()):
+        raise _malformed(WRITERS, json.dumps(decoded), "not a JSON object of writer positions")
+    return decoded
+
+
+def writer_positions(batches: Iterable[BatchSummary]) -> dict[str, int]:
+    """Every writer's last number over ``batches`` (a table's batch history): the writers' positions of a table
+    whose latest batch did not record them yet (committed before writers were; see
+    :attr:`BatchSummary.position`)."""
+    out: dict[str, int] = {}
+    for batch in batches:
+        position = batch.position
+        out[position.writer] = max(out.get(position.writer, 0), position.seq)
+    return out
 
 
 def _id_state(decoded: dict) -> AutoIncrementState:
