@@ -68,6 +68,7 @@ from changelake.spec import TableSpec
 from changelake.storage import sparkread
 from changelake.storage.files import Layout, TableFile
 from changelake.storage.iceberg import CommitFailedException, Storage, TableState
+from changelake.storage.maintenance import delete_files
 from changelake.storage.rollforward import MAX_COMMIT_ATTEMPTS, roll_forward_changelog
 from changelake.storage.summary import (
     LANDING,
@@ -680,12 +681,11 @@ class Applier:
 
     @staticmethod
     def _drop_staging(table, decoded: decode.DecodeSummary) -> None:
-        """Staged records are never read after the commit; remove them (best effort)."""
-        for path in decoded.staged:
-            try:
-                table.io.delete(path)
-            except OSError:
-                pass
+        """Staged records are never read after the commit; remove them and their directory (best effort)."""
+        try:
+            delete_files(table.io, decoded.staged)
+        except OSError:
+            pass
 
 
 def _allocate_ids(

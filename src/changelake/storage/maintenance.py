@@ -192,8 +192,10 @@ def _read(table: Table, path: str) -> bytes:
 
 
 def delete_files(io: Any, paths: Iterable[str]) -> tuple[int, int]:
-    """Delete files (a missing one is fine: a crashed run may have deleted it); (count, bytes) deleted."""
+    """Delete files (a missing one is fine: a crashed run may have deleted it); (count, bytes) deleted. The
+    apply-attempt directories this empties go too (:func:`_prune_attempt_dirs`)."""
     count = size = 0
+    emptied: set[str] = set()
     for i, path in enumerate(sorted(paths)):
         if i == 1:
             fault("deleting-files")  # one file deleted, the rest not
@@ -204,13 +206,39 @@ def delete_files(io: Any, paths: Iterable[str]) -> tuple[int, int]:
                     continue
                 size += os.path.getsize(local)
                 os.remove(local)
+                emptied.add(os.path.dirname(local))
             else:
                 size += len(io.new_input(path))
                 io.delete(path)
             count += 1
         except FileNotFoundError:
             continue
+    _prune_attempt_dirs(emptied)
     return count, size
+
+
+#: The directories an apply attempt (or a compaction) makes for its own files: ``data/batch-<id>-<attempt>``
+#: (and its ``-staging`` twin), never written again once the attempt is over.
+_ATTEMPT_DIR = "batch-"
+
+
+def _prune_attempt_dirs(directories: Iterable[str]) -> None:
+    """Remove the apply-attempt directories (and their partition directories) that deleting files emptied,
+    whatever their age: the orphan sweep's age rule (:func:`remove_empty_dirs`) would keep a directory emptied
+    a moment ago, so every sweep left the ones its own expiry had just emptied. Shared directories
+    (``data/``, ``metadata/``, ``dead-letter/``) are never removed here: a writer may be about to create a
+    file in them."""
+    for directory in sorted(directories, key=len, reverse=True):
+        # The attempt directory is the file's directory or its parent (a partition directory inside it).
+        chain = [directory, os.path.dirname(directory)]
+        top = next((i for i, d in enumerate(chain) if os.path.basename(d).startswith(_ATTEMPT_DIR)), None)
+        if top is None:
+            continue
+        for d in chain[: top + 1]:
+            try:
+                os.rmdir(d)  # only when empty
+            except OSError:
+                break
 
 
 def remove_orphans(table: Table, older_than_s: float, now: float | None = None) -> Outcome:
