@@ -28,7 +28,11 @@ def run_sql(statement: str, idempotency_key: str | None = None) -> list[dict[str
     for r in results:
         print(
             f"{r['kind']} {r['table']}: {r['status']}"
-            + (f" as batch {r['batch_id']}" if r["batch_id"] is not None else f" ({r['note']})")
+            + (
+                f" as sql batch {r['writer_seq']} (table batch {r['batch_id']})"
+                if r["batch_id"] is not None
+                else f" ({r['note']})"
+            )
             + f"; {r['counts']}",
             flush=True,
         )
