@@ -36,7 +36,7 @@ setup: uv check-java ## Create both environments from their lock files (.venv, .
 	@echo "airflow env ready: apache-airflow $$($(AIRFLOW_PY) -c 'import importlib.metadata as m; print(m.version("apache-airflow"))')"
 	@$(PY) -m compileall -q -j 0 src spark_apps dags >/dev/null
 	@infra/datadocs_assets.sh
-	@infra/jars.sh spark
+	@infra/jars.sh spark kafka
 	@infra/postgres.sh
 
 test: setup ## Run the whole test suite: data env (unit, Spark, crash/race, cluster) then Airflow env (DAGs, e2e)
@@ -66,12 +66,18 @@ spark-cluster: setup ## Start a Spark standalone master + worker on 127.0.0.1:70
 spark-cluster-stop: ## Stop the standalone cluster
 	@infra/spark_cluster.sh stop
 
-.PHONY: sql sql-stop bench-latency bench-dbt bench-small bench-longrun bench-kafka
+.PHONY: sql sql-stop kafka kafka-stop demo-kafka bench-latency bench-dbt bench-small bench-longrun bench-kafka bench-kafka-source
 sql: setup ## Start the warm SQL endpoint (Spark Connect + Thrift/JDBC, loopback) in the background; print URLs
 	@SPARK_MASTER="$(SPARK_MASTER)" infra/spark_server.sh start
 
 sql-stop: ## Stop the SQL endpoint started by `make sql`
 	@infra/spark_server.sh stop
+
+kafka: setup ## Start a local Kafka broker (Apache Kafka's jars, KRaft, SASL login, loopback; KAFKA_PORT, default 9092); print its address
+	@infra/kafka.sh start
+
+kafka-stop: ## Stop the Kafka broker started by `make kafka`
+	@infra/kafka.sh stop
 
 apply: setup ## spark-submit the apply app for all pending batches (SPARK_MASTER=spark://127.0.0.1:7077 for the cluster)
 	PYSPARK_PYTHON=$(CURDIR)/.venv/bin/python .venv/bin/spark-submit $(if $(SPARK_MASTER),--master $(SPARK_MASTER)) \
@@ -103,6 +109,9 @@ format: setup ## Apply ruff formatting and safe fixes, and sqlfluff's fixes to t
 
 demo: setup ## Land sample batches and run the Airflow pipeline end to end (apply), then print a summary
 	@infra/demo.sh
+
+demo-kafka: setup ## The demo with Kafka topics as the sources: a local broker, the demo's changes produced into topics (upsert-kafka Avro/Confluent, Debezium, Canal, Maxwell, changelog JSON), then the pipeline
+	@CHANGELAKE_HOME="$(CURDIR)/.changelake-kafka" CHANGELAKE_DEMO_KAFKA=1 infra/demo.sh
 
 BENCH_ARGS ?=
 bench: setup ## Apply benchmark beside delta-rs, DuckDB, pyiceberg (5M rows; BENCH_ARGS=--huge: +20M batch) -> docs/benchmarks.md

@@ -98,10 +98,14 @@ PHASES = {
     "merge_s": re.compile(r": merged .* in ([\d.]+)s"),
     "batch_s": re.compile(r"committed \(snapshot \d+\) in ([\d.]+)s"),
 }
+# The CLI's result lines name the writer's batch and the table's batch id; the checks use the table's.
 APPLIED = re.compile(
-    r"batch (\d+): applied; inserted (\d+), updated (\d+), deleted (\d+), ignored (\d+); changelog (\d+)"
+    r"batch \d+ \(table batch (\d+)\): applied; inserted (\d+), updated (\d+), deleted (\d+), ignored (\d+); "
+    r"changelog (\d+)"
 )
-SQL_DELETED = re.compile(r"^DELETE (\S+): batch (\d+) applied; inserted 0, updated 0, deleted (\d+)", re.M)
+SQL_DELETED = re.compile(
+    r"^DELETE (\S+): sql batch \d+ \(table batch (\d+)\) applied; inserted 0, updated 0, deleted (\d+)", re.M
+)
 
 Check = Callable[[str], "str | None"]  # CLI stdout -> None if right, else what is wrong
 

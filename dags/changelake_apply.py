@@ -37,7 +37,7 @@ TABLES = common.table_names()
     + """
 
 For each table with a spec: `has_batches__<table>` checks for landed batches newer than the table's last
-one (or a replay range from the Params), then `apply__<table>` runs `spark_apps/apply_app.py`: through the
+one, or records on its Kafka topics after the offsets it applied (or a replay range from the Params), then `apply__<table>` runs `spark_apps/apply_app.py`: through the
 warm Spark endpoint when it is up (`make airflow` starts it; the log says `warm path`), else through
 `spark-submit` on the `spark_default` connection (`cold path`). A committed batch updates the table's Asset
 (`changelake://tables/<table>`), which schedules `changelake_dbt`. Replays are no-ops thanks to the
@@ -47,7 +47,7 @@ exactly-once protocol, so retries and backfills are safe.
 def changelake_apply():
     @task
     def find_pending(params=None) -> dict[str, int]:
-        """Landed batches waiting per table (a replay range counts every selected table).
+        """Landed batches (or Kafka records) waiting per table (a replay range counts every selected table).
 
         A table whose landing has a problem (a bad batch file name) still gets its apply task: it applies
         the batches below the problem and then fails naming it, while the other tables go on."""
@@ -59,7 +59,10 @@ def changelake_apply():
             row = state.get(t, {})
             if row.get("problem"):
                 print(f"{t}: {row['problem']}")
-            waiting = row.get("pending_batches", 0) + (1 if row.get("problem") else 0)
+            # A Kafka-sourced table: the records its topics hold after the offsets it applied (one batch).
+            waiting = (
+                row.get("pending_batches", 0) + (row.get("kafka_lag") or 0) + (1 if row.get("problem") else 0)
+            )
             pending[t] = 1 if replay else waiting
         return pending
 

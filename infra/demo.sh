@@ -3,6 +3,29 @@
 # the same task code the scheduler runs), then print a summary. Idempotent: each run lands new batches.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# `make demo-kafka`: the same pipeline with Kafka topics as the tables' sources. A local broker (infra/kafka.sh)
+# runs for the demo, the specs are the demo's with a topic each (infra/demo_kafka_specs.py), and the demo
+# source DAG's `changelake datagen` produces into the topics instead of landing files.
+SERVER_STARTED=0
+KAFKA_STARTED=0
+stop_server() {
+  if [[ $SERVER_STARTED == 1 && "${CHANGELAKE_DEMO_KEEP_SERVER:-0}" != 1 ]]; then
+    infra/spark_server.sh stop >/dev/null 2>&1 || true
+  fi
+  if [[ $KAFKA_STARTED == 1 && "${CHANGELAKE_DEMO_KEEP_SERVER:-0}" != 1 ]]; then
+    infra/kafka.sh stop >/dev/null 2>&1 || true
+  fi
+}
+trap stop_server EXIT
+if [[ "${CHANGELAKE_DEMO_KAFKA:-0}" == 1 ]]; then
+  export CHANGELAKE_TABLES="$CHANGELAKE_HOME/kafka-tables"
+  .venv/bin/python infra/demo_kafka_specs.py "$CHANGELAKE_TABLES" "$CHANGELAKE_HOME/kafka/schemas"
+  if ! infra/kafka.sh status >/dev/null 2>&1; then
+    echo "==> starting a local Kafka broker (infra/kafka.sh)"
+    STOP_HINT=0 infra/kafka.sh start | sed 's/^/    /'
+    KAFKA_STARTED=1
+  fi
+fi
 . infra/airflow/env.sh
 AIRFLOW=.venv-airflow/bin/airflow
 RUN_DIR="$CHANGELAKE_HOME/demo/$(date -u +%Y%m%dT%H%M%SZ)"
@@ -12,7 +35,6 @@ infra/airflow/standalone.sh init
 # The warm path: one Spark application (Spark Connect + Thrift) serves every task of the pipeline, so no
 # task starts a JVM. Stopped at the end if this run started it; if it cannot start, the tasks run cold
 # (spark-submit per task), only slower.
-SERVER_STARTED=0
 if [[ "${CHANGELAKE_WARM:-1}" != 0 ]] && ! infra/spark_server.sh status >/dev/null 2>&1; then
   echo "==> starting the warm Spark endpoint (infra/spark_server.sh)"
   started=$SECONDS
@@ -23,12 +45,6 @@ if [[ "${CHANGELAKE_WARM:-1}" != 0 ]] && ! infra/spark_server.sh status >/dev/nu
     echo "    !! the endpoint did not start (see $RUN_DIR/spark_server.log); the tasks run cold" >&2
   fi
 fi
-stop_server() {
-  if [[ $SERVER_STARTED == 1 && "${CHANGELAKE_DEMO_KEEP_SERVER:-0}" != 1 ]]; then
-    infra/spark_server.sh stop >/dev/null 2>&1 || true
-  fi
-}
-trap stop_server EXIT
 
 run_dag() {  # dag_id [conf]: run one DAG through Airflow, show its progress lines, fail if the run failed
   local dag="$1" conf="${2:-{\}}" log="$RUN_DIR/$1.log"

@@ -135,6 +135,16 @@ def postgres():
         yield server
 
 
+@pytest.fixture(scope="session")
+def kafka_broker(tmp_path_factory):
+    """A real Apache Kafka broker (KRaft, SASL/PLAIN logins, loopback) for the session, started and stopped by
+    the project's own infra/kafka.sh (tests/helpers.py)."""
+    from tests.helpers import running_kafka
+
+    with running_kafka(tmp_path_factory.mktemp("kafka")) as broker:
+        yield broker
+
+
 @pytest.fixture(params=["sqlite", "postgres"])
 def catalog_uri(request, home) -> str:
     """A brand-new, empty SQL catalog: SQLite in the test's home, or a new database on the session's server."""

@@ -13,6 +13,7 @@ process that started it (parent-death signal), so even a killed test run leaks n
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import glob
 import os
 import pwd
@@ -291,3 +292,75 @@ def sparkless_lake(home: Path):
 
     (home / "tables").mkdir(exist_ok=True)
     return ChangeLake(home=home, tables_dir=home / "tables", spark=NoSpark(), progress=lambda m: None)
+
+
+# --- a real Kafka broker ----------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class KafkaBroker:
+    """A broker started by infra/kafka.sh: its client properties file (bootstrap.servers and the login) and the
+    same settings as a dict (for confluent-kafka producers and admin clients of the tests)."""
+
+    directory: Path
+    properties: Path
+
+    @property
+    def config(self) -> dict[str, str]:
+        from changelake.inputs.kafka import read_properties
+
+        return read_properties(self.properties)
+
+    def _admin(self, request: str, *args) -> None:
+        """An AdminClient request, waited for (the client must live until its futures are done)."""
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient(self.config)
+        for future in getattr(admin, request)(*args).values():
+            future.result(timeout=60)
+
+    def create_topic(self, name: str, partitions: int = 1, **config: str) -> None:
+        from confluent_kafka.admin import NewTopic
+
+        self._admin("create_topics", [NewTopic(name, partitions, 1, config=config)])
+
+    def create_partitions(self, topic: str, total: int) -> None:
+        from confluent_kafka.admin import NewPartitions
+
+        self._admin("create_partitions", [NewPartitions(topic, total)])
+
+    def delete_records(self, topic: str, partition: int, before: int) -> None:
+        """Delete the partition's records before offset ``before``, as retention would."""
+        from confluent_kafka import TopicPartition
+
+        self._admin("delete_records", [TopicPartition(topic, partition, before)])
+
+    def produce(self, topic: str, records: list[tuple], partition: int | None = None) -> None:
+        """``(key, value)`` pairs (bytes or str; None for a null) produced in order, each key to its partition by
+        Kafka's default partitioner unless ``partition`` is given; waits until all are acknowledged."""
+        from confluent_kafka import Producer
+
+        producer = Producer({**self.config, "enable.idempotence": "true", "linger.ms": "5"})
+        for key, value in records:
+            extra = {} if partition is None else {"partition": partition}
+            producer.produce(topic, key=key, value=value, **extra)
+            producer.poll(0)
+        assert producer.flush(60) == 0, "records left unacknowledged"
+
+
+@contextlib.contextmanager
+def running_kafka(directory: Path):
+    """Start a broker with infra/kafka.sh on free loopback ports; stop it at the end."""
+    env = {
+        **os.environ,
+        "KAFKA_DIR": str(directory),
+        "KAFKA_PORT": str(_free_port()),
+        "KAFKA_CONTROLLER_PORT": str(_free_port()),
+        "STOP_HINT": "0",
+    }
+    script = REPO / "infra" / "kafka.sh"
+    started = subprocess.run([script, "start"], env=env, capture_output=True, text=True, timeout=300)
+    if started.returncode != 0:
+        raise RuntimeError(f"the Kafka broker did not start:\n{started.stdout}\n{started.stderr}")
+    try:
+        yield KafkaBroker(directory, directory / "client.properties")
+    finally:
+        subprocess.run([script, "stop"], env=env, capture_output=True, text=True, timeout=120)

@@ -55,7 +55,7 @@ def test_status_and_apply_checks_refuse_wrong_figures():
 
     applied = (
         "1 batch(es) applied, 0 already applied\n"
-        "  bench.orders batch 3: applied; inserted 20, updated 70, deleted 10, ignored 0; changelog 170 record(s)\n"
+        "  bench.orders landing batch 3 (table batch 3): applied; inserted 20, updated 70, deleted 10, ignored 0; changelog 170 record(s)\n"
     )
     assert bl.apply_check(3, 20, 70, 10)(applied) is None
     assert "expected (3, 20, 70, 11)" in bl.apply_check(3, 20, 70, 11)(applied)

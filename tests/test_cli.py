@@ -42,7 +42,7 @@ def test_walkthrough_spec_2_2_through_the_cli(home, cli_env):
     applied = cli(cli_env, "apply", "demo.fruit", "--up-to", "3")
     assert "3 batch(es) applied" in applied.stdout
     assert (
-        "[demo.fruit] batch 2: 1 records (+I 1, -U 0, +U 0, -D 0)" in applied.stderr
+        "[demo.fruit] landing batch 2: 1 records (+I 1, -U 0, +U 0, -D 0)" in applied.stderr
     )  # progress names the batch
 
     log = [

@@ -35,6 +35,7 @@ from changelake.errors import (
     unknown_table,
 )
 from changelake.identifiers import split_table_name
+from changelake.inputs import kafka
 from changelake.inputs.landing import landing_status, read_manifest, scan_landing
 from changelake.spec import SpecDirectory, TableSpec, check_new_table, load_specs
 from changelake.storage import sparkread
@@ -226,17 +227,25 @@ class ChangeLake:
     def apply_pending(
         self, table: str | None = None, up_to: int | None = None, from_batch: int | None = None
     ) -> list[BatchResult]:
-        """Apply every landed batch newer than each table's last one (all tables with specs if ``table`` is None).
+        """Apply every landed batch newer than each table's last one (all tables with specs if ``table`` is None);
+        a table whose source is a Kafka topic takes what the topic holds after its applied offsets, as one batch.
 
-        ``from_batch``/``up_to`` bound a replay or backfill range; replayed batches are no-ops.
+        ``from_batch``/``up_to`` bound a replay or backfill range of landed batches; replayed batches are no-ops.
         """
         specs = self.specs()
         names = [table] if table else sorted(specs)
         results: list[BatchResult] = []
         for name in names:
-            results += self.applier.apply_pending(
-                self._ensure(name), self.settings.landing_dir, up_to, from_batch
-            )
+            spec = self._ensure(name)
+            if spec.source_options.kafka is not None:  # the table's batches come from its Kafka topics
+                if up_to is not None or from_batch is not None:
+                    raise ChangelakeError(
+                        f"{name} reads a Kafka topic: --up-to and --from-batch choose landed batches; its next "
+                        "batch is what the topic holds after the offsets the table applied"
+                    )
+                results += self.applier.apply_topic(spec)
+                continue
+            results += self.applier.apply_pending(spec, self.settings.landing_dir, up_to, from_batch)
         if not table:
             specs.check()  # every other table is applied; a broken spec's batches are not silently left
         return results
@@ -570,6 +579,7 @@ class ChangeLake:
         """Per table: last batch, rows, batch snapshots, changelog records, pending landed batches; a spec file
         that did not load is a row with its ``problem``."""
         rows = landing_status(self.reader, self.reader.status())  # incomplete and changed landed files too
+        rows = kafka.topic_status(self.reader, rows)  # how far behind their topics Kafka-sourced tables are
         broken = self.specs().status_rows(rows[0] if rows else None)
         return sorted(rows + broken, key=lambda r: r["table"]) if broken else rows
 

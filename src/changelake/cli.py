@@ -203,6 +203,22 @@ def _parser() -> argparse.ArgumentParser:
     )
     m.add_argument("--json", action="store_true", help=_JSON_HELP)
 
+    st = sub.add_parser(
+        "stream",
+        help="apply a table's new batches (its Kafka topic's new records, or new landed files) every few "
+        "seconds, until stopped",
+    )
+    st.add_argument("table", help="namespace.table")
+    st.add_argument(
+        "--every", default="10 s", metavar="DURATION", help="time between applies (default: 10 s)"
+    )
+    st.add_argument(
+        "--for",
+        dest="duration",
+        metavar="DURATION",
+        help="stop after this long (default: until SIGINT/SIGTERM)",
+    )
+
     cp = sub.add_parser(
         "compact", help="compact delta and delete files (maintain without expiry or orphan sweep)"
     )
@@ -332,9 +348,11 @@ def _run_fast(args: argparse.Namespace) -> list[dict[str, Any]]:
     elif args.command == "dead-letters":
         rows = reader.dead_letters(args.table, args.batch_id)
     else:
+        from changelake.inputs.kafka import topic_status
         from changelake.inputs.landing import landing_status
 
         rows = landing_status(reader, reader.status())  # incomplete and changed landed files too
+        rows = topic_status(reader, rows)  # how far behind their topics Kafka-sourced tables are
         # A spec file that did not load is a row with its problem; exit 0, as for a landing problem.
         broken = load_specs(settings.tables_dir).status_rows(rows[0] if rows else None)
         rows = sorted(rows + broken, key=lambda r: r["table"]) if broken else rows
@@ -428,7 +446,47 @@ def _run(args: argparse.Namespace) -> tuple[int, Any]:
         return 0, _datagen(lake, args)
     if args.command in ("maintain", "compact"):
         return 0, _maintain(lake, args)
+    if args.command == "stream":
+        return _stream(lake, args), None
     raise AssertionError(args.command)
+
+
+def _stream(lake, args: argparse.Namespace) -> int:
+    """``stream``: apply the table's new batches every ``--every`` in this one process (its catalog, its kept
+    rows and, for a large batch, its Spark stay warm), a line per applied batch. SIGINT/SIGTERM stop it after
+    the apply under way, exit 0. A broker or catalog out of reach, or a lost commit race, is said and tried again
+    at the next tick; an input the table refuses stops it (exit 2), as ``apply`` would."""
+    import signal
+    import time
+
+    from changelake.errors import CommitConflict, ConfigError
+    from changelake.spec import parse_duration
+
+    every = parse_duration(args.every, "--every")
+    until = None if args.duration is None else time.monotonic() + parse_duration(args.duration, "--for")
+    stop: list[int] = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda number, _frame: stop.append(number))
+    _to_stderr(f"[stream] {args.table}: applying every {every:g} s (stop with Ctrl-C or SIGTERM)")
+    while not stop and (until is None or time.monotonic() < until):
+        tick = time.monotonic()
+        try:
+            results = lake.apply_pending(args.table)
+        except (ConfigError, CommitConflict) as e:
+            _to_stderr(f"[stream] {args.table}: {e}; trying again in {every:g} s")
+            results = []
+        for r in results:
+            c = r.counts
+            print(
+                f"{r.table} {r.writer} batch {r.writer_seq} (table batch {r.batch_id}): {r.status}; "
+                f"{r.source.get('messages', 0)} message(s), inserted {c.get('inserted', 0)}, updated "
+                f"{c.get('updated', 0)}, deleted {c.get('deleted', 0)} in {r.seconds:.2f}s",
+                flush=True,
+            )
+        while not stop and time.monotonic() < tick + every and (until is None or time.monotonic() < until):
+            time.sleep(min(0.2, max(0.0, tick + every - time.monotonic())))
+    _to_stderr(f"[stream] {args.table}: stopped")
+    return 0
 
 
 def _maintain(lake, args: argparse.Namespace) -> dict[str, Any]:
@@ -681,6 +739,26 @@ def _datagen(lake, args: argparse.Namespace) -> dict[str, Any]:
         raise ChangelakeError(f"no spec for {unknown} in {lake.settings.tables_dir}")
     landed = []
     for name in names:
+        if specs[name].source_options.kafka is not None:  # its source is a topic: produce into it
+            from changelake.inputs import kafka
+            from changelake.inputs.datagen import produce
+
+            spec = specs[name]
+            for g in produce(
+                spec,
+                kafka.client_config(spec, lake.settings),
+                lake.settings.home / "kafka" / "datagen" / f"{name}.json",
+                args.batches,
+                seed=args.seed,
+                records=args.records,
+                keys=args.keys,
+                redelivery=args.redelivery,
+                out_of_order=args.out_of_order,
+            ):
+                kinds = ", ".join(f"{k} {v}" for k, v in g.changes.items())
+                print(f"[{name}] batch {g.batch_id}: {g.messages} messages ({kinds}) -> {g.path}", flush=True)
+                landed.append(g)
+            continue
         for g in generate(
             specs[name],
             lake.settings.landing_dir,

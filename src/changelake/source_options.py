@@ -16,6 +16,15 @@ They live in the table spec under ``source:`` (validated when the spec loads)::
       table.include: "orders"       # ... and on its table
       timestamp-epoch-unit: ms      # debezium without a schema envelope: ms (default) | us | ns
       ignore-unknown-fields: false  # refuse (default) or drop fields that are not table columns
+
+A section that names a Kafka topic reads the table's batches from the topic instead of the landing directory,
+with the option names of Flink's Kafka connector (docs/inputs.md#kafka-topics)::
+
+      topic: orders                 # one topic, or several separated by ';' (or topic-pattern: a regex)
+      properties.bootstrap.servers: 127.0.0.1:9092   # properties.*: Kafka client settings, Kafka's names
+      scan.startup.mode: earliest-offset   # earliest-offset (default) | latest-offset | group-offsets |
+                                           # timestamp (scan.startup.timestamp-millis) | specific-offsets
+                                           # (scan.startup.specific-offsets: partition:0,offset:42;...)
 """
 
 from __future__ import annotations
@@ -74,6 +83,40 @@ class PartOptions:
         return dict(self.options).get(name, default)
 
 
+#: The options of a Kafka topic source (Flink's Kafka connector names), besides ``properties.*``.
+KAFKA_KEYS = (
+    "topic",
+    "topic-pattern",
+    "scan.startup.mode",
+    "scan.startup.specific-offsets",
+    "scan.startup.timestamp-millis",
+)
+KAFKA_PROPERTIES = "properties."
+STARTUP_MODES = ("earliest-offset", "latest-offset", "group-offsets", "timestamp", "specific-offsets")
+#: The formats a topic's records may be in: each Kafka record's value is one JSON message (upsert-kafka: the
+#: key and value of the record).
+TOPIC_FORMATS = ("upsert-kafka", "debezium-json", "canal-json", "maxwell-json", "changelog-json")
+_TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
+
+
+@dataclass(frozen=True)
+class KafkaOptions:
+    """A source that is a Kafka topic (or several, or a pattern) rather than the landing directory."""
+
+    topics: tuple[str, ...] = ()
+    pattern: re.Pattern | None = None
+    properties: tuple[
+        tuple[str, str], ...
+    ] = ()  # client settings under Kafka's names (without "properties.")
+    startup_mode: str = "earliest-offset"
+    specific_offsets: tuple[tuple[int, int], ...] = ()  # (partition, offset) for specific-offsets
+    timestamp_millis: int | None = None
+
+    def matches(self, topic: str) -> bool:
+        """Whether ``topic`` is one of the source's topics."""
+        return topic in self.topics if self.pattern is None else bool(self.pattern.fullmatch(topic))
+
+
 #: Every source option; the format-specific ones (an InputFormat's ``options``) are checked in this order.
 _KEYS = (
     "format",
@@ -87,6 +130,7 @@ _KEYS = (
     "timestamp-epoch-unit",
     "ignore-unknown-fields",
     *SOURCE_KEYS,
+    *KAFKA_KEYS,
 )
 _PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}(?:\.[A-Za-z_][A-Za-z0-9_]{0,127}){0,15}")  # fullmatch
 
@@ -107,6 +151,7 @@ class SourceOptions:
     ignore_unknown_fields: bool = False
     key_format: PartOptions = PartOptions()
     value_format: PartOptions = PartOptions()
+    kafka: KafkaOptions | None = None  # the table's batches come from a Kafka topic (None: landed files)
 
     @property
     def quarantine(self) -> bool:
@@ -152,7 +197,7 @@ def parse_source(source: dict[str, Any] | None, table: str = "?") -> SourceOptio
     source = source or {}
     if not isinstance(source, dict):
         raise SpecError(f"{table}: 'source' must be a mapping")
-    unknown = sorted(map(str, set(source) - set(_KEYS)))
+    unknown = sorted(map(str, {k for k in source if not str(k).startswith(KAFKA_PROPERTIES)} - set(_KEYS)))
     if unknown:
         raise SpecError(f"{table}: unknown source option '{unknown[0]}'; supported: {sorted(_KEYS)}")
     fmt = source.get("format")
@@ -201,7 +246,74 @@ def parse_source(source: dict[str, Any] | None, table: str = "?") -> SourceOptio
         ignore_unknown_fields=ignore_unknown,
         key_format=parse_part(source, "key", table),
         value_format=parse_part(source, "value", table),
+        kafka=parse_kafka(source, fmt, table),
     )
+
+
+def parse_kafka(source: dict, fmt: str | None, table: str) -> KafkaOptions | None:
+    """Validate the Kafka connector options of a ``source:`` section (None when it names no topic)."""
+    given = [k for k in source if k in KAFKA_KEYS or str(k).startswith(KAFKA_PROPERTIES)]
+    if not given:
+        return None
+    if ("topic" in source) == ("topic-pattern" in source):
+        raise SpecError(
+            f"{table}: a Kafka source names its topics with exactly one of 'topic' and 'topic-pattern' "
+            f"(given: {sorted(map(str, given))})"
+        )
+    if fmt not in TOPIC_FORMATS:
+        raise SpecError(
+            f"{table}: a Kafka topic source reads format {' | '.join(TOPIC_FORMATS)}; 'format' is {fmt!r}"
+        )
+    topics: tuple[str, ...] = ()
+    pattern = None
+    if "topic" in source:
+        value = source["topic"]
+        names = value.split(";") if isinstance(value, str) else value if isinstance(value, list) else None
+        if not names or not all(isinstance(n, str) and _TOPIC_NAME.fullmatch(n.strip()) for n in names):
+            raise SpecError(
+                f"{table}: source option 'topic' must be a topic name (1-249 of [A-Za-z0-9._-]) or several "
+                f"separated by ';', got {short_repr(value)}"
+            )
+        topics = tuple(n.strip() for n in names)
+    else:
+        pattern = _regex(source, "topic-pattern")
+    properties = []
+    for key in sorted(k for k in source if str(k).startswith(KAFKA_PROPERTIES)):
+        value = source[key]
+        if isinstance(value, bool):
+            value = str(value).lower()
+        if not isinstance(value, str | int | float) or not str(key)[len(KAFKA_PROPERTIES) :]:
+            raise SpecError(f"{table}: source option '{key}' must be a Kafka client setting and its value")
+        properties.append((str(key)[len(KAFKA_PROPERTIES) :], str(value)))
+    mode = _choice(source, "scan.startup.mode", STARTUP_MODES, "earliest-offset")
+    specific: list[tuple[int, int]] = []
+    if mode == "specific-offsets":
+        text = source.get("scan.startup.specific-offsets")
+        try:
+            for part in str(text).split(";"):
+                fields = dict(item.split(":", 1) for item in part.split(","))
+                specific.append((int(fields["partition"]), int(fields["offset"])))
+        except (ValueError, KeyError):
+            raise SpecError(
+                f"{table}: 'scan.startup.specific-offsets' must read 'partition:0,offset:42;partition:1,offset:300' "
+                f"when 'scan.startup.mode' is 'specific-offsets', got {short_repr(text)}"
+            ) from None
+    elif "scan.startup.specific-offsets" in source:
+        raise SpecError(
+            f"{table}: 'scan.startup.specific-offsets' needs 'scan.startup.mode: specific-offsets'"
+        )
+    timestamp = source.get("scan.startup.timestamp-millis")
+    if mode == "timestamp":
+        if isinstance(timestamp, bool) or not isinstance(timestamp, int) or timestamp < 0:
+            raise SpecError(
+                f"{table}: 'scan.startup.mode: timestamp' needs 'scan.startup.timestamp-millis' (epoch milliseconds), "
+                f"got {short_repr(timestamp)}"
+            )
+    elif timestamp is not None:
+        raise SpecError(f"{table}: 'scan.startup.timestamp-millis' needs 'scan.startup.mode: timestamp'")
+    if mode == "group-offsets" and "properties.group.id" not in source:
+        raise SpecError(f"{table}: 'scan.startup.mode: group-offsets' needs 'properties.group.id'")
+    return KafkaOptions(topics, pattern, tuple(properties), mode, tuple(specific), timestamp)
 
 
 def parse_part(source: dict, part: str, table: str) -> PartOptions:

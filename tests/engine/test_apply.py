@@ -94,7 +94,7 @@ def test_replay_is_a_noop_and_changed_input_is_refused(lake):
     with pytest.raises(BatchRefusedError, match="already applied from a different input"):
         lake.apply("t.kv", [ins(1, 9.0, "z")], batch_id=1)
     with pytest.raises(
-        BatchRefusedError, match="skips ahead; the last applied batch is 1, so the next must be 2"
+        BatchRefusedError, match="skips ahead; the last applied api batch is 1, so the next must be 2"
     ):
         lake.apply("t.kv", [ins(2, 1.0, "b")], batch_id=5)
     assert len(changelog_of(lake, "t.kv")) == 1

@@ -153,7 +153,8 @@ def test_out_of_order_batch_id_is_refused(lake, home, catalog_uri):
     (home / "tables" / "t.kv.yaml").write_text(SPEC)
     land_batches(home, "t.kv", {1: BATCHES[1], 3: BATCHES[2]})
     with pytest.raises(
-        BatchRefusedError, match="batch 3 skips ahead; the last applied batch is 1, so the next must be 2"
+        BatchRefusedError,
+        match="landing batch 3 skips ahead; the last applied landing batch is 1, so the next must be 2",
     ):
         lake.apply_pending("t.kv")
     assert read_state(home, catalog_uri)[0] == [(1, "a"), (2, "b")]

@@ -51,7 +51,7 @@ from changelake.engine.buckets import COUNTERS, BucketContext, BucketTask
 from changelake.engine.buckets import SOURCE_COUNTERS as TASK_SOURCE_COUNTERS
 from changelake.errors import BatchRefusedError, CommitConflict, PlannedOnOldState
 from changelake.faults import fault, losing_commits
-from changelake.inputs import decode
+from changelake.inputs import decode, kafka
 from changelake.inputs.landing import (
     Fingerprint,
     LandedFileChanging,
@@ -141,6 +141,8 @@ class BatchInput:
     target_columns: list[str] | None  # a partial update's columns (docs/semantics.md §6)
     ranges: decode.BatchPlan  # the files' decode ranges, and their checksum (hashed while they decode)
     read_as: tuple[Fingerprint, ...] = ()  # the files before they were read: the commit needs them unchanged
+    topic: tuple[kafka.PartitionRange, ...] = ()  # a topic batch's offset ranges (then no files)
+    kafka_config: dict[str, str] | None = None  # the client settings its decode tasks read them with
 
 
 @dataclass(frozen=True)
@@ -320,6 +322,59 @@ class Applier:
         read_as = fingerprints(paths, Path(self.storage.settings.landing_dir) / spec.full_name)
         ranges = decode.plan_batch(paths, spec, fmt, target_columns)
         batch = BatchInput(spec, position, paths, fmt, target_columns, ranges, read_as)
+        return self._apply(batch, started, based_on)
+
+    def apply_topic(self, spec: TableSpec) -> list[BatchResult]:
+        """Apply what the table's Kafka topics hold after its last applied offsets, as one batch of its
+        ``kafka`` writer (:mod:`changelake.inputs.kafka`): the ranges are fixed now, up to each partition's high
+        watermark, and committed with the rows. Another applier that committed the next batch first makes this
+        one plan again from the offsets it left; nothing to read is an empty list."""
+        config = kafka.client_config(spec, self.storage.settings)
+        merge.check_retraction_format(spec, spec.source.get("format"))
+        for _attempt in range(MAX_COMMIT_ATTEMPTS):
+            started = time.monotonic()
+            table = self.roll_forward_changelog(spec)
+            state = Storage.state(table)
+            committed = dict(state.batch.kafka_offsets) if state.batch else {}
+            ranges = kafka.plan(spec, config, committed, self.progress)
+            if not any(r.size for r in ranges) and all(r.key in committed for r in ranges):
+                self.progress(f"[{spec.full_name}] up to date (nothing new on the topic)")
+                return []
+            last = Storage.writer_positions(table, state).get(kafka.KAFKA_WRITER, 0)
+            position = WriterPosition(kafka.KAFKA_WRITER, last + 1)
+            batch = BatchInput(
+                spec,
+                position,
+                [],
+                spec.source.get("format"),
+                None,
+                decode.plan_topic(ranges, spec),
+                topic=tuple(ranges),
+                kafka_config=config,
+            )
+            try:
+                result = self._apply(batch, started)
+            except BatchRefusedError:
+                now = Storage.writer_positions(self.storage.pk_table(spec)).get(kafka.KAFKA_WRITER, 0)
+                if now == last:
+                    raise  # refused for another reason than a race
+                self.progress(
+                    f"[{spec.full_name}] another applier committed {position} first; planning again"
+                )
+                continue
+            try:
+                kafka.commit_group_offsets(config, ranges)
+            except Exception as e:  # noqa: BLE001 - monitoring only; the table's state is the truth
+                self.progress(
+                    f"[{spec.full_name}] kafka: the consumer group's offsets were not committed: {e}"
+                )
+            return [result]
+        raise CommitConflict(f"{spec.full_name}: other appliers kept committing the topic's batches first")
+
+    def _apply(self, batch: BatchInput, started: float, based_on: int | None = None) -> BatchResult:
+        """The protocol's steps for one planned batch (module docstring), the commit retried from the state
+        check when another writer committed first (the batch then takes the table's next batch id)."""
+        spec, position = batch.spec, batch.position
         decoded: decode.DecodeSummary | None = None
         for _attempt in range(MAX_COMMIT_ATTEMPTS):
             table, state, writers, done = self._check_state(batch)
@@ -372,8 +427,8 @@ class Applier:
         if position.seq > last:
             if position.seq != last + 1:
                 raise BatchRefusedError(
-                    f"{spec.full_name}: {position} skips ahead; the {position.writer} writer's last applied "
-                    f"batch is {last}, so its next must be {last + 1}"
+                    f"{spec.full_name}: {position} skips ahead; the last applied {position.writer} batch is "
+                    f"{last}, so the next must be {last + 1}"
                 )
             return None
         found = Storage.writer_batch(table, position)
@@ -393,8 +448,8 @@ class Applier:
         checksum = batch.ranges.checksum
         if committed.checksum != checksum:
             raise BatchRefusedError(
-                f"{spec.full_name}: {position} was already applied (as table batch {committed.batch_id}) from a "
-                f"different input (checksum {committed.checksum[:12]}…, this input {checksum[:12]}…); refusing"
+                f"{spec.full_name}: {position} was already applied from a different input (as table batch "
+                f"{committed.batch_id}; checksum {committed.checksum[:12]}…, this input {checksum[:12]}…); refusing"
             )
         self.progress(
             f"[{spec.full_name}] {position} already applied as table batch {committed.batch_id} (same "
@@ -420,11 +475,17 @@ class Applier:
         cores = 1 if local else _parallelism(self.spark)
         ranges, groups = decode.plan_tasks(files.ranges, cores)
         where = "in this process" if local else f"{len(groups)} task(s)"
-        self.progress(
-            f"[{spec.full_name}] {batch.position}: decoding {files.bytes:,} bytes in {len(ranges)} range(s), "
-            f"{where}"
+        what = (
+            f"{files.messages:,} offset(s) of {len(batch.topic)} partition(s)"
+            if batch.topic
+            else f"{files.bytes:,} bytes"
         )
-        task = decode.decode_task(spec, staging, dict(table.io.properties), ranges, groups)
+        self.progress(
+            f"[{spec.full_name}] {batch.position}: decoding {what} in {len(ranges)} range(s), {where}"
+        )
+        task = decode.decode_task(
+            spec, staging, dict(table.io.properties), ranges, groups, batch.kafka_config
+        )
         # A Spark range needs at least one partition, even for no groups.
         stats = self._run(
             task, len(groups) if local else max(1, len(groups)), decode.stats_schema(), spec, local
@@ -452,13 +513,17 @@ class Applier:
         spec = batch.spec
         checksum = batch.ranges.checksum  # waits for the hashing thread: raises what reading the files raised
         # After the checksum: a file changed since the plan first read it raises LandedFileChanging.
-        how_read = input_record(
-            spec,
-            batch.paths,
-            batch.fmt,
-            batch.target_columns,
-            self.storage.settings.landing_dir,
-            batch.read_as,
+        how_read = (
+            kafka.input_record(spec, list(batch.topic))
+            if batch.topic
+            else input_record(
+                spec,
+                batch.paths,
+                batch.fmt,
+                batch.target_columns,
+                self.storage.settings.landing_dir,
+                batch.read_as,
+            )
         )
         merge.check_batch_ops(spec, decoded.op_counts)  # refuses deletes on a 'disable' table up front
         commit_ts = dt.datetime.now(dt.UTC)
@@ -804,7 +869,7 @@ def _batch_summary(plan: ApplyPlan, markers: list[dict], dead_letter: str | None
         changelog_records=log_records,
         target_columns=None if target_columns is None else tuple(target_columns),
         input=plan.how_read,
-        kafka_offsets=_kafka_offsets(plan.previous, markers),
+        kafka_offsets=_kafka_offsets(plan.previous, markers, plan.batch.topic),
         auto_increment=_id_state(plan, markers),
         touched_buckets=len({m["partition_key"] for m in markers}),
         dead_letter=dead_letter,
@@ -870,12 +935,18 @@ def _source_counts(decoded: decode.DecodeSummary, markers: list[dict]) -> dict[s
     }
 
 
-def _kafka_offsets(previous: BatchSummary | None, markers: list[dict]) -> dict[str, int]:
-    """The last applied offset per topic-partition after this batch (committed with it)."""
+def _kafka_offsets(
+    previous: BatchSummary | None, markers: list[dict], topic: tuple[kafka.PartitionRange, ...] = ()
+) -> dict[str, int]:
+    """The last applied offset per topic-partition after this batch (committed with it): its records', and a
+    topic batch's range ends (an offset without a record, or a partition read for the first time with nothing
+    in it yet, is passed too: the next batch starts after it)."""
     offsets = dict(previous.kafka_offsets) if previous else {}
     for m in markers:
         for tp, offset in json.loads(m["_kafka_offsets"] or "{}").items():
             offsets[tp] = max(offsets.get(tp, -1), offset)
+    for r in topic:
+        offsets[r.key] = max(offsets.get(r.key, -1), r.end - 1)
     return offsets
 
 

@@ -37,7 +37,7 @@ from typing import Any
 
 from changelake.atomic import atomic_write_text
 from changelake.errors import ChangelakeError, short_repr
-from changelake.inputs.formats import DEFAULT_FORMAT, FORMATS, SourceEvent
+from changelake.inputs.formats import DEFAULT_FORMAT, FORMATS, JsonLinesFormat, SourceEvent
 from changelake.spec import TableSpec
 
 BASE_TIME = dt.datetime(2026, 1, 1)
@@ -326,6 +326,55 @@ class Generated:
     path: Path
     messages: int
     changes: dict[str, int]
+
+
+def produce(
+    spec: TableSpec,
+    config: dict[str, str],
+    state: Path,
+    batches: int,
+    seed: int = 42,
+    stream: str | None = None,
+    **overrides: Any,
+) -> list[Generated]:
+    """Produce ``batches`` batches of the table's simulated source into its Kafka topic (a table whose
+    ``source:`` names one), created if missing with the profile's partitions (upsert-kafka; one for the CDC
+    formats, whose order is the partition's). ``state`` (a JSON file) remembers how many were produced, so the
+    next call continues the same deterministic stream; a redelivered record is produced again, at a new offset,
+    as an at-least-once producer's retry is."""
+    from changelake.inputs import kafka
+
+    kafka_options = spec.source_options.kafka
+    profile = Profile.of(spec, **overrides)
+    if kafka_options is None or kafka_options.pattern is not None or len(kafka_options.topics) != 1:
+        raise ChangelakeError(f"{spec.full_name}: datagen produces into a source of one named Kafka topic")
+    if profile.partial:
+        raise ChangelakeError(
+            f"{spec.full_name}: a Kafka topic carries no target columns: a datagen profile with 'partial' updates "
+            "cannot produce into it (land those batches as files with their manifests)"
+        )
+    fmt = str(spec.source.get("format"))
+    (topic,) = kafka_options.topics
+    kafka.ensure_topic(config, topic, profile.partitions if fmt == "upsert-kafka" else 1)
+    done = int(json.loads(state.read_text())["batches"]) if state.is_file() else 0
+    source = _Source(spec, profile, seed, stream)
+    out = []
+    for batch_id in range(1, done + batches + 1):
+        events = source.batch(batch_id)
+        if batch_id <= done:
+            continue
+        writer = FORMATS[fmt]
+        assert isinstance(writer, JsonLinesFormat), "every topic format is a JSON-lines format"
+        lines = writer.render(spec, events, envelope=profile.envelope)
+        messages = kafka.produce_lines(config, topic, spec, lines)
+        state.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(state, json.dumps({"batches": batch_id}) + "\n")
+        kinds = {"insert": 0, "update": 0, "delete": 0}
+        for c in source.previous:
+            kinds[c.kind] += 1
+        kinds["redelivered"] = len(events) - len(source.previous)
+        out.append(Generated(spec.full_name, batch_id, Path(f"{kafka.PREFIX}{topic}"), messages, kinds))
+    return out
 
 
 def generate(

@@ -43,7 +43,7 @@ from changelake.arrow_keys import group_ids
 from changelake.bucketing import bucket_ids
 from changelake.config import max_record_bytes, tuned
 from changelake.errors import BadRecordError, ChangelakeError
-from changelake.inputs import formats, landed, landing, readers
+from changelake.inputs import formats, kafka, landed, landing, readers
 from changelake.inputs.formats import kafka_container
 from changelake.inputs.records import (
     CLAIMS_SCHEMA,
@@ -177,6 +177,22 @@ def plan_batch(
     return BatchPlan(ranges, total, messages, digest)
 
 
+def plan_topic(ranges: list[kafka.PartitionRange], spec: TableSpec) -> BatchPlan:
+    """A topic batch as decode ranges: one per partition with offsets to read (:mod:`changelake.inputs.kafka`),
+    its lines numbered by offset (``first_line`` is the range's first offset). Its checksum is its ranges'."""
+    fmt = str(spec.source.get("format"))
+    planned = [
+        Range(index, r.label, fmt, r.start, r.end, r.start) for index, r in enumerate(ranges) if r.size
+    ]
+    if any(r.end >= 1 << (FILE_SHIFT - LINE_SHIFT) for r in planned):
+        raise ChangelakeError(
+            f"{spec.full_name}: Kafka offsets beyond 2^46 do not fit a record's arrival number"
+        )
+    digest: Future = Future()
+    digest.set_result(kafka.checksum(ranges, fmt))
+    return BatchPlan(planned, 0, sum(r.size for r in ranges), digest)
+
+
 def _line_ranges(path: Path, index: int, fmt: str, limit: int | None = None) -> tuple[list[Range], int, int]:
     """A JSON-lines file cut into ranges at the first newline after every CHANGELAKE_DECODE_RANGE_BYTES, each with its first
     line number; and the file's bytes and newlines. The file is read once through one reused 1 MiB buffer
@@ -297,11 +313,18 @@ def stats_schema() -> pa.Schema:
     )
 
 
-def decode_range(r: Range, spec: TableSpec, staging_dir: str, io, offsets: OffsetIndex | None = None) -> dict:
+def decode_range(
+    r: Range,
+    spec: TableSpec,
+    staging_dir: str,
+    io,
+    offsets: OffsetIndex | None = None,
+    kafka_config: dict[str, str] | None = None,
+) -> dict:
     """Decode one range, stage its records (a record batch per bucket), and return its stats row.
 
     ``offsets``: the Kafka offsets the task's earlier ranges claimed (:func:`decode_task`); without it the
-    range's are checked among themselves."""
+    range's are checked among themselves. ``kafka_config``: the client settings a topic range is read with."""
     opts = spec.source_options
     out = DecodedBatch(batch_arrow_schema(spec).empty_table())
     rows = _rows_format(r)
@@ -324,7 +347,7 @@ def decode_range(r: Range, spec: TableSpec, staging_dir: str, io, offsets: Offse
         for f in list(staged_schema(spec))[table.num_columns :]:
             table = table.append_column(f, pa.nulls(table.num_rows, f.type))
     else:
-        table = _decode_lines(r, spec, out, offsets)
+        table = _decode_lines(r, spec, out, offsets, kafka_config)
     staged, groups = None, []
     if table.num_rows:
         table = table.cast(staged_schema(spec))  # one schema (nullability too) for every path's records
@@ -405,13 +428,21 @@ def out_ops(table: pa.Table) -> dict[str, int]:
 
 
 def _decode_lines(
-    r: Range, spec: TableSpec, out: DecodedBatch, offsets: OffsetIndex | None = None
+    r: Range,
+    spec: TableSpec,
+    out: DecodedBatch,
+    offsets: OffsetIndex | None = None,
+    kafka_config: dict[str, str] | None = None,
 ) -> pa.Table:
     """Decode the lines of one byte range: column-wise when its format can (:func:`_json_columns`), else
     through readers' per-message path (which names any problem's line). Records with Kafka offsets claim them
-    in ``offsets`` (:func:`_claim_offsets`)."""
+    in ``offsets`` (:func:`_claim_offsets`). A topic range's lines are read from Kafka first."""
     opts = spec.source_options
-    if kafka_container.is_container(r.path):
+    if kafka.is_topic_range(r.path):
+        topic, partition = kafka.parse_label(r.path)
+        source = kafka.PartitionRange(topic, partition, r.start, r.end)
+        view = memoryview(kafka.range_lines(kafka_config or {}, source, spec))
+    elif kafka_container.is_container(r.path):
         view = memoryview(kafka_container.as_json_lines(r.path, spec))
     else:
         view = _mapped(r)
@@ -431,7 +462,7 @@ def _decode_lines(
     seqs: list[int] = []
     ops: list[str] = []
     columns: list[list] = [[] for _ in names]
-    kafka: list[list] = [[], [], []]
+    kafka_meta: list[list] = [[], [], []]
     order_number: list = []
     order_text: list = []
     base = r.file_index << FILE_SHIFT
@@ -461,16 +492,16 @@ def _decode_lines(
                 columns[i].append(v)
             meta = entry.kafka or (None, None, None)
             for i in range(3):
-                kafka[i].append(meta[i])
+                kafka_meta[i].append(meta[i])
             order_number.append(number)
             order_text.append(text)
     schema = staged_schema(spec)
     arrays = [pa.array(seqs, pa.int64()), pa.array(ops, pa.string())]
     arrays += [pa.array(col, schema.field(n).type) for col, n in zip(columns, names, strict=True)]
-    arrays += [pa.array(v, schema.field(n).type) for v, n in zip(kafka, KAFKA_COLUMNS, strict=True)]
+    arrays += [pa.array(v, schema.field(n).type) for v, n in zip(kafka_meta, KAFKA_COLUMNS, strict=True)]
     arrays += [pa.array(order_number, _ORDER_NUMBER), pa.array(order_text, pa.string())]
     table = pa.Table.from_arrays(arrays, schema=schema)
-    if any(v is not None for v in kafka[2]):
+    if any(v is not None for v in kafka_meta[2]):
         table = _claim_offsets(table, r, data, spec, out, offsets or OffsetIndex({r.file_index: r.path}))
     if stop is not None:
         raise stop
@@ -584,9 +615,11 @@ def decode_task(
     io_properties: dict[str, str],
     ranges: list[Range],
     groups: list[list[int]],
+    kafka_config: dict[str, str] | None = None,
 ):
     """The ``mapInArrow`` function: every input row is the index of a group of ``ranges`` (``spark.range``'s
-    ``id``); it decodes them one after the other and yields one stats row per range.
+    ``id``); it decodes them one after the other and yields one stats row per range (``kafka_config``: the
+    client settings of a topic batch's ranges).
 
     Records with Kafka offsets claim them batch-wide (:class:`~changelake.inputs.records.OffsetIndex`). One
     task claims its ranges' in turn. When several tasks decode the batch, each only notes its ranges' offsets
@@ -608,7 +641,7 @@ def decode_task(
                 for index in groups[group]:
                     r = ranges[index]
                     try:
-                        stats = decode_range(r, spec, staging_dir, io, offsets)
+                        stats = decode_range(r, spec, staging_dir, io, offsets, kafka_config)
                     except ChangelakeError as e:
                         # Reported by the driver as the error itself, not as a failed Spark job.
                         stats = {"error": _error_json(e, r), "records": 0, "messages": 0, "skipped": 0}
@@ -626,13 +659,40 @@ def plan_tasks(ranges: list[Range], cores: int) -> tuple[list[Range], list[list[
     Rows (Parquet) cost about the same per row, so they are cut into one equal share per core
     (:func:`share_rows`): a whole row group more per task would leave a core idle for its time at the end
     (5 row groups on 2 cores: 3 on one, 2 on the other). Lines are shared out the same way, by bytes
-    (:func:`share_lines`)."""
+    (:func:`share_lines`). A topic batch's partitions are cut into offset ranges of about equal counts."""
+    if ranges and all(kafka.is_topic_range(r.path) for r in ranges):
+        return share_offsets(ranges, cores)
     if ranges and all(_rows_format(r) is None for r in ranges):
         return share_lines(ranges, cores)
     if cores > 1 and ranges and all(_rows_format(r) is not None and r.end >= 0 for r in ranges):
         return share_rows(ranges, cores)
     ranges = split_ranges(ranges, cores)
     return ranges, group_ranges(ranges, cores * 2)
+
+
+def share_offsets(ranges: list[Range], shares: int) -> tuple[list[Range], list[list[int]]]:
+    """A topic batch's partition ranges cut into ``shares`` groups of about equal offset counts (a partition
+    split where a share ends; a piece keeps its partition's index, so records stay in offset order)."""
+    total = sum(r.end - r.start for r in ranges)
+    if shares <= 1 or total <= SPLIT_ROWS:
+        return ranges, [list(range(len(ranges)))] if ranges else []
+    per_share = -(-total // shares)
+    pieces: list[Range] = []
+    groups: list[list[int]] = [[]]
+    room = per_share
+    for r in ranges:
+        start = r.start
+        while start < r.end:
+            end = min(r.end, start + room)
+            groups[-1].append(len(pieces))
+            pieces.append(Range(r.file_index, r.path, r.fmt, start, end, start))
+            room -= end - start
+            start = end
+            if room == 0:  # this share is full: the next one (the last share takes what is left)
+                if len(groups) < shares:
+                    groups.append([])
+                room = per_share if len(groups) < shares else total
+    return pieces, [g for g in groups if g]
 
 
 def share_lines(ranges: list[Range], shares: int) -> tuple[list[Range], list[list[int]]]:

@@ -79,8 +79,7 @@ def check_format(path: str | Path, fmt: str) -> None:
 
 def as_json_lines(path: str | Path, spec: TableSpec) -> bytes:
     """The container's Kafka records as upsert-kafka JSON lines (``key``/``value`` in the table's formats)."""
-    opts = spec.source_options
-    render = {"key": _renderer(opts.key_format.format), "value": _renderer(opts.value_format.format)}
+    line = line_renderer(spec)
     lines: list[bytes] = []
     try:
         with open_landed(Path(path)) as fh:
@@ -95,7 +94,7 @@ def as_json_lines(path: str | Path, spec: TableSpec) -> bytes:
                 for number, record in enumerate(reader, start=1):
                     if not isinstance(record, dict):  # the schema is a record: fastavro gives dicts
                         raise BadRecordError(str(path), number, None, "not a record")
-                    lines.append(_line(record, render, str(path), number))
+                    lines.append(line(record, str(path), number))
             except (BadRecordError, ChangelakeError):
                 raise
             except Exception as e:  # a corrupt block: nothing after it can be read
@@ -105,6 +104,15 @@ def as_json_lines(path: str | Path, spec: TableSpec) -> bytes:
     except OSError as e:
         raise ChangelakeError(f"{path}: cannot read the landed file: {e.strerror or e}") from None
     return b"".join(lines)
+
+
+def line_renderer(spec: TableSpec):
+    """``render(record, path, number)``: a Kafka record (a mapping of :data:`FIELDS`) as the upsert-kafka JSON
+    line the table's key and value formats read, with its newline (a Kafka topic source renders its records so
+    too: :mod:`changelake.inputs.kafka`)."""
+    opts = spec.source_options
+    render = {"key": _renderer(opts.key_format.format), "value": _renderer(opts.value_format.format)}
+    return lambda record, path, number: _line(record, render, path, number)
 
 
 def _check_schema(schema: Any, path: str) -> None:
