@@ -129,6 +129,9 @@ bench-longrun: setup ## Thousands of small batches in one process: files, bytes,
 bench-kafka: setup ## upsert-kafka key/value formats: Avro and Confluent-wire decode beside the JSON paths (KAFKA_ARGS=--records N) -> docs/benchmarks.md
 	@rc=0; $(PY) benchmarks/bench_kafka_formats.py $(KAFKA_ARGS) || rc=$$?; $(PY) benchmarks/render_results.py; exit $$rc
 
+bench-kafka-source: setup ## Kafka topics as a source: records/s beside the same records landed as files, and freshness with `stream` (KAFKA_SOURCE_ARGS=--records N) -> docs/benchmarks.md
+	@rc=0; $(PY) benchmarks/bench_kafka_source.py $(KAFKA_SOURCE_ARGS) || rc=$$?; $(PY) benchmarks/render_results.py; exit $$rc
+
 bench-latency: setup ## CLI latency on the bench's 5M-row table (lookup, scan, status, changelog; warm vs cold 100-record apply) -> docs/benchmarks.md
 	@rc=0; $(PY) benchmarks/bench_latency.py $(LATENCY_ARGS) || rc=$$?; $(PY) benchmarks/render_results.py; exit $$rc
 

@@ -592,6 +592,43 @@ def render_longrun(results: list[dict[str, Any]]) -> str:
     return "\n".join(out) + "\n" if out else "Not run yet: `make bench-longrun`.\n"
 
 
+KAFKA_SOURCE_INTRO = """
+## Kafka topics as a source (`make bench-kafka-source`)
+
+`benchmarks/bench_kafka_source.py` starts a broker with `infra/kafka.sh` and applies one batch of the apply
+benchmark's shape twice per key/value format: landed as an upsert-kafka JSON-lines file, and produced into a
+4-partition topic ([inputs.md](inputs.md#kafka-topics)), each to a fresh table in one warm `local[2]` Spark (the
+batch is decoded by Spark tasks; a topic's by tasks reading their partitions' offsets). Both tables must end
+with the same rows. Freshness: `changelake stream --every 5s` on a topic-sourced table while one record is
+produced every 200 ms; each record's key is looked up (no JVM) until it is there. The targets: records/s from
+the topic >= 0.8x from the file, p95 produce-to-visible <= 10 s.
+"""
+
+
+def render_kafka_source(r: dict[str, Any]) -> str:
+    """The table of one ``make bench-kafka-source`` result (``benchmarks/results/kafka_source.json``)."""
+    out = [
+        f"Produced by `flock -x /tmp/changelake-cpu.lock .venv/bin/python {r['command']}` on "
+        f"{r['machine']['cpus']} cores.",
+        "",
+        "| key/value format | records | landed file | topic | topic / file (records/s) | same rows |",
+        "|---|---:|---:|---:|---:|---|",
+    ]
+    for name, t in r["throughput"].items():
+        out.append(
+            f"| {name} | {t['records']:,} | {t['landed_s']:.2f} s ({t['landed_records_per_s']:,}/s) | "
+            f"{t['topic_s']:.2f} s ({t['topic_records_per_s']:,}/s) | {t['ratio']:.2f}x | "
+            f"{'yes' if t['same_rows'] else 'NO'} |"
+        )
+    f = r["freshness"]
+    out += [
+        "",
+        f"Freshness ({f['records']} records, `stream --every {f['every_s']:g}s`): median {f['median_s']:.2f} s, "
+        f"p95 {f['p95_s']:.2f} s, max {f['max_s']:.2f} s.",
+    ]
+    return "\n".join(out) + "\n"
+
+
 def render_doc(
     apply_result: dict[str, Any] | None,
     latency_result: dict[str, Any] | None,
@@ -599,6 +636,7 @@ def render_doc(
     small_result: dict[str, Any] | None = None,
     longrun_results: list[dict[str, Any]] | None = None,
     kafka_result: dict[str, Any] | None = None,
+    kafka_source_result: dict[str, Any] | None = None,
 ) -> str:
     """The whole of docs/benchmarks.md for these results (None: that benchmark has not been run)."""
     parts = [INTRO, APPLY_INTRO]
@@ -613,6 +651,12 @@ def render_doc(
     parts.append(render_longrun(longrun_results or []))
     parts.append(KAFKA_INTRO)
     parts.append(render_kafka(kafka_result) if kafka_result else "Not run yet: `make bench-kafka`.\n")
+    parts.append(KAFKA_SOURCE_INTRO)
+    parts.append(
+        render_kafka_source(kafka_source_result)
+        if kafka_source_result
+        else "Not run yet: `make bench-kafka-source`.\n"
+    )
     parts.append(PROFILES.read_text())  # hand-written: where the time goes, and the runs behind the design
     return "\n".join(parts)
 
@@ -635,6 +679,7 @@ def render_all(
         load(RESULTS / "small.json"),
         [r for r in longruns if r],
         load(RESULTS / "kafka_formats.json"),
+        load(RESULTS / "kafka_source.json"),
     )
 
 
@@ -658,6 +703,7 @@ def main(argv: list[str] | None = None) -> int:
         load(RESULTS / "small.json"),
         [r for r in longruns if r],
         load(RESULTS / "kafka_formats.json"),
+        load(RESULTS / "kafka_source.json"),
     )
     if args.check:
         if args.doc.read_text() != text:
