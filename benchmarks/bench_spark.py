@@ -32,6 +32,7 @@ import datetime as dt
 import json
 import os
 import shlex
+import shutil
 import statistics
 import subprocess
 import sys
@@ -83,6 +84,7 @@ def make_data(data: Path, rows: int, batch: int, small: int, small_runs: int, lo
     (70/20/10 over the keys alive after the bench batch, as bench_small.py draws them) and ``lookups`` live
     keys; spark-bench.json lists them for every contestant."""
     meta = generate(data, rows, batch)
+    data.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(11)
     alive = apply_liveness(np.ones(rows, bool), pq.read_table(data / "batch.parquet"))
     names = []
@@ -109,6 +111,9 @@ def run_changelake(work: Path, data: Path, meta: dict, reps: int) -> dict[str, A
     """The workloads of the module docstring through changelake's Python API, in the peers' order."""
     from changelake import ChangeLake
 
+    print("== changelake", file=sys.stderr, flush=True)
+    for old in ("lake", "tables"):
+        shutil.rmtree(work / old, ignore_errors=True)
     lake = ChangeLake(home=work / "lake", tables_dir=work / "tables", progress=lambda m: None)
     spark = lake.spark
     live = spark.sparkContext.getConf()
@@ -201,6 +206,7 @@ def run_peer(name: str, data: Path, work: Path, reps: int) -> dict[str, Any]:
         return {"error": f"{env_dir} is missing (make bench-spark creates it)"}
     print(f"== peer {name}", file=sys.stderr, flush=True)
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=4 * 3600)
+    shutil.rmtree(work / f"peer-{name}", ignore_errors=True)  # its tables: a GB or two each
     sys.stderr.write("".join(line + "\n" for line in proc.stderr.splitlines() if line.startswith("   [")))
     if proc.returncode != 0:
         lines = proc.stderr.strip().splitlines() or ["no output"]
@@ -377,19 +383,47 @@ def main() -> int:
     ap.add_argument("--peers", default=",".join(PEERS), help="comma-separated; '' runs none")
     ap.add_argument("--out", type=Path, default=HERE / "results" / "spark-peers.json")
     ap.add_argument("--keep", action="store_true", help="keep the work directory (its path is printed)")
+    ap.add_argument(
+        "--work",
+        type=Path,
+        help="a work directory kept between runs: a contestant whose result is there, from inputs of the "
+        "same sizes, is not run again (a long run can be finished in parts)",
+    )
+    ap.add_argument("--rerun", default="", help="with --work: contestants to run again (comma-separated)")
     args = ap.parse_args()
     names = [p for p in args.peers.split(",") if p]
     if unknown := set(names) - set(PEERS):
         ap.error(f"unknown peers {sorted(unknown)}; known: {', '.join(PEERS)}")
-    work = Path(tempfile.mkdtemp(prefix="changelake-bench-spark-"))
+    work = args.work or Path(tempfile.mkdtemp(prefix="changelake-bench-spark-"))
     data = work / "data"
-    print(f"== generating {args.rows:,} rows and the batches in {data}", file=sys.stderr, flush=True)
-    meta = make_data(data, args.rows, args.batch, args.small, args.small_runs, args.lookups)
-    peers = {name: run_peer(name, data, work, args.reps) for name in names}
-    print("== changelake", file=sys.stderr, flush=True)
-    lake = run_changelake(work, data, meta, args.reps)
+    sizes = [args.rows, args.batch, args.small, args.small_runs, args.lookups, args.reps]
+    listed = data / "spark-bench.json"
+    if listed.exists() and json.loads(listed.read_text()).get("sizes") == sizes:
+        meta = json.loads(listed.read_text())  # the same inputs as the results kept beside them
+    else:
+        for stale in work.glob("*.json"):
+            stale.unlink()
+        print(f"== generating {args.rows:,} rows and the batches in {data}", file=sys.stderr, flush=True)
+        meta = make_data(data, args.rows, args.batch, args.small, args.small_runs, args.lookups)
+        listed.write_text(json.dumps({**meta, "sizes": sizes}, indent=2) + "\n")
+    rerun = set(args.rerun.split(","))
+
+    def kept(name: str, run) -> dict[str, Any]:
+        """The contestant's kept result from these inputs, else a fresh one (kept unless it failed)."""
+        path = work / f"result-{name}.json"
+        if path.exists() and name not in rerun:
+            print(f"== {name}: the result kept in {path}", file=sys.stderr, flush=True)
+            return json.loads(path.read_text())
+        result = run()
+        if "error" not in result:
+            path.write_text(json.dumps(result, indent=2) + "\n")
+        return result
+
+    peers = {name: kept(name, lambda n=name: run_peer(n, data, work, args.reps)) for name in names}
+    lake = kept("changelake", lambda: run_changelake(work, data, meta, args.reps))
     report = build_report(lake, peers, meta, args, machine_info())
-    return finish(report, args.out, print_report, work, keep=args.keep, what="work directory")
+    keep = args.keep or args.work is not None
+    return finish(report, args.out, print_report, work, keep=keep, what="work directory")
 
 
 if __name__ == "__main__":
