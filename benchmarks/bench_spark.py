@@ -193,6 +193,15 @@ def run_changelake(work: Path, data: Path, meta: dict, reps: int) -> dict[str, A
     return out
 
 
+def run_lake_process(work: Path, argv: list[str]) -> dict[str, Any]:
+    """run_changelake in a process of its own (this script with --changelake-only, the same arguments)."""
+    cmd = [sys.executable, __file__, *argv, "--work", str(work), "--changelake-only"]
+    proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, timeout=4 * 3600)
+    if proc.returncode != 0:
+        return {"error": f"exit {proc.returncode}: the changelake run failed (its output is above)"}
+    return json.loads((work / "result-changelake.json").read_text())
+
+
 # --- peers --------------------------------------------------------------------------------------------------
 def run_peer(name: str, data: Path, work: Path, reps: int) -> dict[str, Any]:
     """One peer in its own process (its own pyspark and jars); a failure is reported, not fatal."""
@@ -390,6 +399,7 @@ def main() -> int:
         "same sizes, is not run again (a long run can be finished in parts)",
     )
     ap.add_argument("--rerun", default="", help="with --work: contestants to run again (comma-separated)")
+    ap.add_argument("--changelake-only", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     names = [p for p in args.peers.split(",") if p]
     if unknown := set(names) - set(PEERS):
@@ -419,8 +429,16 @@ def main() -> int:
             path.write_text(json.dumps(result, indent=2) + "\n")
         return result
 
+    if args.changelake_only:  # the contestant process main() starts below
+        path = work / "result-changelake.json"
+        path.write_text(json.dumps(run_changelake(work, data, meta, args.reps), indent=2) + "\n")
+        return 0
+    # changelake first, in a process of its own as every peer: no JVM stays up beside the next contestant.
+    lake = kept("changelake", lambda: run_lake_process(work, sys.argv[1:]))
+    if "error" in lake:  # nothing to compare the peers with
+        print(lake["error"], file=sys.stderr)
+        return 1
     peers = {name: kept(name, lambda n=name: run_peer(n, data, work, args.reps)) for name in names}
-    lake = kept("changelake", lambda: run_changelake(work, data, meta, args.reps))
     report = build_report(lake, peers, meta, args, machine_info())
     keep = args.keep or args.work is not None
     return finish(report, args.out, print_report, work, keep=keep, what="work directory")
