@@ -305,6 +305,7 @@ def build_report(
         peer_checks = same_rows(lake, result)
         same[name] = all(c["ok"] for c in peer_checks if c["check"].startswith("rows"))
         changelog_ok[name] = any(c["ok"] for c in peer_checks if c["check"] == "changelog of the batch")
+        details[name]["changelog_ok"] = changelog_ok[name]
         checks += [{**c, "check": f"{name}: {c['check']}"} for c in peer_checks]
         if lake["lookup_found"] != result.get("lookup_found"):
             checks.append({"check": f"{name}: point lookups found changelake's rows", "ok": False, "detail": f"{result.get('lookup_found')} vs {lake['lookup_found']}"})  # fmt: skip

@@ -577,7 +577,11 @@ def render_spark(r: dict[str, Any]) -> str:
         if value is None:
             return "–"
         text = f"{value:.3f} s" if value < 1 else f"{value:.2f} s"
-        return text if name == "changelake" or same.get(name) else f"{text} (rows differ: not counted)"
+        if name != "changelake" and not same.get(name):
+            return f"{text} (rows differ: not counted)"
+        if w == "batch" and details[name].get("changelog_ok") is False:
+            return f"{text} (changelog not readable or incomplete: not counted)"
+        return text
 
     targets = {t["workload"]: t for t in r.get("targets", [])}
     rows = []

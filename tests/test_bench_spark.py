@@ -65,6 +65,8 @@ def test_a_peer_that_failed_or_lost_a_change_fails_its_check():
     targets = {t["workload"]: t for t in report["targets"]}
     assert targets["load"]["fastest_peer"] == "paimon" and targets["load"]["value"] == 1.0
     assert targets["batch"]["fastest_peer"] is None and targets["batch"]["status"] == "n/a"
+    page = render.render_spark({**report, "when": "now", "command": "x"})
+    assert "| batch | 1.00 s | 1.00 s (changelog not readable or incomplete: not counted) | – |" in page
 
 
 def test_the_result_has_the_issues_shape_and_the_page_shows_it():
