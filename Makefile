@@ -66,7 +66,7 @@ spark-cluster: setup ## Start a Spark standalone master + worker on 127.0.0.1:70
 spark-cluster-stop: ## Stop the standalone cluster
 	@infra/spark_cluster.sh stop
 
-.PHONY: sql sql-stop kafka kafka-stop demo-kafka bench-latency bench-dbt bench-small bench-longrun bench-kafka bench-kafka-source
+.PHONY: sql sql-stop kafka kafka-stop demo-kafka bench-latency bench-dbt bench-small bench-longrun bench-kafka bench-kafka-source bench-spark
 sql: setup ## Start the warm SQL endpoint (Spark Connect + Thrift/JDBC, loopback) in the background; print URLs
 	@SPARK_MASTER="$(SPARK_MASTER)" infra/spark_server.sh start
 
@@ -138,6 +138,14 @@ bench-latency: setup ## CLI latency on the bench's 5M-row table (lookup, scan, s
 DBT_BENCH_ARGS ?=
 bench-dbt: setup ## Plain dbt (--target thrift) and PyHive on the warm endpoint beside `changelake dbt build` (demo tables) -> docs/benchmarks.md
 	@rc=0; $(PY) benchmarks/bench_dbt.py $(DBT_BENCH_ARGS) || rc=$$?; $(PY) benchmarks/render_results.py; exit $$rc
+
+# Bench only: the peers' jars (infra/jars/bench-spark41, bench-spark35) and the pyspark 3.5 environment of the
+# peers without a Spark 4 build (benchmarks/spark35, into .venv-spark35) are fetched here, never by setup.
+SPARK_BENCH_ARGS ?=
+bench-spark: setup ## changelake beside Iceberg, Delta, Hudi and Paimon on the same Spark (5M rows; load, batch + changelog, 20 small batches, aggregation) -> docs/benchmarks.md
+	@UV_PROJECT_ENVIRONMENT=$(CURDIR)/.venv-spark35 $(UV) sync --frozen --quiet --project benchmarks/spark35
+	@infra/jars.sh bench-spark41 bench-spark35
+	@rc=0; $(PY) benchmarks/bench_spark.py $(SPARK_BENCH_ARGS) || rc=$$?; $(PY) benchmarks/render_results.py; exit $$rc
 
 clean: ## Remove local data ($$CHANGELAKE_HOME) and caches (keeps the environments)
 	rm -rf "$(CHANGELAKE_HOME)" .pytest_cache .ruff_cache .mypy_cache .hypothesis spark-warehouse metastore_db derby.log
