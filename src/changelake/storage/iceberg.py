@@ -443,8 +443,8 @@ class Storage:
         if current is not None:
             for snap in ancestors_of(current, table.metadata):
                 props = summary.properties(snap)
-                if summary.batch_of(props) is None:
-                    continue
+                if summary.batch_of(props) is None or not summary.may_hold(props, position):
+                    continue  # a replay check may walk every retained snapshot: decode only a candidate
                 batch = BatchSummary.from_properties(props)
                 if batch.position == position:
                     return snap.snapshot_id, batch

@@ -368,6 +368,15 @@ def _positions(decoded: dict | None) -> dict[str, int] | None:
     return decoded
 
 
+def may_hold(props: Mapping[str, str], position: WriterPosition) -> bool:
+    """Whether a batch snapshot's properties can be ``position``'s batch, without decoding them: its recorded
+    writer and number, or (committed before writers were recorded) its batch id, the number it keeps."""
+    writer = props.get(WRITER)
+    if writer is not None:
+        return writer == position.writer and props.get(WRITER_SEQ) == str(position.seq)
+    return props.get(BATCH_ID) == str(position.seq)
+
+
 def writer_positions(batches: Iterable[BatchSummary]) -> dict[str, int]:
     """Every writer's last number over ``batches`` (a table's batch history): the writers' positions of a table
     whose latest batch did not record them yet (committed before writers were; see
