@@ -738,40 +738,34 @@ def _datagen(lake, args: argparse.Namespace) -> dict[str, Any]:
     if unknown:
         raise ChangelakeError(f"no spec for {unknown} in {lake.settings.tables_dir}")
     landed = []
+    overrides = {
+        "records": args.records,
+        "keys": args.keys,
+        "redelivery": args.redelivery,
+        "out_of_order": args.out_of_order,
+    }
     for name in names:
-        if specs[name].source_options.kafka is not None:  # its source is a topic: produce into it
+        spec = specs[name]
+        if spec.source_options.kafka is not None:  # its source is a topic: produce into it
             from changelake.inputs import kafka
             from changelake.inputs.datagen import produce
 
-            spec = specs[name]
-            for g in produce(
+            state = lake.settings.home / "kafka" / "datagen" / f"{name}.json"
+            config = kafka.client_config(spec, lake.settings)
+            batches = produce(spec, config, state, args.batches, seed=args.seed, **overrides)
+        else:
+            applied = lake.writer_positions(name).get(LANDING, 0)
+            batches = generate(
                 spec,
-                kafka.client_config(spec, lake.settings),
-                lake.settings.home / "kafka" / "datagen" / f"{name}.json",
+                lake.settings.landing_dir,
                 args.batches,
                 seed=args.seed,
-                records=args.records,
-                keys=args.keys,
-                redelivery=args.redelivery,
-                out_of_order=args.out_of_order,
-            ):
-                kinds = ", ".join(f"{k} {v}" for k, v in g.changes.items())
-                print(f"[{name}] batch {g.batch_id}: {g.messages} messages ({kinds}) -> {g.path}", flush=True)
-                landed.append(g)
-            continue
-        for g in generate(
-            specs[name],
-            lake.settings.landing_dir,
-            args.batches,
-            seed=args.seed,
-            fmt=args.fmt,
-            start=args.start,
-            applied=lake.writer_positions(name).get(LANDING, 0),
-            records=args.records,
-            keys=args.keys,
-            redelivery=args.redelivery,
-            out_of_order=args.out_of_order,
-        ):
+                fmt=args.fmt,
+                start=args.start,
+                applied=applied,
+                **overrides,
+            )
+        for g in batches:
             kinds = ", ".join(f"{k} {v}" for k, v in g.changes.items())
             print(f"[{name}] batch {g.batch_id}: {g.messages} messages ({kinds}) -> {g.path}", flush=True)
             landed.append(g)

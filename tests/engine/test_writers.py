@@ -69,14 +69,19 @@ def crash_at(point: str | None):
         yield
 
 
+def land(home: Path, n: int) -> None:
+    """Land the landing writer's batch ``n`` (once: a retry finds it there)."""
+    landing = home / "landing" / TABLE
+    landing.mkdir(parents=True, exist_ok=True)
+    path = landing / f"{n}.jsonl"
+    if not path.exists():
+        path.write_text("".join(json.dumps(r) + "\n" for r in LANDED[n - 1]))
+
+
 def run(lake, home: Path, writer: str, n: int) -> None:
     """Batch ``n`` (1-based) of ``writer``, done as that writer does it; a retry is the same call again."""
     if writer == "landing":
-        landing = home / "landing" / TABLE
-        landing.mkdir(parents=True, exist_ok=True)
-        path = landing / f"{n}.jsonl"
-        if not path.exists():
-            path.write_text("".join(json.dumps(r) + "\n" for r in LANDED[n - 1]))
+        land(home, n)
         lake.apply_pending(TABLE)
     elif writer == "api":
         lake.apply(TABLE, API_BATCHES[n - 1], batch_id=n)
@@ -231,11 +236,7 @@ def cli(env: dict[str, str], *args: str, fault: str | None = None) -> subprocess
 def cli_run(env: dict[str, str], home: Path, writer: str, n: int, fault: str | None = None):
     """:func:`run` through the command line, in a process of its own."""
     if writer == "landing":
-        landing = home / "landing" / TABLE
-        landing.mkdir(parents=True, exist_ok=True)
-        path = landing / f"{n}.jsonl"
-        if not path.exists():
-            path.write_text("".join(json.dumps(r) + "\n" for r in LANDED[n - 1]))
+        land(home, n)
         return cli(env, "apply", TABLE, fault=fault)
     if writer == "api":
         path = home / f"api-{n}.jsonl"
