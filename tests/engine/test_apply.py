@@ -310,6 +310,8 @@ def test_status_views_and_dataframe_batches(lake, spark):
         "quarantined": 0,
         "redelivered": 0,
         "deduplicated": 0,
+        "writers": {"api": 1},  # the DataFrame came through the API: its writer's batch 1
+        "kafka_lag": None,  # the table's source is no Kafka topic
     }
     assert 1000 < status["bytes"] < 20_000
 

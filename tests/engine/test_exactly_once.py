@@ -79,7 +79,7 @@ def test_kill_9_at_each_stage_then_rerun_converges_to_one_application(
     # Recovery runs in this process's warm Spark; the protocol is the same as the CLI's.
     lake.apply_pending("t.kv")
     assert read_state(home, catalog_uri) == EXPECTED
-    replay = lake.apply("t.kv", file=home / "landing/t.kv/0002.jsonl", batch_id=2)
+    (replay,) = lake.apply_pending("t.kv", from_batch=2)  # landed batch 2 again: its writer's no-op
     assert replay.status == "already-applied"
     assert read_state(home, catalog_uri) == EXPECTED
 

@@ -135,8 +135,9 @@ def test_partial_batches_through_spark_with_a_landed_manifest(lake):
     assert summary.target_columns == ("k", "v2") and results[1].counts["updated"] == 2
     # The same file as a full-row write is a different batch input: refused as a replay of batch 2.
     from changelake.errors import BatchRefusedError
+    from changelake.storage.summary import WriterPosition
 
-    with pytest.raises(BatchRefusedError, match="different input"):
-        lake.apply("t.partial", file=landing / "2.jsonl", batch_id=2)
+    with pytest.raises(BatchRefusedError, match="landing batch 2 was already applied from a different input"):
+        lake.applier.apply_files(lake.spec("t.partial"), WriterPosition("landing", 2), [landing / "2.jsonl"])
     with pytest.raises(WriteRefusedError, match="must contain the primary key"):
         lake.apply("t.partial", [{"op": "+I", "data": {"k": 3}}], batch_id=3, target_columns=["v1"])
