@@ -303,6 +303,7 @@ def test_status_views_and_dataframe_batches(lake, spark):
         "files": 3,  # the two buckets' data files and the batch's changelog file
         "bytes": status["bytes"],
         "last_maintenance": None,
+        "last_commit": "changelake: batch",
         "changelog_records": 2,
         "pending_batches": 0,
         "incomplete": None,  # no landed file waiting for its producer to finish

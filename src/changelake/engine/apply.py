@@ -705,13 +705,14 @@ class Applier:
         spec = batch.spec
         opts = spec.source_options
         codec, level = buckets.compression_of(dict(table.properties))
+        log_table = self.storage.changelog_table(spec)
         return BucketContext(
             spec=spec,
             partition_columns=(*spec.partition_keys, "_bucket"),
             files_by_partition={},
             io_properties=dict(table.io.properties),
             out_dir=self.storage.new_data_dir(table, batch_id),
-            log_dir=self.storage.new_data_dir(self.storage.changelog_table(spec), batch_id),
+            log_dir=self.storage.new_data_dir(log_table, batch_id),
             batch_id=batch_id,
             commit_micros=int((commit_ts - _EPOCH) / dt.timedelta(microseconds=1)),
             target_columns=None if batch.target_columns is None else tuple(batch.target_columns),
@@ -721,6 +722,8 @@ class Applier:
             compression=codec,
             compression_level=level,
             delta_compression=buckets.delete_compression_of(dict(table.properties)),
+            field_ids=Storage.field_ids(table),
+            log_field_ids=Storage.field_ids(log_table),
         )
 
     def _write_dead_letters(self, spec, table, batch_id, decoded: decode.DecodeSummary) -> str | None:

@@ -81,6 +81,10 @@ class BucketContext:
     # Keep the rows this process writes for the next merge of the bucket (:data:`STORED_ROWS`): set with
     # ``threads``, when the bucket tasks run in the applying process.
     keep_rows: bool = False
+    # The Iceberg field id of every column, by name, of the PK table and of its changelog table: written into
+    # each file (:func:`write_file`), so that readers without name mapping read the files as Iceberg's own.
+    field_ids: dict[str, int] = field(default_factory=dict)
+    log_field_ids: dict[str, int] = field(default_factory=dict)
 
 
 class StoredRows:
@@ -185,13 +189,16 @@ def write_file(
     dictionary: list[str],
     ctx: BucketContext,
     row_group_size: int | None = None,
+    changelog: bool = False,
 ) -> None:
-    """Write one Parquet file, with dictionary pages only for the columns named: a dictionary of distinct
-    values (most columns of a table) costs more to build than it saves. Integer columns are delta-encoded
-    (:func:`delta_columns`). Statistics for every column: pyiceberg derives a file's partition and column
-    metrics from them, and a bucket task reading a file of several buckets reads only the row groups whose
-    ``_bucket`` range holds its bucket."""
+    """Write one Parquet file of the PK table (or, ``changelog``, of its changelog table), with dictionary
+    pages only for the columns named: a dictionary of distinct values (most columns of a table) costs more to
+    build than it saves. Integer columns are delta-encoded (:func:`delta_columns`). Statistics for every
+    column: pyiceberg derives a file's partition and column metrics from them, and a bucket task reading a
+    file of several buckets reads only the row groups whose ``_bucket`` range holds its bucket. Every column
+    carries its table's Iceberg field id (:func:`with_field_ids`)."""
     dictionary = [c for c in dictionary if c in table.column_names]
+    table = with_field_ids(table, ctx.log_field_ids if changelog else ctx.field_ids)
     sizes = {} if row_group_size is None else {"row_group_size": row_group_size}
     with io.open_output(path) as sink:
         pq.write_table(
@@ -203,6 +210,24 @@ def write_file(
             column_encoding=delta_columns(table.schema, dictionary) or None,
             **sizes,
         )
+
+
+def with_field_ids(table: pa.Table, field_ids: dict[str, int]) -> pa.Table:
+    """``table`` with each column's Iceberg field id in its Arrow field (``PARQUET:field_id``, which Parquet
+    writes as the column's field id), without copying data. The Iceberg spec has a writer give every column
+    its id; a file without them is read only through the table's name mapping, which some readers lack (Daft
+    refuses such a file). A column without an id is a ChangelakeError: a file must not carry some ids and not
+    others. No ids at all (a context built without a table) writes none."""
+    if not field_ids:
+        return table
+    missing = [name for name in table.column_names if name not in field_ids]
+    if missing:
+        raise ChangelakeError(f"no Iceberg field id for column(s) {missing} (known: {sorted(field_ids)})")
+    schema = pa.schema(
+        [f.with_metadata({b"PARQUET:field_id": str(field_ids[f.name]).encode()}) for f in table.schema],
+        metadata=table.schema.metadata,
+    )
+    return pa.Table.from_arrays(table.columns, schema=schema)
 
 
 #: Row groups of a file holding several buckets (a merge-on-read batch's new rows): a bucket task that does not
@@ -743,7 +768,7 @@ class GroupWriter:
             path = f"{ctx.log_dir}/changelog-{uuid.uuid4().hex}.parquet"
             self.log_paths.append(path)
             meta = [*spec.partition_keys, "_change_type", "_batch_id", "_bucket", "_commit_timestamp"]
-            writes.append(functools.partial(write_file, self.io, path, log, meta, ctx))
+            writes.append(functools.partial(write_file, self.io, path, log, meta, ctx, changelog=True))
         _run_writes(writes, ctx)
         self.deltas, self.deletes, self.logs, self.rows = {}, {}, [], 0
 

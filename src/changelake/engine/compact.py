@@ -156,7 +156,7 @@ def compact_table(
             storage.to_delete_file(table, path, stats, io.size(path), ref.data_file.partition)
             for path, stats, ref in added_deletes
         ]
-        props = {**_state(snapshot), summary.OPERATION: "compact"}
+        props = {**Storage.state_properties(table), summary.OPERATION: "compact"}
         table_props = _maintained({"compacted_full": out.full, "compacted_minor": out.minor})
         fault("before-compaction-commit")
         out.committed = storage.commit_files(
@@ -185,13 +185,11 @@ def _maintained(what: dict) -> dict[str, str]:
     return {summary.MAINTENANCE: json.dumps({"at_ms": int(time.time() * 1000), **what}, sort_keys=True)}
 
 
-def _state(snapshot) -> dict[str, str]:
-    """The changelake properties of a snapshot: the table's state a compaction's snapshot carries on."""
-    return {k: v for k, v in summary.properties(snapshot).items() if k.startswith(summary.PREFIX)}
-
-
-def _context(storage: Storage, spec: TableSpec, table) -> BucketContext:
+def _context(storage: Storage, spec: TableSpec, table, changelog: bool = False) -> BucketContext:
+    """What compaction's bucket reads and file writes need of ``table`` (the PK table, or with ``changelog``
+    the changelog table)."""
     codec, level = buckets.compression_of(dict(table.properties))
+    ids = Storage.field_ids(table)
     return BucketContext(
         spec=spec,
         partition_columns=(*spec.partition_keys,),
@@ -206,6 +204,8 @@ def _context(storage: Storage, spec: TableSpec, table) -> BucketContext:
         delta_compression=buckets.delete_compression_of(dict(table.properties)),
         threads=True,
         keep_rows=True,
+        field_ids={} if changelog else ids,
+        log_field_ids=ids if changelog else {},
     )
 
 
@@ -345,15 +345,17 @@ def compact_changelog(
             rows = rows.take(pc.sort_indices(rows, sort_keys=[(c, "ascending") for c in order]))
             path = f"{table.location()}/data/compact-{uuid.uuid4().hex[:12]}/changelog-{uuid.uuid4().hex}.parquet"
             codec, level = buckets.compression_of(dict(table.properties))
-            ctx = _context(storage, spec, table)
+            ctx = _context(storage, spec, table, changelog=True)
             meta = [*spec.partition_keys, "_change_type", "_batch_id", "_bucket", "_commit_timestamp"]
             from dataclasses import replace
 
-            buckets.write_file(io, path, rows, meta, replace(ctx, compression=codec, compression_level=level))
+            buckets.write_file(
+                io, path, rows, meta, replace(ctx, compression=codec, compression_level=level), changelog=True
+            )
             written.append(path)
             out.rows_written = rows.num_rows
         removed = gone | {f.path for f in merge}
-        props = {**_state(snapshot), summary.OPERATION: "compact"}
+        props = {**Storage.state_properties(table), summary.OPERATION: "compact"}
         kept = [f.batches[0] for f in files if f.path not in gone and f.batches is not None]
         table_props = _maintained({"changelog_files_removed": len(old), "changelog_files_merged": len(merge)})
         if old:  # readers say which batches' changelog is gone

@@ -83,6 +83,13 @@ def retained_snapshots(
                 keep = max(keep, i + 1)
     retained = ancestry[:keep]
     ids = {s.snapshot_id for s in retained}
+    # A snapshot a tag or branch names stays (Iceberg's rule), among them changelake's state snapshot
+    # (lineage.STATE_TAG) when other writers committed after it.
+    for ref in table.metadata.refs.values():
+        named = table.snapshot_by_id(ref.snapshot_id) if ref.snapshot_id not in ids else None
+        if named is not None:
+            retained.append(named)
+            ids.add(named.snapshot_id)
     return retained, [s for s in table.metadata.snapshots if s.snapshot_id not in ids]
 
 
