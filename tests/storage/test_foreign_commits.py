@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 from pyiceberg.table.update.snapshot import ExpireSnapshots
 
+from changelake.engine import compact
 from changelake.errors import ChangelakeError
 from changelake.storage import lineage
 from changelake.storage.iceberg import Storage
@@ -31,6 +32,8 @@ def _records(keys, value):
 @pytest.fixture
 def lake(tmp_path):
     lake = sparkless_lake(tmp_path)
+    lake.messages = []
+    lake.progress = lake.messages.append
     (tmp_path / "tables" / "ns.t.yaml").write_text(json.dumps(SPEC))  # status lists the tables of spec files
     lake.create_table(SPEC)
     lake.apply("ns.t", _records(range(10), "a"), batch_id=1)
@@ -114,3 +117,39 @@ def test_the_state_survives_an_expiry_that_leaves_only_a_foreign_snapshot(lake):
     # changelake's own maintenance keeps the tagged snapshot and can expire the rest.
     lake.maintain("ns.t", full=True)
     assert Storage.state(_pk(lake)).last_batch == 3
+
+
+def test_a_file_another_writer_left_unsorted_is_merged_right_and_compaction_restores_the_order(lake):
+    """A foreign rewrite of the table into one file in no order (neither by bucket nor by key, no declared
+    sort order): a batch still finds every row it replaces (no key twice), compaction names the file and
+    rewrites its partition, and every file is then in changelake's declared order."""
+    pk = _pk(lake)
+    assert compact.out_of_order(pk, Storage.table_files(pk)) == set()  # changelake's own files
+    rows = pk.scan().to_arrow()
+    shuffled = rows.take(pa.array(list(range(1, rows.num_rows, 2)) + list(range(0, rows.num_rows, 2))))
+    buckets = shuffled.column("_bucket").to_pylist()
+    assert buckets != sorted(buckets)  # the file is not sorted by bucket
+    pk.overwrite(shuffled)  # pyiceberg: its own file, no changelake properties, no sort order declared
+    pk = _pk(lake)
+    assert Storage.last_commit(pk)["by"] == "another writer"
+    assert compact.out_of_order(pk, Storage.table_files(pk)) == {f.path for f in Storage.data_files(pk)}
+    before = {r["k"]: r["v"] for r in pk.scan().to_arrow().to_pylist()}
+    updated = {k: (f"u{k}" if k in (1, 4, 7) else v) for k, v in before.items()}
+    lake.messages.clear()
+    lake.apply("ns.t", [{"op": "+U", "data": {"k": k, "v": f"u{k}"}} for k in (1, 4, 7)], batch_id=3)
+    after = lake.rows_arrow("ns.t").to_pylist()
+    assert sorted(r["k"] for r in after) == sorted(
+        before
+    )  # every key once: no stale row left beside its update
+    assert {r["k"]: r["v"] for r in after} == updated
+    assert _pk(lake).scan().to_arrow().num_rows == len(before)  # an independent reader agrees
+    assert lake.lookup("ns.t", {"k": 4}) == [{"k": 4, "v": "u4"}]
+    lake.maintain("ns.t", full=True)
+    pk = _pk(lake)
+    order = pk.sort_order().order_id
+    for f in Storage.data_files(pk):
+        assert f.sort_order_id == order, f.path
+        table = pq.read_table(local(f.path), columns=["_bucket", "k"]).to_pylist()
+        assert table == sorted(table, key=lambda r: (r["_bucket"], r["k"])), f.path
+    assert compact.out_of_order(pk, Storage.table_files(pk)) == set()
+    assert {r["k"]: r["v"] for r in lake.rows_arrow("ns.t").to_pylist()} == updated

@@ -66,7 +66,7 @@ from changelake.inputs.landing import (
 from changelake.inputs.records import partition_key
 from changelake.spec import TableSpec
 from changelake.storage import sparkread
-from changelake.storage.files import Layout, TableFile
+from changelake.storage.files import Layout, TableFile, side_location
 from changelake.storage.iceberg import CommitFailedException, Storage, TableState
 from changelake.storage.maintenance import delete_files
 from changelake.storage.rollforward import MAX_COMMIT_ATTEMPTS, roll_forward_changelog
@@ -734,7 +734,7 @@ class Applier:
         input."""
         if not decoded.dead_letters:
             return None
-        path = f"{table.location()}/dead-letter/batch-{batch_id:012d}-{uuid.uuid4().hex[:12]}.jsonl"
+        path = f"{side_location(table.location())}/dead-letter/batch-{batch_id:012d}-{uuid.uuid4().hex[:12]}.jsonl"
         lines = (
             (json.dumps({"batch_id": batch_id, **record}) + "\n").encode() for record in decoded.dead_letters
         )
@@ -903,7 +903,7 @@ def _changelog_manifest(plan: ApplyPlan, merged: Merged, summary: BatchSummary) 
 
 
 def _manifest_path(table, batch_id: int) -> str:
-    return f"{table.location()}/metadata/changelake/changelog-{batch_id:012d}-{uuid.uuid4().hex[:12]}.json"
+    return f"{side_location(table.location())}/changelog-{batch_id:012d}-{uuid.uuid4().hex[:12]}.json"
 
 
 def _rows_before(plan: ApplyPlan) -> int:

@@ -376,15 +376,22 @@ class Piece:
     offset: int
     rows: pa.Table  # row_schema
     live: np.ndarray | None  # a mask of the live rows (None: all)
+    # The file position of each row, when they are not one slice from ``offset`` (a file another writer left
+    # unsorted by bucket: :func:`bucket_pieces`).
+    positions: np.ndarray | None = None
 
     @property
     def live_count(self) -> int:
         return self.rows.num_rows if self.live is None else int(self.live.sum())
 
+    def file_positions(self, local: np.ndarray) -> np.ndarray:
+        """The file positions of the rows at ``local`` (indexes into :attr:`rows`)."""
+        return local + self.offset if self.positions is None else self.positions[local]
+
     def live_positions(self) -> np.ndarray:
-        """The file positions of the live rows of this slice."""
+        """The file positions of the live rows of this piece."""
         local = np.arange(self.rows.num_rows) if self.live is None else np.flatnonzero(self.live)
-        return local + self.offset
+        return self.file_positions(local)
 
     def live_rows(self) -> pa.Table:
         return self.rows if self.live is None else self.rows.filter(pa.array(self.live))
@@ -409,19 +416,27 @@ def bucket_pieces(task: BucketTask, ctx: BucketContext, io) -> list[Piece]:
                 io.kept.put(f.path, row_schema(ctx.spec), rows)
         else:  # read for one bucket: the row groups that hold it
             offset, rows = _groups_of_bucket(ctx.spec, io, f.path, task.bucket)
+        positions = None
         if not f.single:
             buckets = rows.column("_bucket").to_numpy()
-            start, end = np.searchsorted(buckets, [task.bucket, task.bucket + 1])
-            offset, rows = offset + int(start), rows.slice(int(start), int(end - start))
+            if len(buckets) < 2 or bool(np.all(buckets[1:] >= buckets[:-1])):
+                start, end = np.searchsorted(buckets, [task.bucket, task.bucket + 1])
+                offset, rows = offset + int(start), rows.slice(int(start), int(end - start))
+            else:  # another writer left the file unsorted by bucket: the bucket's rows wherever they are
+                at = np.flatnonzero(buckets == task.bucket)
+                positions, rows = at + offset, rows.take(pa.array(at))
         gone = deleted.get(f.path)
         live = None
         if gone is not None and len(gone):
-            local = gone[(gone >= offset) & (gone < offset + rows.num_rows)] - offset
+            if positions is None:
+                local = gone[(gone >= offset) & (gone < offset + rows.num_rows)] - offset
+            else:
+                local = np.flatnonzero(np.isin(positions, gone))
             if len(local):
                 live = np.ones(rows.num_rows, bool)
                 live[local] = False
         if rows.num_rows:
-            pieces.append(Piece(f.path, f.single, offset, rows, live))
+            pieces.append(Piece(f.path, f.single, offset, rows, live, positions))
     return pieces
 
 
@@ -634,7 +649,7 @@ def _matching_rows(spec: TableSpec, pieces: list[Piece], records: pa.Table) -> t
         if len(at):
             found_rows.append(p.rows.select(schema.names).take(pa.array(at)))
             found_piece.append(np.full(len(at), i, np.int64))
-            found_pos.append(at + p.offset)
+            found_pos.append(p.file_positions(at))
     if not found_rows:
         return schema.empty_table(), (np.zeros(0, np.int64), np.zeros(0, np.int64))
     stored = pa.concat_tables(found_rows)

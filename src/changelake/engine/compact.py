@@ -44,7 +44,7 @@ from changelake.engine import buckets
 from changelake.engine.buckets import BucketContext, BucketTask, SourceFile
 from changelake.faults import fault
 from changelake.spec import TableSpec
-from changelake.storage import summary
+from changelake.storage import lineage, summary
 from changelake.storage.files import TableFile, int_bound
 from changelake.storage.iceberg import Storage
 from changelake.storage.maintenance import delete_files
@@ -81,6 +81,27 @@ def is_delta(f: TableFile) -> bool:
     return os.path.basename(f.path).startswith("delta-")
 
 
+def out_of_order(table, files: list[TableFile]) -> set[str]:
+    """The data files another writer may have left out of the table's sort order ((_bucket, primary key), in
+    which changelake writes and merges on read): those declaring another order, and those added by a retained
+    snapshot that is not changelake's without declaring the table's (Iceberg's ``rewrite_data_files`` with the
+    table's sort order declares it; a bin-pack rewrite or another engine's append may not). Reads and merges
+    stay right for them (engine/buckets.py checks the order it relies on); compaction rewrites their
+    partitions to restore it."""
+    order = table.sort_order()
+    if not order.fields:
+        return set()
+    out = set()
+    for f in files:
+        if f.is_delete or f.sort_order_id == order.order_id:
+            continue
+        added = table.snapshot_by_id(f.added_by) if f.added_by is not None else None
+        foreign = added is not None and not lineage.is_changelake(summary.properties(added))
+        if f.sort_order_id is not None or foreign:
+            out.add(f.path)
+    return out
+
+
 def amplification(data: list[TableFile], deletes: list[TableFile]) -> float:
     """Rows readers merge or skip (delta rows, deleted positions) per row of the bucket files, in percent."""
     base = sum(f.record_count for f in data if not is_delta(f))
@@ -112,11 +133,20 @@ def compact_table(
         data, deletes = partitions.setdefault(f.partition, ([], []))
         (deletes if f.is_delete else data).append(f)
     plans = []
+    unordered = out_of_order(table, files)
     for partition, (data, deletes) in sorted(partitions.items(), key=lambda p: json.dumps(p[0], default=str)):
         deltas = [f for f in data if is_delta(f)]
-        if not deltas and not deletes:
+        foreign = [f for f in data if f.path in unordered]
+        if foreign:
+            note = (
+                f"partition {list(partition)}: {len(foreign)} data file(s) another writer committed without "
+                "changelake's order (_bucket, primary key): reads stay right; the partition is rewritten whole"
+            )
+            out.notes.append(note)
+            progress(f"[{spec.full_name}] {note}")
+        elif not deltas and not deletes:
             continue
-        if full or amplification(data, deletes) >= options.max_amplification_percent:
+        if foreign or full or amplification(data, deletes) >= options.max_amplification_percent:
             base_bytes = sum(f.size for f in data if not is_delta(f))
             if inline and base_bytes > INLINE_FULL_BYTES:
                 out.notes.append(

@@ -568,16 +568,27 @@ class Storage:
 
     @staticmethod
     def to_data_files(table: Table, paths: list[str]) -> list[DataFile]:
-        """Describe written Parquet files for Iceberg (reads only their footers). Local footers are read one
+        """Describe written Parquet files for Iceberg (reads only their footers), in the table's sort order
+        (``sort_order_id``). Local footers are read one
         after the other: describing one is Python holding the GIL, and a thread pool only added its switching
         (2 files: 3.0 ms pooled, 2.0 ms in turn); remote ones in parallel, for their round trips."""
         if not paths:
             return []
-        describe = functools.partial(pyiceberg_fixes.describe_parquet, table.io, table.metadata)
+        # changelake writes every file in the table's declared order ((_bucket, key); a changelog's by batch):
+        # said so, as Iceberg's writers do, so that a file without it is known to be another writer's.
+        order = table.sort_order()
+        describe = functools.partial(
+            pyiceberg_fixes.describe_parquet,
+            table.io,
+            table.metadata,
+            sort_order_id=order.order_id if order.fields else None,
+        )
         if len(paths) > 1 and any(_local_path(p) is None for p in paths):
             with ThreadPoolExecutor(max_workers=8) as pool:
-                return list(pool.map(describe, paths))
-        return [describe(p) for p in paths]
+                described = list(pool.map(describe, paths))
+        else:
+            described = [describe(p) for p in paths]
+        return described
 
     @staticmethod
     def to_delete_file(table: Table, path: str, stats: dict[str, Any], size: int, partition: Any) -> DataFile:
@@ -709,6 +720,8 @@ def _file_describer(table: Table) -> Callable[[Any], TableFile]:
             sequence_number=entry.sequence_number,
             batches=batches,
             data_file=df,
+            sort_order_id=df.sort_order_id,
+            added_by=entry.snapshot_id,
         )
 
     return describe
