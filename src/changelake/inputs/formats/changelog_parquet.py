@@ -44,7 +44,8 @@ class ChangelogParquet(RowsFormat):
         import pyarrow.parquet as pq
 
         try:
-            table = pq.read_table(_open(path))
+            with _open(path) as fh, pq.ParquetFile(fh) as parquet:
+                table = parquet.read(use_threads=False)  # see _open
         except (pa.ArrowException, OSError, ValueError) as e:
             raise BadRecordError(str(path), 0, None, f"not a readable Parquet file: {e}") from None
         table = parquet_columns(table, path, spec, opts)
@@ -62,7 +63,8 @@ class ChangelogParquet(RowsFormat):
         import pyarrow.parquet as pq
 
         try:
-            sizes = [rg.num_rows for rg in _row_groups(pq.ParquetFile(_open(path)).metadata)]
+            with _open(path) as fh, pq.ParquetFile(fh) as parquet:
+                sizes = [rg.num_rows for rg in _row_groups(parquet.metadata)]
         except (pa.ArrowException, OSError, ValueError):
             return None
         cuts, start, row = [], 0, 0
@@ -84,14 +86,18 @@ class ChangelogParquet(RowsFormat):
         import pyarrow.parquet as pq
 
         try:
-            parquet = pq.ParquetFile(_open(path))
-            picked, first, row = [], None, 0
-            for i, rg in enumerate(_row_groups(parquet.metadata)):
-                if row < end and row + rg.num_rows > start:
-                    picked.append(i)
-                    first = row if first is None else first
-                row += rg.num_rows
-            table = parquet.read_row_groups(picked) if picked else parquet.schema_arrow.empty_table()
+            with _open(path) as fh, pq.ParquetFile(fh) as parquet:
+                picked, first, row = [], None, 0
+                for i, rg in enumerate(_row_groups(parquet.metadata)):
+                    if row < end and row + rg.num_rows > start:
+                        picked.append(i)
+                        first = row if first is None else first
+                    row += rg.num_rows
+                table = (
+                    parquet.read_row_groups(picked, use_threads=False)  # see _open
+                    if picked
+                    else parquet.schema_arrow.empty_table()
+                )
             table = table.slice(start - (first or 0), end - start)
         except (pa.ArrowException, OSError, ValueError):
             # Whatever the reader says of this file (it reads it whole), in its words.
@@ -297,7 +303,14 @@ def _valid_values(array: pa.Array) -> tuple[pa.Array, list[tuple[int, str]]]:
 
 
 def _open(path: Path):
-    """The landed file, opened without following a link (an OSError, reported as an unreadable file)."""
+    """The landed file, opened without following a link (an OSError, reported as an unreadable file).
+
+    Arrow reads such a Python file object into buffers that hold Python objects, and freeing one takes the
+    GIL. Read on Arrow's thread pool, the last of them could be freed there while the interpreter was shutting
+    down, and a thread that asks for the GIL then is ended by ``pthread_exit``, which unwinds through Arrow's
+    destructors into ``std::terminate``: the CLI aborted (exit 134, "terminate called without an active
+    exception") after printing a clean error, once in about a hundred runs. So the readers close the file when
+    they are done and read it on the calling thread (``use_threads=False``)."""
     from changelake.inputs.landed import open_landed
 
     return open_landed(path)
