@@ -28,6 +28,7 @@ import pyarrow.compute as pc
 import pyarrow.ipc  # noqa: F401 - pa.ipc
 import pyarrow.parquet as pq
 
+from changelake import privacy
 from changelake.arrow_keys import group_ids, increasing, key_numbers
 from changelake.config import tuned
 from changelake.engine.columnar import merge_records
@@ -884,6 +885,7 @@ def tasks_function(tasks: list[BucketTask], groups: list[list[int]], ctx: Bucket
 
     def run(batches):
         lazy_zip_invalidation()  # for this worker's next tasks
+        privacy.restrict()  # a worker has the umask of the JVM that started it, whoever started that
         io = TaskIO(ctx.io_properties, kept=StoredRows(TASK_KEPT_BYTES))
         schema = task_marker_schema()
         for batch in batches:

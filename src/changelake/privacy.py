@@ -1,0 +1,50 @@
+"""Files changelake writes are its user's alone: 0600 files in 0700 directories, whatever the caller's umask.
+
+Table files, staged records, dead letters, the SQLite catalog and Spark's scratch files hold landed records,
+so every entrypoint narrows the process umask: the CLI (restored when ``main`` returns), each ``spark_apps/``
+entrypoint and the SQL endpoint (for the process's life), the Python API around each method that writes
+(:func:`private_files`), and the Python workers of changelake's Spark tasks at the start of each task (a worker
+inherits the umask of the JVM, which ``spark-submit`` may have started under any). The umask only narrows:
+a caller's stricter one stays.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+#: The permission bits no file or directory changelake creates gives to group or others.
+PRIVATE = 0o077
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def restrict() -> int:
+    """Narrow the process umask to at least :data:`PRIVATE`; return the previous one."""
+    previous = os.umask(PRIVATE)
+    os.umask(previous | PRIVATE)
+    return previous
+
+
+@contextmanager
+def private_files() -> Iterator[None]:
+    """Create files 0600 and directories 0700 inside the block; the umask is restored after it."""
+    previous = restrict()
+    try:
+        yield
+    finally:
+        os.umask(previous)
+
+
+def writes_private(method: F) -> F:
+    """A method (of the Python API) that creates its files under :func:`private_files`."""
+
+    @functools.wraps(method)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        with private_files():
+            return method(*args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
