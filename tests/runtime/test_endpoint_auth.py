@@ -7,6 +7,7 @@ import os
 import stat
 import subprocess
 import time
+import zipfile
 
 import pytest
 
@@ -93,11 +94,21 @@ def test_the_endpoint_conf_locks_it_down_and_the_config_file_cannot_undo_it(tmp_
 
 
 def test_the_guard_and_authenticator_compile_once(tmp_path):
-    settings = load_settings(home=tmp_path / "home")
+    # A jars directory of its own: the pinned set linked in, changelake's jar built here.
+    from changelake.runtime import jvm
+
+    pinned = jvm.jars_dir(load_settings()) / jvm.JAR_SET
+    (tmp_path / "jars").mkdir()
+    (tmp_path / "jars" / jvm.JAR_SET).symlink_to(pinned)
+    settings = load_settings(home=tmp_path / "home", jars_dir=str(tmp_path / "jars"))
     started = time.monotonic()
     classes = endpoint_auth.compiled_classes(settings)
-    assert (classes / "changelake" / "endpoint" / "Guard.class").exists()
-    assert (classes / "changelake" / "endpoint" / "PasswordAuthenticator.class").exists()
+    names = set(zipfile.ZipFile(classes).namelist())
+    assert {
+        "changelake/endpoint/Guard.class",
+        "changelake/endpoint/PasswordAuthenticator.class",
+        "changelake/spark/ChangelakeCatalog.class",
+    } <= names
     first = time.monotonic() - started
     started = time.monotonic()
     assert endpoint_auth.compiled_classes(settings) == classes
