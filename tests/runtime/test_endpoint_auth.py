@@ -113,3 +113,23 @@ def test_the_guard_and_authenticator_compile_once(tmp_path):
     started = time.monotonic()
     assert endpoint_auth.compiled_classes(settings) == classes
     assert time.monotonic() - started < min(1.0, first)  # cached by the sources' hash
+
+
+def test_the_endpoint_bounds_statements_and_pools_its_own_jobs(tmp_path, monkeypatch):
+    """Issue 42's limits as the endpoint's Spark settings: the statement timeout and the result cap follow their
+    variables, and the FAIR scheduler's file names the server's pool and the clients' default pool."""
+    import xml.etree.ElementTree as ET
+
+    from changelake.runtime.endpoint import Endpoint
+    from changelake.runtime.server import SERVER_POOL, server_conf
+
+    monkeypatch.setenv("CHANGELAKE_SERVER_STATEMENT_TIMEOUT", "7")
+    monkeypatch.setenv("CHANGELAKE_SERVER_MAX_RESULT_MB", "64")
+    settings = load_settings(home=tmp_path / "home")
+    conf = server_conf(settings, Endpoint(host="127.0.0.1", thrift_port=1, connect_port=2))
+    assert conf["spark.sql.thriftServer.queryTimeout"] == "7s"
+    assert conf["spark.sql.thriftServer.interruptOnCancel"] == "true"
+    assert conf["spark.driver.maxResultSize"] == "64m"
+    assert conf["spark.scheduler.mode"] == "FAIR"
+    pools = ET.parse(conf["spark.scheduler.allocation.file"]).getroot()
+    assert {p.get("name"): p.findtext("minShare") for p in pools} == {SERVER_POOL: "1", "default": "0"}
