@@ -73,8 +73,24 @@ def test_every_spark_app_restricts_the_umask_before_it_runs(app):
     assert ast.unparse(main.body[0]) == "privacy.restrict()", app
 
 
-def test_the_spark_task_functions_restrict_the_workers_umask():
-    """The merge and decode jobs' task functions (run in Python workers the JVM starts) narrow the umask."""
+def test_the_spark_task_functions_restrict_a_workers_umask_and_not_their_callers(monkeypatch):
+    """The merge and decode jobs' task functions narrow the umask in a Python worker Spark started, and leave
+    the umask of a process that runs them itself (a small batch in the applying process) to its caller."""
+    import sys
+    import types
+
     for module in ("engine/buckets.py", "inputs/decode.py"):
         source = (REPO / "src" / "changelake" / module).read_text()
-        assert "lazy_zip_invalidation()  # for this worker's next tasks\n        privacy.restrict()" in source
+        assert (
+            "lazy_zip_invalidation()  # for this worker's next tasks\n        privacy.restrict_worker()"
+            in source
+        )
+    previous = os.umask(0o022)
+    try:
+        privacy.restrict_worker()
+        assert os.umask(0o022) == 0o022  # not a worker: unchanged
+        monkeypatch.setitem(sys.modules, "pyspark.worker", types.ModuleType("pyspark.worker"))
+        privacy.restrict_worker()
+        assert os.umask(0o022) == 0o077
+    finally:
+        os.umask(previous)

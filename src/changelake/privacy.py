@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -27,6 +28,14 @@ def restrict() -> int:
     previous = os.umask(PRIVATE)
     os.umask(previous | PRIVATE)
     return previous
+
+
+def restrict_worker() -> None:
+    """:func:`restrict` in a Python worker Spark started (it has the umask of its JVM, which ``spark-submit`` may
+    have started under any); nothing where a task function runs in the applying process, whose umask its
+    caller decides (the CLI and the Python API narrow it around their work)."""
+    if "pyspark.worker" in sys.modules:
+        restrict()
 
 
 @contextmanager

@@ -885,7 +885,7 @@ def tasks_function(tasks: list[BucketTask], groups: list[list[int]], ctx: Bucket
 
     def run(batches):
         lazy_zip_invalidation()  # for this worker's next tasks
-        privacy.restrict()  # a worker has the umask of the JVM that started it, whoever started that
+        privacy.restrict_worker()  # a Spark worker has its JVM's umask, whoever started that
         io = TaskIO(ctx.io_properties, kept=StoredRows(TASK_KEPT_BYTES))
         schema = task_marker_schema()
         for batch in batches:

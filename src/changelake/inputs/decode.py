@@ -635,7 +635,7 @@ def decode_task(
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         lazy_zip_invalidation()  # for this worker's next tasks
-        privacy.restrict()  # a worker has the umask of the JVM that started it, whoever started that
+        privacy.restrict_worker()  # a Spark worker has its JVM's umask, whoever started that
         io = TaskIO(io_properties)
         for batch in batches:
             for group in batch.column(0).to_pylist():
