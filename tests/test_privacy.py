@@ -94,3 +94,30 @@ def test_the_spark_task_functions_restrict_a_workers_umask_and_not_their_callers
         assert os.umask(0o022) == 0o077
     finally:
         os.umask(previous)
+
+
+def test_overlapping_private_blocks_in_threads_restore_the_callers_umask(loose_umask):
+    """Two threads in private blocks at once, ending in the order they began: the umask is the caller's
+    after both (each restoring what it found left it narrowed)."""
+    import threading
+
+    first_in, second_in, first_out = threading.Event(), threading.Event(), threading.Event()
+
+    def first():
+        with privacy.private_files():
+            first_in.set()
+            second_in.wait(5)
+        first_out.set()
+
+    def second():
+        first_in.wait(5)
+        with privacy.private_files():
+            second_in.set()
+            first_out.wait(5)
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert os.umask(0o022) == 0o022

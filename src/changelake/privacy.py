@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import os
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -38,14 +39,29 @@ def restrict_worker() -> None:
         restrict()
 
 
+_LOCK = threading.Lock()
+_inside = 0  # blocks of private_files running now, in any thread
+_caller_umask = 0  # the umask before the first of them
+
+
 @contextmanager
 def private_files() -> Iterator[None]:
-    """Create files 0600 and directories 0700 inside the block; the umask is restored after it."""
-    previous = restrict()
+    """Create files 0600 and directories 0700 inside the block; the caller's umask is restored after it. The
+    umask is the process's: with blocks running at once in several threads, the last to end restores it
+    (each restoring what it found left the umask narrowed when two overlapped)."""
+    global _inside, _caller_umask
+    with _LOCK:
+        previous = restrict()
+        if _inside == 0:
+            _caller_umask = previous
+        _inside += 1
     try:
         yield
     finally:
-        os.umask(previous)
+        with _LOCK:
+            _inside -= 1
+            if _inside == 0:
+                os.umask(_caller_umask)
 
 
 def writes_private(method: F) -> F:
