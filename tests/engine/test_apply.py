@@ -310,6 +310,8 @@ def test_status_views_and_dataframe_batches(lake, spark):
         "quarantined": 0,
         "redelivered": 0,
         "deduplicated": 0,
+        "writers": {"api": 1},  # each writer's last applied number
+        "kafka_lag": None,  # not a Kafka-sourced table
     }
     assert 1000 < status["bytes"] < 20_000
 
