@@ -37,6 +37,7 @@ setup: uv check-java ## Create both environments from their lock files (.venv, .
 	@$(PY) -m compileall -q -j 0 src spark_apps dags >/dev/null
 	@infra/datadocs_assets.sh
 	@infra/jars.sh spark kafka
+	@echo "changelake's Spark classes: $$($(PY) -m changelake.runtime.jvm)"
 	@infra/postgres.sh
 
 test: setup ## Run the whole test suite: data env (unit, Spark, crash/race, cluster) then Airflow env (DAGs, e2e)
@@ -79,8 +80,10 @@ kafka: setup ## Start a local Kafka broker (Apache Kafka's jars, KRaft, SASL log
 kafka-stop: ## Stop the Kafka broker started by `make kafka`
 	@infra/kafka.sh stop
 
+# spark-submit starts the driver's JVM itself: it gets the jars the session builder would add (runtime/jvm.py).
+SPARK_JARS = $(shell ls $(CURDIR)/.cache/jars/spark/*.jar $(CURDIR)/.cache/jars/changelake/*.jar 2>/dev/null | paste -sd, -)
 apply: setup ## spark-submit the apply app for all pending batches (SPARK_MASTER=spark://127.0.0.1:7077 for the cluster)
-	PYSPARK_PYTHON=$(CURDIR)/.venv/bin/python .venv/bin/spark-submit $(if $(SPARK_MASTER),--master $(SPARK_MASTER)) \
+	PYSPARK_PYTHON=$(CURDIR)/.venv/bin/python .venv/bin/spark-submit $(if $(SPARK_MASTER),--master $(SPARK_MASTER)) --jars "$(SPARK_JARS)" \
 		--conf spark.pyspark.python=$(CURDIR)/.venv/bin/python spark_apps/apply_app.py
 
 # Lint runs on the data env's tools (the dev group): ruff over every Python file in the repository (`.`:

@@ -15,7 +15,7 @@ per table at the profiles' sizes, applied by one ``changelake apply`` (cold). Th
    across their runs (the first parses the project in full, the later ones partially); the thrift builds use
    the project's own ``target/``, as a user's do, where the endpoint's start parsed the project.
 4. Every model the thrift build wrote equals the session build's (``EXCEPT ALL`` both ways, over PyHive).
-5. Point queries over PyHive (``where order_id = k`` on ``global_temp.shop__orders``): ``--queries`` keys on
+5. Point queries over PyHive (``where order_id = k`` on ``changelake.shop.orders``): ``--queries`` keys on
    one connection, and a few with a new connection each (what dbt does per node); each answer is checked
    against pyiceberg's read of the table.
 6. Commit to visible: a new batch of ``shop.orders`` applied through the warm path (``changelake apply`` with
@@ -160,8 +160,9 @@ def relation(schema: str, name: str) -> str:
     return f"{quote(schema)}.{quote(name)}"
 
 
-VIEW = relation("global_temp", "shop__orders")
-CHANGELOG_VIEW = relation("global_temp", "shop__orders__changelog")
+# The demo's orders table and its changelog, as Iceberg tables in the endpoint's `changelake` catalog.
+VIEW = f"{quote('changelake')}.{relation('shop', 'orders')}"
+CHANGELOG_VIEW = f"{quote('changelake')}.{relation('shop', 'orders__changelog')}"
 
 
 def compare_models(cursor, models: list[str]) -> dict[str, Any]:

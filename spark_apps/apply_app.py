@@ -9,7 +9,9 @@ dropped, so orchestrators can pass optional ranges positionally.
 
 import sys
 
+from changelake import privacy
 from changelake.cli import main, without_empty_args
 
 if __name__ == "__main__":
+    privacy.restrict()  # its files are this user's alone, whatever umask spark-submit or Airflow gave it
     sys.exit(main(["apply", *without_empty_args(sys.argv[1:], empty=("", "None"))]))

@@ -9,8 +9,10 @@ renders when unset), are dropped.
 
 import sys
 
+from changelake import privacy
 from changelake.cli import without_empty_args
 from changelake.runtime.dbt_runner import main
 
 if __name__ == "__main__":
+    privacy.restrict()  # its files are this user's alone, whatever umask spark-submit or Airflow gave it
     sys.exit(main(without_empty_args(sys.argv[1:])))

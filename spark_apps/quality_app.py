@@ -6,7 +6,9 @@ Exits 1 when an expectation of severity critical fails.
 
 import sys
 
+from changelake import privacy
 from changelake.quality.runner import main
 
 if __name__ == "__main__":
+    privacy.restrict()  # its files are this user's alone, whatever umask spark-submit or Airflow gave it
     sys.exit(main())

@@ -10,7 +10,9 @@ master is CHANGELAKE_SPARK_MASTER (the script sets it from SPARK_MASTER).
 
 import sys
 
+from changelake import privacy
 from changelake.runtime.server import main
 
 if __name__ == "__main__":
+    privacy.restrict()  # its files are this user's alone, whatever umask spark-submit or Airflow gave it
     sys.exit(main(sys.argv[1:]))

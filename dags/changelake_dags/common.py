@@ -99,14 +99,20 @@ def data_python() -> str:
 
 
 def spark_conf() -> dict[str, str]:
-    """spark-submit settings: the data env's Python, and changelake's log4j2 config and Derby home for the
-    driver JVM (spark-submit starts that JVM, so the app cannot set them itself)."""
+    """spark-submit settings: the data env's Python, changelake's log4j2 config and Derby home for the driver
+    JVM, and its jars (spark-submit starts that JVM, so the app cannot set them itself)."""
     python = data_python()
     log4j = LOG4J
+    # The jars the data env's session builder puts on the classpath (changelake.runtime.jvm): Iceberg's Spark
+    # runtime, its JDBC drivers and changelake's catalog, which spark-submit must give its driver at launch.
+    jars = sorted((REPO / ".cache" / "jars" / "spark").glob("*.jar")) + sorted(
+        (REPO / ".cache" / "jars" / "changelake").glob("*.jar")
+    )
     return {
         "spark.pyspark.python": python,
         "spark.pyspark.driver.python": python,
         "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={log4j} -Dderby.system.home={home() / 'metastore'}",
+        **({"spark.jars": ",".join(str(j) for j in jars)} if jars else {}),
     }
 
 

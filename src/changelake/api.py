@@ -34,9 +34,10 @@ from changelake.errors import (
     PlannedOnOldState,
     unknown_table,
 )
-from changelake.identifiers import split_table_name
+from changelake.identifiers import quote, split_table_name
 from changelake.inputs import kafka
 from changelake.inputs.landing import landing_status, read_manifest, scan_landing
+from changelake.privacy import private_files, writes_private
 from changelake.spec import SpecDirectory, TableSpec, check_new_table, load_specs
 from changelake.storage import sparkread
 from changelake.storage.fastread import FastReader, changelog_order, expired_before, json_default
@@ -76,7 +77,8 @@ class ChangeLake:
         if self._spark is None:
             from changelake.runtime.session import get_spark
 
-            self._spark = get_spark(self.settings)
+            with private_files():  # the JVM, and the Python workers it starts, inherit the umask
+                self._spark = get_spark(self.settings)
         return self._spark
 
     @property
@@ -105,6 +107,7 @@ class ChangeLake:
             self.progress(note)
         return evolution.resolve(table, file_spec, stored)
 
+    @writes_private
     def create_table(self, spec: TableSpec | dict | str | Path) -> TableSpec:
         """Create a PK table and its changelog table from a spec (TableSpec, dict, or YAML path), or apply
         the spec's supported changes to the existing table (:func:`changelake.evolution.plan`; anything else
@@ -138,6 +141,7 @@ class ChangeLake:
             if len(ident) == 2 and not ident[1].endswith(CHANGELOG_SUFFIX)
         ]
 
+    @writes_private
     def create_all(self) -> list[TableSpec]:
         """Create every table with a spec; then raise the problems of spec files that did not load."""
         specs = self.specs()
@@ -145,6 +149,7 @@ class ChangeLake:
         specs.check()
         return created
 
+    @writes_private
     def drop_table(self, table: str) -> None:
         self.storage.drop(self.spec(table))
 
@@ -155,6 +160,7 @@ class ChangeLake:
         return self._create(file_spec if file_spec is not None else self.spec(table))
 
     # --- writes ----------------------------------------------------------------------------------------
+    @writes_private
     def apply(
         self,
         table: str,
@@ -224,6 +230,7 @@ class ChangeLake:
                 _own_records(spec, fmt), position, [staged], fmt, target_columns, based_on
             )
 
+    @writes_private
     def apply_pending(
         self, table: str | None = None, up_to: int | None = None, from_batch: int | None = None
     ) -> list[BatchResult]:
@@ -250,6 +257,7 @@ class ChangeLake:
             specs.check()  # every other table is applied; a broken spec's batches are not silently left
         return results
 
+    @writes_private
     def sql(
         self, statements: str, idempotency_key: str | None = None, batch_id: int | None = None
     ) -> list[SqlResult]:
@@ -419,17 +427,30 @@ class ChangeLake:
 
     # --- reads -----------------------------------------------------------------------------------------
     def rows(self, table: str, at_batch: int | None = None):
-        """Current rows as a DataFrame (declared types, no hidden bucket), or as of batch ``at_batch``."""
+        """Current rows as a DataFrame (declared types, no hidden bucket), or as of batch ``at_batch``: the PK
+        table read by Iceberg's Spark runtime as ``changelake.<ns>.<table>`` (:meth:`iceberg_table`; deletes
+        applied by Iceberg, ``VERSION AS OF`` the batch's snapshot)."""
         spec = self.spec(table)
-        snapshot_id = None
+        version = ""
         if at_batch is not None:
             pk = self.storage.pk_table(spec)
             snap = self.storage.snapshot_for_batch(pk, at_batch)
             if snap is None:
                 raise self.storage.expired_batch_error(pk, at_batch)
-            snapshot_id = snap.snapshot_id
-        df = sparkread.rows_df(self.spark, self.storage, spec, snapshot_id).drop("_bucket")
+            version = f" VERSION AS OF {int(snap.snapshot_id)}"
+        df = self.spark.sql(f"SELECT * FROM {self.iceberg_table(table)}{version}")  # noqa: S608 - quoted names, an int
         return sparkread.to_view_types(spec, df)
+
+    def iceberg_table(self, table: str, changelog: bool = False) -> str:
+        """The Spark SQL name of a table (or of its changelog table) in the Spark catalog that reads this lake's
+        Iceberg catalog: ``changelake.<ns>.<table>`` (:func:`changelake.runtime.jvm.spark_catalog`), quoted."""
+        from changelake.runtime import jvm
+
+        spec = self.spec(table)
+        name = spec.table + (CHANGELOG_SUFFIX if changelog else "")
+        return ".".join(
+            quote(p) for p in (jvm.spark_catalog(self.spark, self.settings), spec.namespace, name)
+        )
 
     def rows_arrow(self, table: str, at_batch: int | None = None) -> pa.Table:
         """:meth:`rows` without Spark: a pyarrow Table with the same rows and types (TIMESTAMP_LTZ values
@@ -455,7 +476,7 @@ class ChangeLake:
             to_batch,
             Storage.state(pk).last_batch,
         )
-        df = sparkread.changelog_df(self.spark, self.storage, spec)
+        df = self.spark.table(self.iceberg_table(table, changelog=True))
         if from_batch is not None:
             df = df.filter(F.col("_batch_id") >= from_batch)
         if to_batch is not None:
@@ -489,6 +510,7 @@ class ChangeLake:
             ]
         return self.reader.lookup(table, key, prefix)
 
+    @writes_private
     def lookup_keys(
         self, table: str, keys: list[dict[str, Any]], insert_if_not_exists: bool = False
     ) -> list[dict[str, Any] | None]:
@@ -583,6 +605,7 @@ class ChangeLake:
         broken = self.specs().status_rows(rows[0] if rows else None)
         return sorted(rows + broken, key=lambda r: r["table"]) if broken else rows
 
+    @writes_private
     def maintain(
         self,
         table: str | None = None,
@@ -637,27 +660,22 @@ class ChangeLake:
         raw text — read from the dead-letter files the committed batches name."""
         return self.reader.dead_letters(table, batch_id)
 
+    @writes_private
     def register_views(self, names: list[str] | None = None) -> list[str]:
-        """Register each table's current snapshot, changelog and committed input as global temp views.
-
-        Views: ``global_temp.<namespace>__<table>``, ``…__changelog`` and ``…__input`` (dbt sources and GX
-        suites read these). A table whose input cannot be given as committed gets an ``__input`` view that
-        raises the reason when read (:meth:`input_view`); the other views and tables are registered as usual.
-        """
+        """Register each table's committed landed input as the global temp view ``global_temp.<ns>__<t>__input``
+        (dbt's sources of the aggregation tables read it). The rows and the changelog need no view: Spark reads
+        them as Iceberg tables, ``changelake.<ns>.<t>`` and ``changelake.<ns>.<t>__changelog``
+        (:meth:`iceberg_table`). A table whose input cannot be given as committed gets a view that raises the
+        reason when read (:meth:`input_view`); the other tables' views are registered as usual."""
         registered = []
         for name in names or sorted(self.specs()):
             spec = self.spec(name)
             if not self.storage.exists(spec):
                 continue
-            view = f"{spec.namespace}__{spec.table}"
-            self.rows(name).createOrReplaceGlobalTempView(view)
-            self.changelog(name).createOrReplaceGlobalTempView(view + "__changelog")
-            self.input_view(name).createOrReplaceGlobalTempView(view + "__input")
-            registered += [
-                f"global_temp.{view}",
-                f"global_temp.{view}__changelog",
-                f"global_temp.{view}__input",
-            ]
+            self.applier.roll_forward_changelog(spec)  # a crashed apply's changelog, before readers look
+            view = f"{spec.namespace}__{spec.table}__input"
+            self.input_view(name).createOrReplaceGlobalTempView(view)
+            registered.append(f"global_temp.{view}")
         return registered
 
     def input_records(self, table: str):

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from changelake import privacy
 from changelake.atomic import atomic_write_text
 from changelake.errors import ChangelakeError, lost_race, unknown_table
 
@@ -265,9 +266,9 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     as_json = _json_output(args)
     # What a command writes (table files, dead letters, staged records, Spark's files) holds landed records:
-    # only this user may read it. The mask is restored for callers that run main() in their own process.
-    umask = os.umask(0o077)
-    os.umask(umask | 0o077)
+    # only this user may read it (changelake.privacy). The mask is restored for callers that run main() in
+    # their own process.
+    umask = privacy.restrict()
     try:
         with _stdout_to_stderr() if as_json else contextlib.nullcontext():
             code, document = _run(args)

@@ -16,6 +16,7 @@ environment variable       config-file key                        default
 ``CHANGELAKE_SPARK_REMOTE````spark_remote`` (``sc://host:port``)    unset: each process starts its own Spark
 ``CHANGELAKE_DBT_PROJECT`` ``dbt_project_dir``                    the checkout's ``dbt_project/`` (a wheel's copy)
 ``CHANGELAKE_EXPECTATIONS````expectations_dir``                   the checkout's ``expectations/`` (a wheel's copy)
+``CHANGELAKE_JARS``        ``jars_dir``                           the checkout's ``.cache/jars`` (``make setup``)
 ``CHANGELAKE_MAX_RECORD_BYTES`` (n/a)                             16 MiB: the longest landed line read
 (n/a)                      ``spark_conf`` (mapping)               ``{}``
 (n/a)                      ``catalog_properties`` (mapping)       ``{}`` (e.g. credentials for a REST catalog)
@@ -47,6 +48,7 @@ _ENV_KEYS = {
     "expectations_dir": "CHANGELAKE_EXPECTATIONS",
     "dbt_schema": "CHANGELAKE_DBT_SCHEMA",
     "datadocs_assets": "CHANGELAKE_DATADOCS_ASSETS",
+    "jars_dir": "CHANGELAKE_JARS",
 }
 
 #: The checkout this package runs from (``src/changelake/config.py`` -> the repository root), if it runs from one.
@@ -82,6 +84,8 @@ class Settings:
     dbt_schema: str = "analytics"  # the schema dbt builds the marts in (dbt's profile reads it too)
     # the npm packages Data Docs load (infra/datadocs_assets.sh); "" = the checkout's .venv/datadocs-assets
     datadocs_assets: str = ""
+    # the pinned JVM jars (infra/jars.sh) and changelake's own jar; "" = the checkout's .cache/jars
+    jars_dir: str = ""
 
     @property
     def metastore_dir(self) -> Path:
@@ -140,6 +144,7 @@ _FILE_KEYS = {
     "expectations_dir",
     "dbt_schema",
     "datadocs_assets",
+    "jars_dir",
 }
 
 
@@ -190,6 +195,10 @@ TUNING: dict[str, tuple[str, int | float, int]] = {
     "server_warm_dbt": ("CHANGELAKE_SERVER_WARM_DBT", 1, 0),
     # the SQL endpoint: seconds between polls of the tables' snapshots (its views follow new batches)
     "server_poll_seconds": ("CHANGELAKE_SERVER_POLL_SECONDS", 1.0, 0),
+    # the SQL endpoint: a Thrift statement running longer is cancelled (seconds; 0: no limit)
+    "server_statement_timeout": ("CHANGELAKE_SERVER_STATEMENT_TIMEOUT", 300, 0),
+    # the SQL endpoint: the serialized results one statement may collect to the driver (MiB)
+    "server_max_result_mb": ("CHANGELAKE_SERVER_MAX_RESULT_MB", 512, 1),
 }
 
 #: The longest landed line (one source message) read when ``CHANGELAKE_MAX_RECORD_BYTES`` is unset.

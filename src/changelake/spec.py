@@ -421,7 +421,7 @@ def read_yaml(path: Path) -> Any:
 #: The fields of a ``status`` row (docs/cli.md), for the rows of specs that did not load.
 _STATUS_FIELDS = (
     "table", "exists", "last_batch", "rows", "snapshots", "history_batches", "files", "bytes",
-    "last_maintenance", "changelog_records", "pending_batches", "problem", "quarantined", "redelivered",
+    "last_maintenance", "last_commit", "changelog_records", "pending_batches", "problem", "quarantined", "redelivered",
     "deduplicated",
 )  # fmt: skip
 

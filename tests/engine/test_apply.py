@@ -283,14 +283,13 @@ def test_status_views_and_dataframe_batches(lake, spark):
     again = lake.apply("t.kv", df, batch_id=1)
     assert again.status == "already-applied"
     views = lake.register_views(["t.kv"])
-    assert views == ["global_temp.t__kv", "global_temp.t__kv__changelog", "global_temp.t__kv__input"]
-    assert spark.sql("select count(*) from global_temp.t__kv").first()[0] == 2
-    # The input view holds landed batches only; this batch came through the API.
+    assert views == ["global_temp.t__kv__input"]
+    # The rows and the changelog are Iceberg tables in the lake's Spark catalog; the input view holds landed
+    # batches only, and this batch came through the API.
+    assert spark.sql(f"select count(*) from {lake.iceberg_table('t.kv')}").first()[0] == 2
     assert spark.sql("select count(*) from global_temp.t__kv__input").first()[0] == 0
-    assert (
-        spark.sql("select count(*) from global_temp.t__kv__changelog where _change_type = '+I'").first()[0]
-        == 2
-    )
+    changelog = lake.iceberg_table("t.kv", changelog=True)
+    assert spark.sql(f"select count(*) from {changelog} where _change_type = '+I'").first()[0] == 2
     (lake.settings.tables_dir / "t.kv.yaml").write_text(json.dumps(KV))
     (status,) = lake.status()
     assert status == {
@@ -303,6 +302,7 @@ def test_status_views_and_dataframe_batches(lake, spark):
         "files": 3,  # the two buckets' data files and the batch's changelog file
         "bytes": status["bytes"],
         "last_maintenance": None,
+        "last_commit": "changelake: batch",
         "changelog_records": 2,
         "pending_batches": 0,
         "incomplete": None,  # no landed file waiting for its producer to finish

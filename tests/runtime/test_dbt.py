@@ -119,14 +119,14 @@ def test_a_duplicated_key_fails_dbt_test(demo, spark):
         with tx.update_snapshot().fast_append() as append:
             append.append_data_file(first)
     status = run_dbt(
-        ["test", "--select", "stg_pageviews", "source:changelake.web__pageviews"],
+        ["test", "--select", "stg_pageviews", "source:web.pageviews"],
         demo.settings,
         lambda m: None,
     )
     summary = summarize(dbt_dirs(demo.settings)["target"] / "run_results.json")
     failed = {n["unique_id"].split(".")[2] for n in summary["nodes"] if n["status"] == "fail"}
     assert status == 1
-    assert "source_unique_changelake_web__pageviews_event_id" in failed
+    assert "source_unique_web_pageviews_event_id" in failed
 
 
 def test_without_dedup_the_drift_check_fails_and_says_by_how_much(lake, spark):

@@ -7,6 +7,7 @@ import os
 import stat
 import subprocess
 import time
+import zipfile
 
 import pytest
 
@@ -93,12 +94,42 @@ def test_the_endpoint_conf_locks_it_down_and_the_config_file_cannot_undo_it(tmp_
 
 
 def test_the_guard_and_authenticator_compile_once(tmp_path):
-    settings = load_settings(home=tmp_path / "home")
+    # A jars directory of its own: the pinned set linked in, changelake's jar built here.
+    from changelake.runtime import jvm
+
+    pinned = jvm.jars_dir(load_settings()) / jvm.JAR_SET
+    (tmp_path / "jars").mkdir()
+    (tmp_path / "jars" / jvm.JAR_SET).symlink_to(pinned)
+    settings = load_settings(home=tmp_path / "home", jars_dir=str(tmp_path / "jars"))
     started = time.monotonic()
     classes = endpoint_auth.compiled_classes(settings)
-    assert (classes / "changelake" / "endpoint" / "Guard.class").exists()
-    assert (classes / "changelake" / "endpoint" / "PasswordAuthenticator.class").exists()
+    names = set(zipfile.ZipFile(classes).namelist())
+    assert {
+        "changelake/endpoint/Guard.class",
+        "changelake/endpoint/PasswordAuthenticator.class",
+        "changelake/spark/ChangelakeCatalog.class",
+    } <= names
     first = time.monotonic() - started
     started = time.monotonic()
     assert endpoint_auth.compiled_classes(settings) == classes
     assert time.monotonic() - started < min(1.0, first)  # cached by the sources' hash
+
+
+def test_the_endpoint_bounds_statements_and_pools_its_own_jobs(tmp_path, monkeypatch):
+    """Issue 42's limits as the endpoint's Spark settings: the statement timeout and the result cap follow their
+    variables, and the FAIR scheduler's file names the server's pool and the clients' default pool."""
+    import xml.etree.ElementTree as ET
+
+    from changelake.runtime.endpoint import Endpoint
+    from changelake.runtime.server import SERVER_POOL, server_conf
+
+    monkeypatch.setenv("CHANGELAKE_SERVER_STATEMENT_TIMEOUT", "7")
+    monkeypatch.setenv("CHANGELAKE_SERVER_MAX_RESULT_MB", "64")
+    settings = load_settings(home=tmp_path / "home")
+    conf = server_conf(settings, Endpoint(host="127.0.0.1", thrift_port=1, connect_port=2))
+    assert conf["spark.sql.thriftServer.queryTimeout"] == "7s"
+    assert conf["spark.sql.thriftServer.interruptOnCancel"] == "true"
+    assert conf["spark.driver.maxResultSize"] == "64m"
+    assert conf["spark.scheduler.mode"] == "FAIR"
+    pools = ET.parse(conf["spark.scheduler.allocation.file"]).getroot()
+    assert {p.get("name"): p.findtext("minShare") for p in pools} == {SERVER_POOL: "1", "default": "0"}

@@ -95,23 +95,27 @@ class _FakeLake:
 
     def _pk_table(self, spec):
         snap = self.snapshots[spec.full_name]
-        current = None if snap is None else SimpleNamespace(snapshot_id=snap, summary=None)
-        return SimpleNamespace(current_snapshot=lambda: current)
+        current = (
+            None if snap is None else SimpleNamespace(snapshot_id=snap, summary=None, parent_snapshot_id=None)
+        )
+        return SimpleNamespace(current_snapshot=lambda: current, metadata=SimpleNamespace(refs={}))
 
-    def _frame(self, name):
-        return SimpleNamespace(createOrReplaceGlobalTempView=self._register)
+    @property
+    def applier(self):
+        return SimpleNamespace(
+            roll_forward_changelog=lambda spec: self.input_view(spec.full_name, built=False)
+        )
 
-    def rows(self, name):
+    def input_view(self, name, built=True):
         if name in self.broken:
             raise RuntimeError(f"cannot read {name}")
-        self.built.append(name)
-        return self._frame(name)
-
-    changelog = input_view = _frame
+        if built:
+            self.built.append(name)
+        return SimpleNamespace(createOrReplaceGlobalTempView=self._register)
 
 
 def _tables(views: list[str]) -> list[str]:
-    return [v.replace("__", ".") for v in views if not v.endswith(("__changelog", "__input"))]
+    return [v.removesuffix("__input").replace("__", ".") for v in views]
 
 
 def test_refresher_registers_only_what_changed_and_isolates_failures():
@@ -120,7 +124,7 @@ def test_refresher_registers_only_what_changed_and_isolates_failures():
     messages: list[str] = []
     refresher = ViewRefresher(lake, messages.append)
     assert refresher.poll() == ["a.x", "a.y", "b.z"]  # first poll: everything, empty tables too
-    assert lake.registered[:3] == ["a__x", "a__x__changelog", "a__x__input"]
+    assert lake.registered[:1] == ["a__x__input"]
     assert refresher.poll() == [] and _tables(lake.registered) == ["a.x", "a.y", "b.z"]  # nothing new
 
     lake.snapshots["a.x"] = 2  # a commit
@@ -133,9 +137,9 @@ def test_refresher_registers_only_what_changed_and_isolates_failures():
     assert refresher.poll() == ["a.y"]  # retried until it works
     assert refresher.registered == {"a.x": 2, "a.y": 3, "b.z": 7}
 
-    del lake.snapshots["b.z"]  # dropped table: its three views go
+    del lake.snapshots["b.z"]  # dropped table: its view goes
     assert refresher.poll() == []
-    assert lake.dropped == ["b__z", "b__z__changelog", "b__z__input"] and "b.z" not in refresher.registered
+    assert lake.dropped == ["b__z__input"] and "b.z" not in refresher.registered
 
 
 def test_refresher_registers_again_a_view_a_client_dropped():
@@ -144,30 +148,30 @@ def test_refresher_registers_again_a_view_a_client_dropped():
     messages: list[str] = []
     refresher = ViewRefresher(lake, messages.append)
     refresher.poll()
-    lake.present.discard("b__z__changelog")  # DROP VIEW global_temp.b__z__changelog through the endpoint
+    lake.present.discard("b__z__input")  # DROP VIEW global_temp.b__z__input through the endpoint
     assert refresher.poll() == ["b.z"]
-    assert "b__z__changelog" in lake.present and any("dropped by a client" in m for m in messages)
+    assert "b__z__input" in lake.present and any("dropped by a client" in m for m in messages)
     assert refresher.poll() == []
 
 
 def test_refresher_rebuilds_views_when_the_table_commits_meanwhile():
-    """The views of one table must name one snapshot: a commit while they are built means build again,
-    and only the frames of the settled snapshot are registered."""
+    """A table's view must name one snapshot: a commit while it is built means build again, and only the
+    frame of the settled snapshot is registered."""
     lake = _FakeLake()
     lake.snapshots = {"a.x": 1}
     commits = iter([2])  # a commit lands while the first frames are built
-    build = lake.rows
+    build = lake.input_view
 
-    def rows_then_commit(name):
-        frame = build(name)
+    def input_then_commit(name, built=True):
+        frame = build(name, built)
         lake.snapshots["a.x"] = next(commits, lake.snapshots["a.x"])
         return frame
 
-    lake.rows = rows_then_commit
+    lake.input_view = input_then_commit
     refresher = ViewRefresher(lake, lambda _m: None)
     refresher.poll()
     assert lake.built == ["a.x", "a.x"] and refresher.registered == {"a.x": 2}
-    assert lake.registered == ["a__x", "a__x__changelog", "a__x__input"]
+    assert lake.registered == ["a__x__input"]
 
 
 def test_refresher_publishes_the_snapshot_each_view_shows(tmp_path):
@@ -344,19 +348,19 @@ def test_endpoint_serves_dbt_sql_clients_and_new_batches(demo, spark, endpoint, 
     assert WARM_DBT_SCHEMA not in {name for (name,) in _query(cursor, "show databases")}
     # A PK table, its changelog and a mart through a SQL client.
     orders = demo.rows("shop.orders")
-    assert sorted(_query(cursor, "select order_id from global_temp.shop__orders")) == sorted(
+    assert sorted(_query(cursor, "select order_id from changelake.shop.orders")) == sorted(
         (r.order_id,) for r in orders.select("order_id").collect()
     )
     log = demo.changelog("shop.orders")
     assert _query(
         cursor,
-        "select _change_type, count(*) from global_temp.shop__orders__changelog group by 1 order by 1",
+        "select _change_type, count(*) from changelake.shop.orders__changelog group by 1 order by 1",
     ) == [tuple(r) for r in log.groupBy("_change_type").count().orderBy("_change_type").collect()]
     per_shop = dict(_query(cursor, "select shop_id, order_count from analytics.orders_per_shop"))
     assert per_shop == {r.shop_id: r["count"] for r in orders.groupBy("shop_id").count().collect()}
 
     key = orders.select("order_id").first().order_id
-    point = f"select order_id, shop_id from global_temp.shop__orders where order_id = {key}"
+    point = f"select order_id, shop_id from changelake.shop.orders where order_id = {key}"
     _query(cursor, point)
     started = time.monotonic()
     row = _query(cursor, point)
@@ -365,10 +369,10 @@ def test_endpoint_serves_dbt_sql_clients_and_new_batches(demo, spark, endpoint, 
 
     # A new batch, applied through the Python API: the next queries see it whole, each view before or after.
     def seen() -> tuple[frozenset, tuple]:
-        keys = frozenset(k for (k,) in _query(cursor, "select order_id from global_temp.shop__orders"))
+        keys = frozenset(k for (k,) in _query(cursor, "select order_id from changelake.shop.orders"))
         batches = _query(
             cursor,
-            "select _batch_id, count(*) from global_temp.shop__orders__changelog group by 1 order by 1",
+            "select _batch_id, count(*) from changelake.shop.orders__changelog group by 1 order by 1",
         )
         return keys, tuple(batches)
 
@@ -436,7 +440,7 @@ def test_endpoint_serves_dbt_sql_clients_and_new_batches(demo, spark, endpoint, 
 _PATH_READS = ["text.`{f}`", "csv.`{f}`", "json.`{f}`", "parquet.`{d}`", "binaryFile.`{f}`"]
 _PATH_STATEMENTS = [  # read files by path: the guard's words, or (runSQLOnFiles off) no such table
     "select * from {src}",  # columns every format has (binaryFile has no `value`): the guard is reached
-    "select * from global_temp.shop__orders where order_id in (select count(*) from {src})",
+    "select * from changelake.shop.orders where order_id in (select count(*) from {src})",
 ]
 _GUARDED = [  # refused by the guard to every Thrift user, owner included
     "insert overwrite directory '{d}' using parquet select 1",
@@ -447,22 +451,28 @@ _GUARDED = [  # refused by the guard to every Thrift user, owner included
     "load data local inpath '{f}' into table default.t_load",
     "alter table default.t_load set location '{d}'",
     "create temporary view v_{n} using text options (path '{f}')",
-    "create or replace global temporary view shop__orders as select 1 as order_id",
+    "create or replace global temporary view shop__orders__input as select 1 as order_id",
     "create view default.v_{n} as select reflect('java.lang.System', 'getenv', 'HOME') as h",
-    "select transform(order_id) using 'cat {f}' as (x string) from global_temp.shop__orders",
+    "select transform(order_id) using 'cat {f}' as (x string) from changelake.shop.orders",
     "select reflect('java.lang.System', 'getenv', 'HOME')",
     "select java_method('java.lang.System', 'getProperty', 'user.home')",
     "add jar {f}",
     "create function f_{n} as 'org.example.F' using jar '{f}'",
+    # issue 42's first attack, the catalog half: a JDBC catalog plugin; and the statement timeout turned off
+    "set spark.sql.catalog.x_{n}=org.apache.spark.sql.execution.datasources.v2.jdbc.JDBCTableCatalog",
+    "set spark.sql.thriftServer.queryTimeout=0",
 ]
 _OWNER_ONLY = [  # refused by the guard to the read role, allowed to the owner (dbt's login)
-    "drop view global_temp.shop__orders",
-    "drop view if exists global_temp.shop__orders__changelog",
+    "drop view global_temp.shop__orders__input",
+    "drop view if exists global_temp.shop__orders__input",
     "set spark.sql.runSQLOnFiles=true",
-    "cache table c_{n} as select * from global_temp.shop__orders",
+    "cache table c_{n} as select * from changelake.shop.orders",
     "create database if not exists db_{n}",
 ]
-_ALLOWED = ["select count(*) from global_temp.shop__orders"]
+_ALLOWED = [
+    "select count(*) from changelake.shop.orders",
+    "select count(*) from global_temp.shop__orders__input",
+]
 _STATEMENTS = _PATH_STATEMENTS + _GUARDED + _OWNER_ONLY + _ALLOWED
 
 
@@ -580,7 +590,7 @@ def _check_locked_down(endpoint, demo) -> None:
 
     def views_back(timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout
-        for view in ("shop__orders", "shop__orders__changelog"):
+        for view in ("shop__orders__input",):
             while True:
                 try:
                     _query(reader, f"select 1 from global_temp.{view} limit 1")
@@ -607,6 +617,6 @@ def _check_locked_down(endpoint, demo) -> None:
     assert sorted(demo.rows_arrow("shop.orders").column("order_id").to_pylist()) == rows_before
 
     # The owner may drop a view (dbt's login); the server registers it again within a few polls.
-    _query(owner, "drop view if exists global_temp.shop__orders")
+    _query(owner, "drop view if exists global_temp.shop__orders__input")
     views_back()
-    assert _query(reader, "select count(*) from global_temp.shop__orders") == [(len(rows_before),)]
+    assert _query(reader, "select count(*) from changelake.shop.orders") == [(len(rows_before),)]

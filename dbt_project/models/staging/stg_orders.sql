@@ -1,5 +1,5 @@
 with source as (
-    select * from {{ source('changelake', 'shop__orders') }}
+    select * from {{ source('shop', 'orders') }}
 )
 
 select

@@ -1,5 +1,5 @@
 with source as (
-    select * from {{ source('changelake', 'web__pageviews') }}
+    select * from {{ source('web', 'pageviews') }}
 )
 
 select

@@ -1,5 +1,5 @@
 with source as (
-    select * from {{ source('changelake', 'web__pageviews__changelog') }}
+    select * from {{ source('web', 'pageviews__changelog') }}
 )
 
 select

@@ -1,5 +1,5 @@
 with source as (
-    select * from {{ source('changelake', 'shop__shop_revenue') }}
+    select * from {{ source('shop', 'shop_revenue') }}
 )
 
 select

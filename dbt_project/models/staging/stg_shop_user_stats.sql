@@ -1,5 +1,5 @@
 with source as (
-    select * from {{ source('changelake', 'shop__shop_user_stats') }}
+    select * from {{ source('shop', 'shop_user_stats') }}
 )
 
 select

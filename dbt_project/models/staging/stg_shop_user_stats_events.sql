@@ -1,6 +1,6 @@
 -- Order events as delivered to shop.shop_user_stats; redeliveries keep their original Kafka offset.
 with source as (
-    select * from {{ source('changelake', 'shop__shop_user_stats__input') }}
+    select * from {{ source('landed_input', 'shop__shop_user_stats__input') }}
 )
 
 select

@@ -66,7 +66,7 @@ from changelake.inputs.landing import (
 from changelake.inputs.records import partition_key
 from changelake.spec import TableSpec
 from changelake.storage import sparkread
-from changelake.storage.files import Layout, TableFile
+from changelake.storage.files import Layout, TableFile, side_location
 from changelake.storage.iceberg import CommitFailedException, Storage, TableState
 from changelake.storage.maintenance import delete_files
 from changelake.storage.rollforward import MAX_COMMIT_ATTEMPTS, roll_forward_changelog
@@ -705,13 +705,14 @@ class Applier:
         spec = batch.spec
         opts = spec.source_options
         codec, level = buckets.compression_of(dict(table.properties))
+        log_table = self.storage.changelog_table(spec)
         return BucketContext(
             spec=spec,
             partition_columns=(*spec.partition_keys, "_bucket"),
             files_by_partition={},
             io_properties=dict(table.io.properties),
             out_dir=self.storage.new_data_dir(table, batch_id),
-            log_dir=self.storage.new_data_dir(self.storage.changelog_table(spec), batch_id),
+            log_dir=self.storage.new_data_dir(log_table, batch_id),
             batch_id=batch_id,
             commit_micros=int((commit_ts - _EPOCH) / dt.timedelta(microseconds=1)),
             target_columns=None if batch.target_columns is None else tuple(batch.target_columns),
@@ -721,6 +722,8 @@ class Applier:
             compression=codec,
             compression_level=level,
             delta_compression=buckets.delete_compression_of(dict(table.properties)),
+            field_ids=Storage.field_ids(table),
+            log_field_ids=Storage.field_ids(log_table),
         )
 
     def _write_dead_letters(self, spec, table, batch_id, decoded: decode.DecodeSummary) -> str | None:
@@ -731,7 +734,7 @@ class Applier:
         input."""
         if not decoded.dead_letters:
             return None
-        path = f"{table.location()}/dead-letter/batch-{batch_id:012d}-{uuid.uuid4().hex[:12]}.jsonl"
+        path = f"{side_location(table.location())}/dead-letter/batch-{batch_id:012d}-{uuid.uuid4().hex[:12]}.jsonl"
         lines = (
             (json.dumps({"batch_id": batch_id, **record}) + "\n").encode() for record in decoded.dead_letters
         )
@@ -900,7 +903,7 @@ def _changelog_manifest(plan: ApplyPlan, merged: Merged, summary: BatchSummary) 
 
 
 def _manifest_path(table, batch_id: int) -> str:
-    return f"{table.location()}/metadata/changelake/changelog-{batch_id:012d}-{uuid.uuid4().hex[:12]}.json"
+    return f"{side_location(table.location())}/changelog-{batch_id:012d}-{uuid.uuid4().hex[:12]}.json"
 
 
 def _rows_before(plan: ApplyPlan) -> int:

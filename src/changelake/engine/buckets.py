@@ -28,6 +28,7 @@ import pyarrow.compute as pc
 import pyarrow.ipc  # noqa: F401 - pa.ipc
 import pyarrow.parquet as pq
 
+from changelake import privacy
 from changelake.arrow_keys import group_ids, increasing, key_numbers
 from changelake.config import tuned
 from changelake.engine.columnar import merge_records
@@ -81,6 +82,10 @@ class BucketContext:
     # Keep the rows this process writes for the next merge of the bucket (:data:`STORED_ROWS`): set with
     # ``threads``, when the bucket tasks run in the applying process.
     keep_rows: bool = False
+    # The Iceberg field id of every column, by name, of the PK table and of its changelog table: written into
+    # each file (:func:`write_file`), so that readers without name mapping read the files as Iceberg's own.
+    field_ids: dict[str, int] = field(default_factory=dict)
+    log_field_ids: dict[str, int] = field(default_factory=dict)
 
 
 class StoredRows:
@@ -185,13 +190,16 @@ def write_file(
     dictionary: list[str],
     ctx: BucketContext,
     row_group_size: int | None = None,
+    changelog: bool = False,
 ) -> None:
-    """Write one Parquet file, with dictionary pages only for the columns named: a dictionary of distinct
-    values (most columns of a table) costs more to build than it saves. Integer columns are delta-encoded
-    (:func:`delta_columns`). Statistics for every column: pyiceberg derives a file's partition and column
-    metrics from them, and a bucket task reading a file of several buckets reads only the row groups whose
-    ``_bucket`` range holds its bucket."""
+    """Write one Parquet file of the PK table (or, ``changelog``, of its changelog table), with dictionary
+    pages only for the columns named: a dictionary of distinct values (most columns of a table) costs more to
+    build than it saves. Integer columns are delta-encoded (:func:`delta_columns`). Statistics for every
+    column: pyiceberg derives a file's partition and column metrics from them, and a bucket task reading a
+    file of several buckets reads only the row groups whose ``_bucket`` range holds its bucket. Every column
+    carries its table's Iceberg field id (:func:`with_field_ids`)."""
     dictionary = [c for c in dictionary if c in table.column_names]
+    table = with_field_ids(table, ctx.log_field_ids if changelog else ctx.field_ids)
     sizes = {} if row_group_size is None else {"row_group_size": row_group_size}
     with io.open_output(path) as sink:
         pq.write_table(
@@ -203,6 +211,24 @@ def write_file(
             column_encoding=delta_columns(table.schema, dictionary) or None,
             **sizes,
         )
+
+
+def with_field_ids(table: pa.Table, field_ids: dict[str, int]) -> pa.Table:
+    """``table`` with each column's Iceberg field id in its Arrow field (``PARQUET:field_id``, which Parquet
+    writes as the column's field id), without copying data. The Iceberg spec has a writer give every column
+    its id; a file without them is read only through the table's name mapping, which some readers lack (Daft
+    refuses such a file). A column without an id is a ChangelakeError: a file must not carry some ids and not
+    others. No ids at all (a context built without a table) writes none."""
+    if not field_ids:
+        return table
+    missing = [name for name in table.column_names if name not in field_ids]
+    if missing:
+        raise ChangelakeError(f"no Iceberg field id for column(s) {missing} (known: {sorted(field_ids)})")
+    schema = pa.schema(
+        [f.with_metadata({b"PARQUET:field_id": str(field_ids[f.name]).encode()}) for f in table.schema],
+        metadata=table.schema.metadata,
+    )
+    return pa.Table.from_arrays(table.columns, schema=schema)
 
 
 #: Row groups of a file holding several buckets (a merge-on-read batch's new rows): a bucket task that does not
@@ -351,15 +377,22 @@ class Piece:
     offset: int
     rows: pa.Table  # row_schema
     live: np.ndarray | None  # a mask of the live rows (None: all)
+    # The file position of each row, when they are not one slice from ``offset`` (a file another writer left
+    # unsorted by bucket: :func:`bucket_pieces`).
+    positions: np.ndarray | None = None
 
     @property
     def live_count(self) -> int:
         return self.rows.num_rows if self.live is None else int(self.live.sum())
 
+    def file_positions(self, local: np.ndarray) -> np.ndarray:
+        """The file positions of the rows at ``local`` (indexes into :attr:`rows`)."""
+        return local + self.offset if self.positions is None else self.positions[local]
+
     def live_positions(self) -> np.ndarray:
-        """The file positions of the live rows of this slice."""
+        """The file positions of the live rows of this piece."""
         local = np.arange(self.rows.num_rows) if self.live is None else np.flatnonzero(self.live)
-        return local + self.offset
+        return self.file_positions(local)
 
     def live_rows(self) -> pa.Table:
         return self.rows if self.live is None else self.rows.filter(pa.array(self.live))
@@ -384,19 +417,27 @@ def bucket_pieces(task: BucketTask, ctx: BucketContext, io) -> list[Piece]:
                 io.kept.put(f.path, row_schema(ctx.spec), rows)
         else:  # read for one bucket: the row groups that hold it
             offset, rows = _groups_of_bucket(ctx.spec, io, f.path, task.bucket)
+        positions = None
         if not f.single:
             buckets = rows.column("_bucket").to_numpy()
-            start, end = np.searchsorted(buckets, [task.bucket, task.bucket + 1])
-            offset, rows = offset + int(start), rows.slice(int(start), int(end - start))
+            if len(buckets) < 2 or bool(np.all(buckets[1:] >= buckets[:-1])):
+                start, end = np.searchsorted(buckets, [task.bucket, task.bucket + 1])
+                offset, rows = offset + int(start), rows.slice(int(start), int(end - start))
+            else:  # another writer left the file unsorted by bucket: the bucket's rows wherever they are
+                at = np.flatnonzero(buckets == task.bucket)
+                positions, rows = at + offset, rows.take(pa.array(at))
         gone = deleted.get(f.path)
         live = None
         if gone is not None and len(gone):
-            local = gone[(gone >= offset) & (gone < offset + rows.num_rows)] - offset
+            if positions is None:
+                local = gone[(gone >= offset) & (gone < offset + rows.num_rows)] - offset
+            else:
+                local = np.flatnonzero(np.isin(positions, gone))
             if len(local):
                 live = np.ones(rows.num_rows, bool)
                 live[local] = False
         if rows.num_rows:
-            pieces.append(Piece(f.path, f.single, offset, rows, live))
+            pieces.append(Piece(f.path, f.single, offset, rows, live, positions))
     return pieces
 
 
@@ -609,7 +650,7 @@ def _matching_rows(spec: TableSpec, pieces: list[Piece], records: pa.Table) -> t
         if len(at):
             found_rows.append(p.rows.select(schema.names).take(pa.array(at)))
             found_piece.append(np.full(len(at), i, np.int64))
-            found_pos.append(at + p.offset)
+            found_pos.append(p.file_positions(at))
     if not found_rows:
         return schema.empty_table(), (np.zeros(0, np.int64), np.zeros(0, np.int64))
     stored = pa.concat_tables(found_rows)
@@ -743,7 +784,7 @@ class GroupWriter:
             path = f"{ctx.log_dir}/changelog-{uuid.uuid4().hex}.parquet"
             self.log_paths.append(path)
             meta = [*spec.partition_keys, "_change_type", "_batch_id", "_bucket", "_commit_timestamp"]
-            writes.append(functools.partial(write_file, self.io, path, log, meta, ctx))
+            writes.append(functools.partial(write_file, self.io, path, log, meta, ctx, changelog=True))
         _run_writes(writes, ctx)
         self.deltas, self.deletes, self.logs, self.rows = {}, {}, [], 0
 
@@ -844,6 +885,7 @@ def tasks_function(tasks: list[BucketTask], groups: list[list[int]], ctx: Bucket
 
     def run(batches):
         lazy_zip_invalidation()  # for this worker's next tasks
+        privacy.restrict_worker()  # a Spark worker has its JVM's umask, whoever started that
         io = TaskIO(ctx.io_properties, kept=StoredRows(TASK_KEPT_BYTES))
         schema = task_marker_schema()
         for batch in batches:

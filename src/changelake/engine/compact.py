@@ -44,7 +44,7 @@ from changelake.engine import buckets
 from changelake.engine.buckets import BucketContext, BucketTask, SourceFile
 from changelake.faults import fault
 from changelake.spec import TableSpec
-from changelake.storage import summary
+from changelake.storage import lineage, summary
 from changelake.storage.files import TableFile, int_bound
 from changelake.storage.iceberg import Storage
 from changelake.storage.maintenance import delete_files
@@ -81,6 +81,27 @@ def is_delta(f: TableFile) -> bool:
     return os.path.basename(f.path).startswith("delta-")
 
 
+def out_of_order(table, files: list[TableFile]) -> set[str]:
+    """The data files another writer may have left out of the table's sort order ((_bucket, primary key), in
+    which changelake writes and merges on read): those declaring another order, and those added by a retained
+    snapshot that is not changelake's without declaring the table's (Iceberg's ``rewrite_data_files`` with the
+    table's sort order declares it; a bin-pack rewrite or another engine's append may not). Reads and merges
+    stay right for them (engine/buckets.py checks the order it relies on); compaction rewrites their
+    partitions to restore it."""
+    order = table.sort_order()
+    if not order.fields:
+        return set()
+    out = set()
+    for f in files:
+        if f.is_delete or f.sort_order_id == order.order_id:
+            continue
+        added = table.snapshot_by_id(f.added_by) if f.added_by is not None else None
+        foreign = added is not None and not lineage.is_changelake(summary.properties(added))
+        if f.sort_order_id is not None or foreign:
+            out.add(f.path)
+    return out
+
+
 def amplification(data: list[TableFile], deletes: list[TableFile]) -> float:
     """Rows readers merge or skip (delta rows, deleted positions) per row of the bucket files, in percent."""
     base = sum(f.record_count for f in data if not is_delta(f))
@@ -112,11 +133,20 @@ def compact_table(
         data, deletes = partitions.setdefault(f.partition, ([], []))
         (deletes if f.is_delete else data).append(f)
     plans = []
+    unordered = out_of_order(table, files)
     for partition, (data, deletes) in sorted(partitions.items(), key=lambda p: json.dumps(p[0], default=str)):
         deltas = [f for f in data if is_delta(f)]
-        if not deltas and not deletes:
+        foreign = [f for f in data if f.path in unordered]
+        if foreign:
+            note = (
+                f"partition {list(partition)}: {len(foreign)} data file(s) another writer committed without "
+                "changelake's order (_bucket, primary key): reads stay right; the partition is rewritten whole"
+            )
+            out.notes.append(note)
+            progress(f"[{spec.full_name}] {note}")
+        elif not deltas and not deletes:
             continue
-        if full or amplification(data, deletes) >= options.max_amplification_percent:
+        if foreign or full or amplification(data, deletes) >= options.max_amplification_percent:
             base_bytes = sum(f.size for f in data if not is_delta(f))
             if inline and base_bytes > INLINE_FULL_BYTES:
                 out.notes.append(
@@ -156,7 +186,7 @@ def compact_table(
             storage.to_delete_file(table, path, stats, io.size(path), ref.data_file.partition)
             for path, stats, ref in added_deletes
         ]
-        props = {**_state(snapshot), summary.OPERATION: "compact"}
+        props = {**Storage.state_properties(table), summary.OPERATION: "compact"}
         table_props = _maintained({"compacted_full": out.full, "compacted_minor": out.minor})
         fault("before-compaction-commit")
         out.committed = storage.commit_files(
@@ -185,13 +215,11 @@ def _maintained(what: dict) -> dict[str, str]:
     return {summary.MAINTENANCE: json.dumps({"at_ms": int(time.time() * 1000), **what}, sort_keys=True)}
 
 
-def _state(snapshot) -> dict[str, str]:
-    """The changelake properties of a snapshot: the table's state a compaction's snapshot carries on."""
-    return {k: v for k, v in summary.properties(snapshot).items() if k.startswith(summary.PREFIX)}
-
-
-def _context(storage: Storage, spec: TableSpec, table) -> BucketContext:
+def _context(storage: Storage, spec: TableSpec, table, changelog: bool = False) -> BucketContext:
+    """What compaction's bucket reads and file writes need of ``table`` (the PK table, or with ``changelog``
+    the changelog table)."""
     codec, level = buckets.compression_of(dict(table.properties))
+    ids = Storage.field_ids(table)
     return BucketContext(
         spec=spec,
         partition_columns=(*spec.partition_keys,),
@@ -206,6 +234,8 @@ def _context(storage: Storage, spec: TableSpec, table) -> BucketContext:
         delta_compression=buckets.delete_compression_of(dict(table.properties)),
         threads=True,
         keep_rows=True,
+        field_ids={} if changelog else ids,
+        log_field_ids=ids if changelog else {},
     )
 
 
@@ -345,15 +375,17 @@ def compact_changelog(
             rows = rows.take(pc.sort_indices(rows, sort_keys=[(c, "ascending") for c in order]))
             path = f"{table.location()}/data/compact-{uuid.uuid4().hex[:12]}/changelog-{uuid.uuid4().hex}.parquet"
             codec, level = buckets.compression_of(dict(table.properties))
-            ctx = _context(storage, spec, table)
+            ctx = _context(storage, spec, table, changelog=True)
             meta = [*spec.partition_keys, "_change_type", "_batch_id", "_bucket", "_commit_timestamp"]
             from dataclasses import replace
 
-            buckets.write_file(io, path, rows, meta, replace(ctx, compression=codec, compression_level=level))
+            buckets.write_file(
+                io, path, rows, meta, replace(ctx, compression=codec, compression_level=level), changelog=True
+            )
             written.append(path)
             out.rows_written = rows.num_rows
         removed = gone | {f.path for f in merge}
-        props = {**_state(snapshot), summary.OPERATION: "compact"}
+        props = {**Storage.state_properties(table), summary.OPERATION: "compact"}
         kept = [f.batches[0] for f in files if f.path not in gone and f.batches is not None]
         table_props = _maintained({"changelog_files_removed": len(old), "changelog_files_merged": len(merge)})
         if old:  # readers say which batches' changelog is gone

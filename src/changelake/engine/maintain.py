@@ -26,7 +26,6 @@ from changelake.engine import compact
 from changelake.spec import TableSpec
 from changelake.storage import maintenance, summary
 from changelake.storage.iceberg import Storage
-from changelake.storage.summary import ChangelogSummary
 
 #: The orphan sweep's default safety age: files younger than this may be an apply's not yet committed.
 ORPHANS_OLDER_THAN_S = 86_400.0
@@ -98,7 +97,7 @@ def maintain(
     if expiry:
         options = spec.storage
         at_least = maintenance.EXPIRE_AT_LEAST if inline else 1
-        logged = ChangelogSummary.from_snapshot(log_table.current_snapshot())
+        logged = Storage.changelog_state(log_table)
         # The changelog table's snapshots are not read back in time (its batches are its rows): it keeps the
         # minimum, enough for a reader in flight.
         log_options = replace(options, snapshots_max=options.snapshots_min)

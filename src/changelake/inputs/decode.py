@@ -39,6 +39,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc  # noqa: F401 - pa.ipc
 
+from changelake import privacy
 from changelake.arrow_keys import group_ids
 from changelake.bucketing import bucket_ids
 from changelake.config import max_record_bytes, tuned
@@ -634,6 +635,7 @@ def decode_task(
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         lazy_zip_invalidation()  # for this worker's next tasks
+        privacy.restrict_worker()  # a Spark worker has its JVM's umask, whoever started that
         io = TaskIO(io_properties)
         for batch in batches:
             for group in batch.column(0).to_pylist():

@@ -112,6 +112,7 @@ def offline_static_docs(path: Path) -> int:
 def _session_target(settings: Settings, args: list[str], progress) -> list[str]:
     """Cold: start Spark here (Hive catalog for dbt's tables) and register the views in it."""
     from changelake.api import ChangeLake
+    from changelake.runtime.jvm import SPARK_CATALOG, spark_catalog
     from changelake.runtime.session import get_spark
 
     spark = get_spark(settings, app_name=f"changelake-dbt-{args[0]}", hive=True)
@@ -120,7 +121,12 @@ def _session_target(settings: Settings, args: list[str], progress) -> list[str]:
     lake = ChangeLake(settings=settings, spark=spark, progress=lambda m: None)
     views = lake.register_views()
     progress(f"[dbt] registered {len(views)} views: {', '.join(views)}")
-    return []  # profiles.yml's default: CHANGELAKE_DBT_TARGET, else session
+    # The sources' catalog (dbt_project/models/staging/_sources.yml): `changelake` in a session built for these
+    # settings; another name where this process's session reads another home's catalog under that one.
+    catalog = spark_catalog(spark, settings)
+    if catalog == SPARK_CATALOG or "--vars" in args:
+        return []  # profiles.yml's default: CHANGELAKE_DBT_TARGET, else session
+    return ["--vars", json.dumps({"changelake_catalog": catalog})]
 
 
 def _warm_target(settings: Settings, progress) -> list[str]:

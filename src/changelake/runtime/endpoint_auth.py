@@ -12,9 +12,9 @@ changelake generates on the endpoint's first start (mode 0600 in a 0700 director
 HiveServer2 checks a password with :file:`java/changelake/endpoint/PasswordAuthenticator.java` (its CUSTOM
 authentication); every Thrift statement passes :file:`java/changelake/endpoint/Guard.java`, a Spark session
 extension that refuses, for every Thrift user, writing to directories, loading code, reading files by path and
-Java reflection, and for the ``read`` role every command but SHOW/DESCRIBE/EXPLAIN/USE. Both are compiled here
-with the JDK's ``javac`` against pyspark's jars when the endpoint starts (cached by their source's hash):
-Spark offers no way to plug either in without a JVM class, and no Maven download is possible or needed.
+Java reflection, and for the ``read`` role every command but SHOW/DESCRIBE/EXPLAIN/USE. Both are compiled with
+the JDK's ``javac`` into changelake's jar (:mod:`changelake.runtime.jvm`, cached by the sources' hash): Spark
+offers no way to plug either in without a JVM class.
 
 The file is read and written with the owner and mode checked and without following links: a secrets file
 another user could have planted or read is refused, not used.
@@ -22,13 +22,9 @@ another user could have planted or read is refused, not used.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import secrets
-import shutil
 import stat
-import subprocess
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -40,7 +36,6 @@ from changelake.errors import ChangelakeError
 SECRETS_FILE = "endpoint.secrets"
 OWNER_USER = "changelake"
 READER_USER = "reader"
-JAVA_SOURCES = Path(__file__).with_name("java")
 AUTHENTICATOR_CLASS = "changelake.endpoint.PasswordAuthenticator"
 GUARD_CLASS = "changelake.endpoint.Guard"
 LOOPBACK = {"127.0.0.1", "::1", "localhost"}
@@ -142,41 +137,12 @@ def ensure_secrets(settings: Settings) -> EndpointSecrets:
 
 
 def compiled_classes(settings: Settings) -> Path:
-    """The endpoint's Java classes (authenticator and guard), compiled once per source version into
-    ``$CHANGELAKE_HOME/spark-server/classes-<hash>``; the directory goes on the driver's class path."""
-    sources = sorted(JAVA_SOURCES.rglob("*.java"))
-    digest = hashlib.sha256()
-    for source in sources:
-        digest.update(source.name.encode() + b"\0" + source.read_bytes())
-    import pyspark
+    """The jar of changelake's Java classes, the authenticator and guard among them
+    (:func:`changelake.runtime.jvm.compiled_jar`, built once per version of the sources); it goes on the
+    endpoint driver's class path."""
+    from changelake.runtime import jvm
 
-    jars = Path(pyspark.__file__).parent / "jars"
-    digest.update(str(jars).encode())
-    out = private_dir(settings.home / "spark-server") / f"classes-{digest.hexdigest()[:16]}"
-    if (out / "changelake" / "endpoint" / "Guard.class").exists():
-        return out
-    javac = shutil.which("javac") or (
-        str(Path(os.environ["JAVA_HOME"], "bin", "javac")) if os.environ.get("JAVA_HOME") else None
-    )
-    if javac is None or not Path(javac).exists():
-        raise ChangelakeError(
-            "the SQL endpoint needs a JDK (javac) to build its authentication and statement guard; "
-            "install one (Debian: openjdk-17-jdk-headless)"
-        )
-    scratch = Path(tempfile.mkdtemp(prefix=".classes-", dir=out.parent))
-    run = subprocess.run(
-        [javac, "-nowarn", "-d", str(scratch), "-cp", f"{jars}/*", *map(str, sources)],
-        capture_output=True,
-        text=True,
-    )
-    if run.returncode != 0:
-        shutil.rmtree(scratch, ignore_errors=True)
-        raise ChangelakeError(f"javac could not build the endpoint's classes:\n{run.stderr[-2000:]}")
-    try:
-        scratch.rename(out)
-    except OSError:  # another start built them first
-        shutil.rmtree(scratch, ignore_errors=True)
-    return out
+    return jvm.compiled_jar(settings)
 
 
 def with_token(url: str, settings: Settings) -> str:

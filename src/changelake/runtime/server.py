@@ -1,20 +1,21 @@
-"""The warm Spark SQL endpoint: one long-lived Spark application that serves changelake's views over both
+"""The warm Spark SQL endpoint: one long-lived Spark application that serves changelake's tables over both
 Spark Connect (``sc://host:port``, for Python clients and the pipeline) and the Thrift/JDBC protocol
 (``jdbc:hive2://host:port/default``, for plain ``dbt --target thrift``, PyHive, beeline and BI tools).
 
-Both servers run on the application's own SparkContext, so every session they open sees the same global
-temp views: ``global_temp.<ns>__<t>``, ``…__changelog`` and ``…__input``, the views
-:meth:`changelake.api.ChangeLake.register_views` registers for the dbt app. dbt's own tables live in
-the Hive (Derby) metastore under ``$CHANGELAKE_HOME/metastore``, as with ``changelake dbt``; embedded Derby
-admits one JVM, so while the endpoint runs, dbt and the quality app go through it.
+Both servers run on the application's own SparkContext. Every session reads the PK tables and their
+changelogs as Iceberg tables in the Spark catalog ``changelake`` (``changelake.<ns>.<t>``,
+``changelake.<ns>.<t>__changelog``: Iceberg's Spark runtime, :mod:`changelake.runtime.jvm`), which loads a
+table's current metadata at each query, so a committed batch is visible at once and a query sees a whole
+batch or none of it. The one view per table is ``global_temp.<ns>__<t>__input`` (the committed landed input,
+:meth:`changelake.api.ChangeLake.register_views`). dbt's own tables live in the Hive (Derby) metastore under
+``$CHANGELAKE_HOME/metastore``, as with ``changelake dbt``; embedded Derby admits one JVM, so while the
+endpoint runs, dbt and the quality app go through it.
 
-Freshness: the driver polls each table's current snapshot id (one catalog read per table) every
-``poll_seconds`` and re-registers the three views of a table whose snapshot changed. Each view is a fixed
-list of Parquet files of one snapshot, so a query sees a whole batch or none of it; a table's views are
-rebuilt until its snapshot did not move while they were built, so its rows, changelog and input views name
-the same batch, and are swapped in together once built. After each poll the server writes the snapshot
-every view shows to ``$CHANGELAKE_HOME/spark-server/views.json``; :func:`wait_for_views` lets a client
-(the dbt task after an apply) wait until the views show the tables' current snapshots.
+Freshness of the input views: the driver polls each table's current snapshot id (one catalog read per table)
+every ``poll_seconds`` and re-registers the input view of a table whose snapshot changed (built again until
+the snapshot did not move while it was built). After each poll the server writes the snapshot every view
+shows to ``$CHANGELAKE_HOME/spark-server/views.json``; :func:`wait_for_views` lets a client (the dbt task after
+an apply) wait until the views show the tables' current snapshots.
 
 Who uses it: ``make sql`` for dbt users and SQL clients, and ``make airflow`` / ``make demo`` for the
 pipeline, whose tasks run the apply, dbt and quality apps through it (:func:`running_endpoint`) instead of
@@ -37,6 +38,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from changelake import privacy
 from changelake.atomic import atomic_write_text
 from changelake.config import TUNING, Settings, tuned
 from changelake.errors import ChangelakeError
@@ -93,6 +95,16 @@ def server_conf(settings: Settings, endpoint: Endpoint, classes: Path | None = N
     }
     return {
         "spark.driver.memory": "2g",
+        # A runaway statement is cancelled (its tasks interrupted) after the timeout, and a result larger
+        # than the cap fails the statement instead of the driver (OutOfMemoryError): issue 42.
+        "spark.sql.thriftServer.queryTimeout": f"{tuned('server_statement_timeout')}s",
+        "spark.sql.thriftServer.interruptOnCancel": "true",
+        "spark.driver.maxResultSize": f"{tuned('server_max_result_mb')}m",
+        # Clients' statements and the server's own work (input views, applies) in separate pools: the server's
+        # pool takes the next free core first, so a reader's long query does not queue an apply behind all its
+        # tasks (running tasks are not preempted: the timeout bounds those).
+        "spark.scheduler.mode": "FAIR",
+        "spark.scheduler.allocation.file": str(scheduler_pools(settings)),
         # Closing a Thrift session calls System.gc(): a stop-the-world full GC of ~1 s per dbt node on
         # 2 cores, unless G1 runs it as a concurrent cycle. (defaultJavaOptions: extraJavaOptions is
         # session.py's, with the Derby home and log4j config.)
@@ -114,6 +126,26 @@ def server_conf(settings: Settings, endpoint: Endpoint, classes: Path | None = N
         **{f"spark.hadoop.{k}": v for k, v in hive.items()},
         **(security_conf(settings, endpoint, classes) if classes else {}),
     }
+
+
+#: The scheduler pool of the endpoint's own jobs (view refreshes, applies over the socket).
+SERVER_POOL = "changelake"
+
+
+def scheduler_pools(settings: Settings) -> Path:
+    """Write the FAIR scheduler's pools (the server's own, weighted 10 with one core's minimum share, and the
+    clients' default pool) into the server's directory; their file's path."""
+    path = server_dir(settings) / "fairscheduler.xml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(
+        path,
+        '<?xml version="1.0"?>\n<allocations>\n'
+        f'  <pool name="{SERVER_POOL}"><schedulingMode>FIFO</schedulingMode><weight>10</weight>'
+        "<minShare>1</minShare></pool>\n"
+        '  <pool name="default"><schedulingMode>FAIR</schedulingMode><weight>1</weight>'
+        "<minShare>0</minShare></pool>\n</allocations>\n",
+    )
+    return path
 
 
 def _auth_properties(settings: Settings) -> list[str]:
@@ -288,11 +320,10 @@ class ViewRefresher:
         self._failures.pop(key, None)
 
     def refresh(self, spec: TableSpec) -> int | None:
-        """Register the table's three views and return the snapshot id they show.
+        """Register the table's views and return the snapshot id they show.
 
-        Pinned: if the table committed while its views were being built, they are built again, so rows,
-        changelog and input name the same batch (bounded; a table still moving is caught by the next poll,
-        and each view on its own is always one whole snapshot).
+        Pinned: if the table committed while its view was being built, it is built again, so it names the
+        batch views.json says (bounded; a table still moving is caught by the next poll).
         """
         name = spec.full_name
         started = time.monotonic()
@@ -313,22 +344,16 @@ class ViewRefresher:
         return snap
 
     def frames(self, spec: TableSpec) -> dict[str, Any]:
-        """The table's views as :meth:`ChangeLake.register_views` names them, built but not yet registered:
-        building takes a second or two (changelog roll-forward, input decoding), swapping them in takes
-        milliseconds, so a table's three views change together."""
-        view = f"{spec.namespace}__{spec.table}"
+        """The table's view as :meth:`ChangeLake.register_views` names it, built but not yet registered
+        (building takes a second or so: the changelog roll-forward, the input decoding). Its rows and changelog
+        need none: clients read them as Iceberg tables (``changelake.<ns>.<table>``)."""
         name = spec.full_name
-        return {
-            view: self.lake.rows(name),
-            f"{view}__changelog": self.lake.changelog(name),
-            f"{view}__input": self.lake.input_view(name),
-        }
+        self.lake.applier.roll_forward_changelog(spec)  # a crashed apply's changelog, before readers look
+        return {_table_views(name)[0]: self.lake.input_view(name)}
 
     def _drop(self, name: str) -> None:
-        namespace, table = name.split(".", 1)
-        view = f"{namespace}__{table}"
-        for suffix in ("", "__changelog", "__input"):
-            self.lake.spark.catalog.dropGlobalTempView(view + suffix)
+        for view in _table_views(name):
+            self.lake.spark.catalog.dropGlobalTempView(view)
         self.registered.pop(name, None)
         self.progress(f"[server] {name}: table gone, views dropped")
 
@@ -378,14 +403,13 @@ class Server:
             warm_python_workers(remote, slots)
         finally:
             remote.stop()
+
         # `changelake apply` hands whole batches to this driver (see changelake.runtime.applyservice).
-        self.apply_service = ApplyService(
-            settings,
-            lambda request_settings, progress: ChangeLake(
-                settings=request_settings, spark=spark, progress=progress
-            ),
-            log=self.progress,
-        )
+        def lake_for(request_settings, progress):
+            spark.sparkContext.setLocalProperty("spark.scheduler.pool", SERVER_POOL)  # this request's thread
+            return ChangeLake(settings=request_settings, spark=spark, progress=progress)
+
+        self.apply_service = ApplyService(settings, lake_for, log=self.progress)
         self.apply_service.start()
         views = sorted(_views(refresher))
         warm_sql(spark, views, server_dir(self.settings) / "warm-up", self.progress)
@@ -424,7 +448,8 @@ class Server:
 
     def serve(self, stop: threading.Event, poll_seconds: float = DEFAULT_POLL_SECONDS) -> None:
         """Poll for new snapshots until ``stop`` is set; a failing poll is reported and retried."""
-        _, refresher = self._running()
+        spark, refresher = self._running()
+        spark.sparkContext.setLocalProperty("spark.scheduler.pool", SERVER_POOL)
         while not stop.wait(poll_seconds):
             try:
                 refresher.poll()
@@ -434,6 +459,9 @@ class Server:
                 refresher.clear_failure("")
 
     def stop(self) -> None:
+        """Stop within seconds, also mid-query: every running job is cancelled first."""
+        if self.spark is not None:
+            self.spark.sparkContext.cancelAllJobs()
         if self.apply_service is not None:
             self.apply_service.stop()
             self.apply_service = None
@@ -446,13 +474,12 @@ class Server:
 
 
 def _table_views(name: str) -> list[str]:
-    """A table's three global temp views."""
-    view = name.replace(".", "__", 1)
-    return [view, f"{view}__changelog", f"{view}__input"]
+    """A table's global temp views: its committed landed input."""
+    return [name.replace(".", "__", 1) + "__input"]
 
 
 def _views(refresher: ViewRefresher) -> list[str]:
-    """The global temp views the refresher registered (three per table)."""
+    """The global temp views the refresher registered (one per table)."""
     return [view for name in refresher.registered for view in _table_views(name)]
 
 
@@ -494,7 +521,7 @@ def main(argv: list[str] | None = None) -> int:
     endpoint = Endpoint.from_env()
     # What the endpoint writes (table files, changelogs, staged records, dbt's tables) is its user's alone, as
     # with the CLI: applies handed over the socket run here, not under the CLI's umask.
-    os.umask(os.umask(0o077) | 0o077)
+    privacy.restrict()
     ready = server_dir(settings) / "ready"
     ready.unlink(missing_ok=True)
     stop = threading.Event()

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from changelake.config import Settings
+from changelake.runtime import jvm
 
 # Defaults that matter for correctness (UTC, microsecond timestamps readable by pyiceberg) and for speed on
 # small machines. Anything set by spark-submit, spark-defaults or the config file wins over them.
@@ -24,6 +25,10 @@ _DEFAULTS = {
 
 def get_spark(settings: Settings, app_name: str = "changelake", hive: bool = False):
     """Return the active SparkSession or build one from ``settings``.
+
+    Its classpath has Iceberg's Spark runtime and changelake's classes (:mod:`changelake.runtime.jvm`; a
+    ConfigError naming ``make setup`` when they are missing), and its catalog ``changelake`` reads the tables of
+    ``settings`` as Iceberg tables: ``changelake.<ns>.<table>``, ``…__changelog``.
 
     ``hive=True`` enables the Hive catalog (a Derby metastore under ``$CHANGELAKE_HOME/metastore``) for
     dbt's own tables; changelake's PK tables never need it.
@@ -57,6 +62,9 @@ def get_spark(settings: Settings, app_name: str = "changelake", hive: bool = Fal
     conf["spark.driver.extraJavaOptions"] = (
         f"-Dderby.system.home={metastore} -Dlog4j2.configurationFile={log_config}"
     )
+    # Iceberg's Spark runtime and changelake's catalog (runtime/jvm.py): changelake.<ns>.<table> reads the tables.
+    conf["spark.jars"] = ",".join(str(j) for j in jvm.spark_jars(settings))
+    conf.update(jvm.catalog_conf(settings))
     if hive:
         metastore.mkdir(parents=True, exist_ok=True)
         conf["spark.sql.catalogImplementation"] = "hive"
@@ -66,6 +74,10 @@ def get_spark(settings: Settings, app_name: str = "changelake", hive: bool = Fal
     # Python workers (per-bucket rewrite) must run this environment's interpreter, not whatever is on PATH.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     conf.update(settings.spark_conf)
+    if settings.spark_conf.get("spark.jars"):  # the config file's jars besides changelake's, not instead
+        conf["spark.jars"] = (
+            ",".join(str(j) for j in jvm.spark_jars(settings)) + "," + settings.spark_conf["spark.jars"]
+        )
     for key, value in conf.items():
         if not given.contains(key):
             builder = builder.config(key, value)

@@ -15,7 +15,7 @@ from typing import Any, BinaryIO
 from urllib.parse import urlparse
 
 from changelake.config import Settings
-from changelake.storage import summary
+from changelake.storage import lineage, summary
 from changelake.storage.avro import Unsupported, read_avro
 from changelake.storage.files import BUCKET_COLUMN, POSITION_DELETES, Layout, TableFile, int_bound, int_bounds
 
@@ -60,12 +60,29 @@ class TableSource:
     def open(self, path: str) -> BinaryIO | str:
         raise NotImplementedError
 
+    def tagged(self) -> tuple[int, dict[str, str]] | None:
+        """(snapshot id, summary) of the snapshot the :data:`~changelake.storage.lineage.STATE_TAG` tag names."""
+        raise NotImplementedError
+
+    def last_commit(self) -> dict[str, Any]:
+        """Who committed the current snapshot (:func:`changelake.storage.lineage.committer`)."""
+        raise NotImplementedError
+
     def batch_snapshots(self) -> list[tuple[int, dict[str, str]]]:
         """Snapshots of the main branch that committed a batch, oldest first (as ``Storage.batch_snapshots``)."""
         return [s for s in reversed(self.ancestry()) if summary.batch_of(s[1]) is not None]
 
+    def state(self) -> dict[str, str]:
+        """The summary of the snapshot holding the table's state: the current one's, or after other writers'
+        commits an ancestor's or the tagged one's (as ``Storage.state_snapshot``); {} before any batch."""
+        current = self.current()[1]
+        if lineage.carries_state(current):
+            return current
+        found = lineage.state_snapshot(self.ancestry(), self.tagged())
+        return dict(found[1]) if found is not None else {}
+
     def last_batch(self) -> int:
-        return summary.last_batch_of(self.current()[1])
+        return summary.last_batch_of(self.state())
 
 
 def local_path(location: str) -> str | None:
@@ -135,6 +152,18 @@ class DirectSource(TableSource):
     def current(self) -> tuple[int | None, dict[str, str]]:
         current = self._current_id()
         return current, (self._snapshots()[current].get("summary", {}) if current is not None else {})
+
+    def tagged(self) -> tuple[int, dict[str, str]] | None:
+        ref = self.metadata.get("refs", {}).get(lineage.STATE_TAG)
+        snap = self._snapshots().get(ref["snapshot-id"]) if ref else None
+        return (snap["snapshot-id"], snap.get("summary", {})) if snap is not None else None
+
+    def last_commit(self) -> dict[str, Any]:
+        current = self._current_id()
+        snap = self._snapshots().get(current) if current is not None else None
+        if snap is None:
+            return lineage.committer(None, {}, None)
+        return lineage.committer(current, snap.get("summary", {}), snap.get("timestamp-ms"))
 
     def ancestry(self) -> list[tuple[int, dict[str, str]]]:
         snapshots, out = self._snapshots(), []
@@ -234,6 +263,18 @@ class IcebergSource(TableSource):
 
         snap = self.table.current_snapshot()
         return (snap.snapshot_id, Storage.snapshot_summary(snap)) if snap else (None, {})
+
+    def tagged(self) -> tuple[int, dict[str, str]] | None:
+        from changelake.storage.iceberg import Storage
+
+        ref = self.table.metadata.refs.get(lineage.STATE_TAG)
+        snap = self.table.snapshot_by_id(ref.snapshot_id) if ref is not None else None
+        return (snap.snapshot_id, Storage.snapshot_summary(snap)) if snap is not None else None
+
+    def last_commit(self) -> dict[str, Any]:
+        from changelake.storage.iceberg import Storage
+
+        return Storage.last_commit(self.table)
 
     def ancestry(self) -> list[tuple[int, dict[str, str]]]:
         from pyiceberg.table.snapshots import ancestors_of

@@ -713,6 +713,7 @@ class FastReader:
                         "files": 0,
                         "bytes": 0,
                         "last_maintenance": None,
+                        "last_commit": None,
                         "changelog_records": 0,
                         **dict.fromkeys(_SOURCE_TOTALS, 0),
                         "writers": {},
@@ -720,7 +721,8 @@ class FastReader:
                 )
                 continue
             snapshot_id, current = source.current()
-            head = BatchSummary.from_properties(current) if summary.BATCH_ID in current else None
+            state = source.state()  # the current snapshot's, unless another writer committed since
+            head = BatchSummary.from_properties(state) if summary.BATCH_ID in state else None
             last = head.batch_id if head else 0
             retained = source.batch_snapshots()
             # Live rows: as the batch recorded them (data files hold deleted rows too), else (a table written
@@ -756,6 +758,7 @@ class FastReader:
                     ),
                     "bytes": sum(snapshot_total(t, "total-files-size") for t in tables),
                     "last_maintenance": _iso_ms(maintained.get("at_ms")),
+                    "last_commit": _last_commit(source.last_commit()),
                     "changelog_records": head.log_end_offset if head else 0,
                     **totals,
                     "writers": writers,
@@ -818,6 +821,15 @@ def expired_before(
             f"{table}: the changelog of batches before {start} has expired (table.log.ttl); it keeps batches "
             f"{start}..{last}"
         )
+
+
+def _last_commit(commit: dict[str, Any]) -> str | None:
+    """Who committed a table's current snapshot and what it was, in a few words: ``changelake: batch``,
+    ``changelake: compaction``, or another writer's engine and Iceberg operation (``spark 4.1.4 (Apache Iceberg
+    1.12.0): replace``)."""
+    if commit.get("by") is None:
+        return None
+    return f"{commit['by']}: {commit['operation']}"
 
 
 def _iso_ms(ms: int | None) -> str | None:

@@ -59,6 +59,10 @@ class TableFile:
     sequence_number: int | None = None  # the data sequence number (None: not known, e.g. not committed yet)
     batches: tuple[int, int] | None = None  # a changelog file's lowest and highest _batch_id
     data_file: Any = field(default=None, compare=False, repr=False)  # pyiceberg's DataFile, when read by it
+    # The sort order its writer declared (Iceberg's sort_order_id) and the snapshot that added it, when read
+    # through pyiceberg: whether another writer may have left it out of changelake's order (engine/compact.py).
+    sort_order_id: int | None = None
+    added_by: int | None = None
 
     @property
     def is_delete(self) -> bool:
@@ -117,6 +121,16 @@ def int_bounds(lower: dict, upper: dict, field_id) -> tuple[int, int] | None:
 
 
 # --- position-delete files ----------------------------------------------------------------------------------
+def side_location(location: str) -> str:
+    """Where changelake keeps the files of the table at ``location`` that no Iceberg metadata names (changelog
+    manifests, dead letters, the batch history's chunks): beside the table's location, not under it, since
+    Iceberg's own ``remove_orphan_files`` deletes every file under a table's location that its metadata does
+    not reference (``<ns>/t`` -> ``<ns>/.changelake/t``; no table name starts with a dot). Tables keep the
+    side files they wrote under their location before: their summaries name each by its full path."""
+    parent, _, name = location.rstrip("/").rpartition("/")
+    return f"{parent}/.changelake/{name}"
+
+
 def delete_stats(table: pa.Table) -> dict[str, Any]:
     """What an Iceberg manifest records of a position-delete file's rows: count and the bounds of its two
     columns (full paths: readers match a delete file to a data file by its path bounds)."""

@@ -3,7 +3,8 @@
 A batch's snapshot summary (:class:`~changelake.storage.summary.BatchSummary`) says what the batch was: its
 input checksum (a replay with other input is refused), its source counters, its dead letters, how it was read.
 Snapshots expire (:mod:`changelake.storage.maintenance`); before a batch's snapshot goes, its summary is
-written to the table's **history**: gzip JSON-lines chunk files under ``metadata/changelake/``, named by the
+written to the table's **history**: gzip JSON-lines chunk files under ``<ns>/.changelake/<table>/history/``
+(:func:`changelake.storage.files.side_location`; older chunks stay under ``metadata/changelake/``), named by the
 table property ``changelake.history`` (a JSON list of chunks with their first and last batch), set in the same
 metadata commit that removes the snapshots. The table's state itself (last batch, Kafka offsets, log ends,
 auto-increment ids, running totals) is in its latest snapshot and never needs the history.

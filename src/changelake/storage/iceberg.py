@@ -43,6 +43,7 @@ from changelake.spec import TableSpec
 from changelake.storage import (
     files,
     history,
+    lineage,
     pyiceberg_fixes,  # its fixes are installed on import
     summary,
 )
@@ -184,6 +185,12 @@ class Storage:
         ]
         return Schema(*fields)
 
+    @staticmethod
+    def field_ids(table: Table) -> dict[str, int]:
+        """The Iceberg field id of each of the table's columns, by name: what every Parquet file changelake
+        writes carries (``engine.buckets.with_field_ids``)."""
+        return {f.name: f.field_id for f in table.schema().fields}
+
     # --- tables ----------------------------------------------------------------------------------------
     def create(
         self,
@@ -286,7 +293,7 @@ class Storage:
             try:
                 with table.transaction() as tx:
                     if missing:
-                        # The name mapping (files carry no field ids) follows the added fields in this update.
+                        # The name mapping (for files written before they carried field ids) follows the added fields.
                         with tx.update_schema() as update:
                             for c in missing:
                                 update.add_column(
@@ -310,9 +317,10 @@ class Storage:
         sort_order: SortOrder | None = None,
     ) -> None:
         # No automatic commit retries: after a conflict the applier re-reads state and decides (exactly-once).
-        # Data files carry no Iceberg field ids: readers resolve columns by name. The schemas above number
-        # their fields 1..n in order, as create_table assigns them, so the mapping is known before creation
-        # and goes in with it (no second commit that a racing applier could observe missing).
+        # Files carry the schema's field ids; those written before they did (tables made before) are read
+        # through the name mapping. The schemas above number their fields 1..n in order, as create_table
+        # assigns them, so the mapping is known before creation and goes in with it (no second commit that a
+        # racing applier could observe missing).
         props = {
             "commit.retry.num-retries": "0",
             summary.SPEC: spec_json,
@@ -370,18 +378,60 @@ class Storage:
 
     # --- state -----------------------------------------------------------------------------------------
     @staticmethod
+    def state_snapshot(table: Table) -> Snapshot | None:
+        """The snapshot holding the table's state: the current one, or, after other writers committed (Iceberg's
+        own maintenance from Spark, another engine), the newest of its ancestors that changelake committed,
+        else the one the :data:`~changelake.storage.lineage.STATE_TAG` tag names
+        (:func:`changelake.storage.lineage.state_snapshot`). None: no batch yet."""
+        current = table.current_snapshot()
+        if current is None or lineage.carries_state(summary.properties(current)):
+            return current  # the common case: nothing to walk
+        ref = table.metadata.refs.get(lineage.STATE_TAG)
+        tagged = table.snapshot_by_id(ref.snapshot_id) if ref is not None else None
+        found = lineage.state_snapshot(
+            ((s.snapshot_id, summary.properties(s)) for s in ancestors_of(current, table.metadata)),
+            (tagged.snapshot_id, summary.properties(tagged)) if tagged is not None else None,
+        )
+        return table.snapshot_by_id(found[0]) if found is not None else None
+
+    @staticmethod
     def state(table: Table) -> TableState:
-        """What the PK table's current snapshot says (a changelog table's: :class:`ChangelogSummary`)."""
-        snap = table.current_snapshot()
+        """What the PK table's state snapshot (:meth:`state_snapshot`) says; ``snapshot_id`` is the current
+        snapshot's, whoever committed it (a changelog table's state: :meth:`changelog_state`)."""
+        snap = Storage.state_snapshot(table)
+        current = table.current_snapshot()
         batch = BatchSummary.from_snapshot(snap)
         return TableState(
-            snapshot_id=snap.snapshot_id if snap else None,
+            snapshot_id=current.snapshot_id if current else None,
             last_batch=batch.batch_id if batch else 0,
             checksum=batch.checksum if batch else None,
             log_end_offset=batch.log_end_offset if batch else 0,
             changelog_manifest=batch.changelog_manifest if batch else None,
             batch=batch,
         )
+
+    @staticmethod
+    def changelog_state(table: Table) -> ChangelogSummary | None:
+        """The last batch a changelog table holds (its state snapshot's summary; None: none yet)."""
+        return ChangelogSummary.from_snapshot(Storage.state_snapshot(table))
+
+    @staticmethod
+    def state_properties(table: Table) -> dict[str, str]:
+        """changelake's properties of the state snapshot: what a compaction's snapshot carries on."""
+        props = summary.properties(Storage.state_snapshot(table))
+        return {k: v for k, v in props.items() if k.startswith(summary.PREFIX)}
+
+    @staticmethod
+    def last_commit(table: Table) -> dict[str, Any]:
+        """Who committed the table's current snapshot (:func:`changelake.storage.lineage.committer`)."""
+        snap = table.current_snapshot()
+        if snap is None:
+            return lineage.committer(None, {}, None)
+        props = {
+            **summary.properties(snap),
+            "operation": snap.summary.operation.value if snap.summary else "",
+        }
+        return lineage.committer(snap.snapshot_id, props, snap.timestamp_ms)
 
     @staticmethod
     def batch_snapshots(table: Table) -> list[Snapshot]:
@@ -518,16 +568,27 @@ class Storage:
 
     @staticmethod
     def to_data_files(table: Table, paths: list[str]) -> list[DataFile]:
-        """Describe written Parquet files for Iceberg (reads only their footers). Local footers are read one
+        """Describe written Parquet files for Iceberg (reads only their footers), in the table's sort order
+        (``sort_order_id``). Local footers are read one
         after the other: describing one is Python holding the GIL, and a thread pool only added its switching
         (2 files: 3.0 ms pooled, 2.0 ms in turn); remote ones in parallel, for their round trips."""
         if not paths:
             return []
-        describe = functools.partial(pyiceberg_fixes.describe_parquet, table.io, table.metadata)
+        # changelake writes every file in the table's declared order ((_bucket, key); a changelog's by batch):
+        # said so, as Iceberg's writers do, so that a file without it is known to be another writer's.
+        order = table.sort_order()
+        describe = functools.partial(
+            pyiceberg_fixes.describe_parquet,
+            table.io,
+            table.metadata,
+            sort_order_id=order.order_id if order.fields else None,
+        )
         if len(paths) > 1 and any(_local_path(p) is None for p in paths):
             with ThreadPoolExecutor(max_workers=8) as pool:
-                return list(pool.map(describe, paths))
-        return [describe(p) for p in paths]
+                described = list(pool.map(describe, paths))
+        else:
+            described = [describe(p) for p in paths]
+        return described
 
     @staticmethod
     def to_delete_file(table: Table, path: str, stats: dict[str, Any], size: int, partition: Any) -> DataFile:
@@ -659,6 +720,8 @@ def _file_describer(table: Table) -> Callable[[Any], TableFile]:
             sequence_number=entry.sequence_number,
             batches=batches,
             data_file=df,
+            sort_order_id=df.sort_order_id,
+            added_by=entry.snapshot_id,
         )
 
     return describe

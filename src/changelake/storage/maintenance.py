@@ -36,6 +36,7 @@ from pyiceberg.table.update.snapshot import ExpireSnapshots
 from changelake.faults import fault
 from changelake.spec import StorageOptions
 from changelake.storage import history, summary
+from changelake.storage.files import side_location
 
 MAINTENANCE = (
     summary.PREFIX + "maintenance"
@@ -83,6 +84,13 @@ def retained_snapshots(
                 keep = max(keep, i + 1)
     retained = ancestry[:keep]
     ids = {s.snapshot_id for s in retained}
+    # A snapshot a tag or branch names stays (Iceberg's rule), among them changelake's state snapshot
+    # (lineage.STATE_TAG) when other writers committed after it.
+    for ref in table.metadata.refs.values():
+        named = table.snapshot_by_id(ref.snapshot_id) if ref.snapshot_id not in ids else None
+        if named is not None:
+            retained.append(named)
+            ids.add(named.snapshot_id)
     return retained, [s for s in table.metadata.snapshots if s.snapshot_id not in ids]
 
 
@@ -180,7 +188,7 @@ def _write_chunk(table: Table, entries: list[tuple[int, dict[str, str]]]) -> his
     first, last = summary.batch_of(entries[0][1]) or 0, summary.batch_of(entries[-1][1]) or 0
     # Not ".gz": pyarrow's output stream would compress the compressed bytes again.
     name = f"history-{first:012d}-{last:012d}-{uuid.uuid4().hex[:12]}.jsonl.gzip"
-    path = f"{table.location()}/metadata/changelake/{name}"
+    path = f"{side_location(table.location())}/history/{name}"
     with table.io.new_output(path).create(overwrite=False) as out:
         out.write(history.encode(entries))
     return history.Chunk(path, first, last, len(entries))
@@ -242,21 +250,25 @@ def _prune_attempt_dirs(directories: Iterable[str]) -> None:
 
 
 def remove_orphans(table: Table, older_than_s: float, now: float | None = None) -> Outcome:
-    """Delete the files under the table's location that nothing of the table reaches, older than
+    """Delete the files under the table's location (and its side location: storage.files.side_location) that
+    nothing of the table reaches, older than
     ``older_than_s`` seconds (and then the empty directories). Local warehouses only; other file systems are
     listed with pyarrow's."""
     now = time.time() if now is None else now
     outcome = Outcome(".".join(table.name()))
     keep = reachable(table, table.metadata.snapshots) | referenced_outside_snapshots(table)
     keep = {_canonical(p) for p in keep}
+    roots = (table.location(), side_location(table.location()))
     orphans = [
         path
-        for path, mtime in list_files(table.location())
+        for root in roots
+        for path, mtime in list_files(root)
         if _canonical(path) not in keep and mtime < now - older_than_s
     ]
     fault("before-orphan-sweep")
     outcome.files_deleted, outcome.bytes_deleted = delete_files(table.io, orphans)
-    remove_empty_dirs(table.location(), older_than_s, now)
+    for root in roots:
+        remove_empty_dirs(root, older_than_s, now)
     return outcome
 
 

@@ -181,9 +181,12 @@ def install() -> bool:
 _COMPATIBLE: BoundedLRU[bool] = BoundedLRU(256)
 
 
-def describe_parquet(io: FileIO, metadata: TableMetadata, path: str) -> DataFile:
-    """``parquet_file_to_data_file(io, metadata, path)`` with its spec id set, checking the file's schema
-    against the table's once per distinct Arrow schema (fix 5; pyiceberg's own function on other versions)."""
+def describe_parquet(
+    io: FileIO, metadata: TableMetadata, path: str, sort_order_id: int | None = None
+) -> DataFile:
+    """``parquet_file_to_data_file(io, metadata, path)`` with its spec id and the sort order its writer
+    declares set, checking the file's schema against the table's once per distinct Arrow schema (fix 5;
+    pyiceberg's own function on other versions, which declares no order)."""
     if not INSTALLED:
         data_file = parquet_file_to_data_file(io, metadata, path)
     else:
@@ -216,7 +219,7 @@ def describe_parquet(io: FileIO, metadata: TableMetadata, path: str) -> DataFile
             file_format=FileFormat.PARQUET,
             partition=statistics.partition(metadata.spec(), schema),
             file_size_in_bytes=len(input_file),
-            sort_order_id=None,
+            sort_order_id=sort_order_id,
             equality_ids=None,
             key_metadata=None,
             **statistics.to_serialized_dict(),

@@ -28,7 +28,7 @@ def roll_forward_changelog(storage: Storage, spec: TableSpec, attempts: int = MA
     for _attempt in range(attempts):
         pk = storage.pk_table(spec)
         log_table = storage.changelog_table(spec)
-        logged = ChangelogSummary.from_snapshot(log_table.current_snapshot())
+        logged = Storage.changelog_state(log_table)
         log_last = logged.batch_id if logged else 0
         lagging = [(s, BatchSummary.of_batch(s)) for s in storage.batch_snapshots_after(pk, log_last)]
         if not lagging:

@@ -11,7 +11,9 @@ they are merged into one (their live entries keep their sequence numbers).
 
 The commit requires the branch head to be the parent this producer planned on (pyiceberg's
 ``AssertRefSnapshotId``), and changelake tables disable pyiceberg's commit retries: a writer that lost a race
-re-reads the table and decides (exactly-once, compaction conflicts).
+re-reads the table and decides (exactly-once, compaction conflicts). It also moves the tag
+:data:`~changelake.storage.lineage.STATE_TAG` to the new snapshot, which holds the table's state: another
+writer's commits and expiries leave it findable (:mod:`changelake.storage.lineage`).
 """
 
 from __future__ import annotations
@@ -29,9 +31,13 @@ from pyiceberg.manifest import (
     ManifestWriter,
     ManifestWriterV2,
 )
+from pyiceberg.table.refs import SnapshotRefType
 from pyiceberg.table.snapshots import Operation, SnapshotSummaryCollector, Summary, update_snapshot_summaries
+from pyiceberg.table.update import SetSnapshotRefUpdate
 from pyiceberg.table.update.snapshot import _SnapshotProducer
 from pyiceberg.typedef import EMPTY_DICT
+
+from changelake.storage.lineage import STATE_TAG
 
 if TYPE_CHECKING:
     from pyiceberg.io import FileIO
@@ -216,6 +222,13 @@ def commit_row_delta(
     except Exception:
         producer._clean_all_uncommitted()  # nothing refers to what it wrote
         raise
+    # pydantic takes the fields' names too (populate_by_name); mypy sees only their aliases ("ref-name").
+    tag = SetSnapshotRefUpdate(
+        ref_name=STATE_TAG,  # type: ignore[call-arg]
+        type=SnapshotRefType.TAG,
+        snapshot_id=producer._snapshot_id,
+    )
+    tx._apply((tag,), ())
     return tx.commit_transaction()
 
 

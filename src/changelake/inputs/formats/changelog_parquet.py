@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -44,7 +45,8 @@ class ChangelogParquet(RowsFormat):
         import pyarrow.parquet as pq
 
         try:
-            table = pq.read_table(_open(path))
+            with _open(path) as fh, pq.ParquetFile(fh) as parquet:
+                table = parquet.read()
         except (pa.ArrowException, OSError, ValueError) as e:
             raise BadRecordError(str(path), 0, None, f"not a readable Parquet file: {e}") from None
         table = parquet_columns(table, path, spec, opts)
@@ -62,7 +64,8 @@ class ChangelogParquet(RowsFormat):
         import pyarrow.parquet as pq
 
         try:
-            sizes = [rg.num_rows for rg in _row_groups(pq.ParquetFile(_open(path)).metadata)]
+            with _open(path) as fh, pq.ParquetFile(fh) as parquet:
+                sizes = [rg.num_rows for rg in _row_groups(parquet.metadata)]
         except (pa.ArrowException, OSError, ValueError):
             return None
         cuts, start, row = [], 0, 0
@@ -84,14 +87,14 @@ class ChangelogParquet(RowsFormat):
         import pyarrow.parquet as pq
 
         try:
-            parquet = pq.ParquetFile(_open(path))
-            picked, first, row = [], None, 0
-            for i, rg in enumerate(_row_groups(parquet.metadata)):
-                if row < end and row + rg.num_rows > start:
-                    picked.append(i)
-                    first = row if first is None else first
-                row += rg.num_rows
-            table = parquet.read_row_groups(picked) if picked else parquet.schema_arrow.empty_table()
+            with _open(path) as fh, pq.ParquetFile(fh) as parquet:
+                picked, first, row = [], None, 0
+                for i, rg in enumerate(_row_groups(parquet.metadata)):
+                    if row < end and row + rg.num_rows > start:
+                        picked.append(i)
+                        first = row if first is None else first
+                    row += rg.num_rows
+                table = parquet.read_row_groups(picked) if picked else parquet.schema_arrow.empty_table()
             table = table.slice(start - (first or 0), end - start)
         except (pa.ArrowException, OSError, ValueError):
             # Whatever the reader says of this file (it reads it whole), in its words.
@@ -296,8 +299,19 @@ def _valid_values(array: pa.Array) -> tuple[pa.Array, list[tuple[int, str]]]:
     return nulled, reasons
 
 
+@contextmanager
 def _open(path: Path):
-    """The landed file, opened without following a link (an OSError, reported as an unreadable file)."""
+    """The landed file, opened without following a link (an OSError, reported as an unreadable file), as
+    Arrow's own file over that descriptor (``/dev/fd/N`` reopens the open file, not a path).
+
+    Not the Python file object itself: Arrow reads one into buffers holding Python objects, on its I/O
+    threads too (``ReadAsync``), and freeing such a buffer takes the GIL. When the last one was freed on an
+    Arrow thread while the interpreter shut down, that thread was ended by ``pthread_exit``, whose unwinding
+    through Arrow's destructors calls ``std::terminate``: the CLI aborted (exit 134, "terminate called
+    without an active exception") after printing a clean error, about once in a hundred runs."""
+    import pyarrow as pa
+
     from changelake.inputs.landed import open_landed
 
-    return open_landed(path)
+    with open_landed(path) as fh, pa.OSFile(f"/dev/fd/{fh.fileno()}") as native:
+        yield native

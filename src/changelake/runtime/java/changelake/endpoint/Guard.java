@@ -124,6 +124,12 @@ public final class Guard extends AbstractFunction1<SparkSessionExtensions, Boxed
         return "reading or writing files by path";
       }
     }
+    if ("SetCommand".equals(name)) {
+      String changed = changedSetting(plan);
+      if (changed != null && isPinned(changed)) {
+        return "SET " + changed;
+      }
+    }
     if (!owner && plan instanceof Command) {
       boolean reads = name.startsWith("Show") || name.startsWith("Describe") || READ_COMMANDS.contains(name);
       if (!reads) {
@@ -163,6 +169,14 @@ public final class Guard extends AbstractFunction1<SparkSessionExtensions, Boxed
       }
     }
     return null;
+  }
+
+  /** Settings no Thrift user may change, owner included: a catalog plugin (a JDBC catalog reaches any
+   * database and runs its driver's code) and the endpoint's statement timeout. */
+  private static boolean isPinned(String key) {
+    String k = key.trim().toLowerCase(java.util.Locale.ROOT);
+    return k.startsWith("spark.sql.catalog.") || k.equals("spark.sql.catalog")
+        || k.startsWith("spark.sql.thriftserver.") || k.startsWith("spark.sql.extensions");
   }
 
   private static boolean isFileTable(Object table) {
