@@ -186,7 +186,8 @@ class ChangeLake:
         ``batch_id`` the writer's next number is used, so a retried call applies again: pass ``batch_id``
         for exactly once. Other writers of the table (landed batches, SQL statements, lookup inserts) keep
         their own numbers. The result's ``batch_id`` is the table's batch id of the commit (the changelog's
-        ``_batch_id``), ``writer_seq`` the number.
+        ``_batch_id``), ``writer_seq`` the number. ``writer="landing"`` applies a file as that landed batch (one
+        from an archive, say), as landing it as ``N.<ext>`` would.
 
         ``target_columns`` makes the batch a partial update: only those columns (which must include the
         primary key) are written.

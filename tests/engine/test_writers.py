@@ -376,7 +376,7 @@ def test_writer_names_and_numbers_are_checked(home):
     lake = sparkless_lake(home)
     (home / "tables" / f"{TABLE}.yaml").write_text(SPEC)
     record = [{"op": "+I", "data": {"k": 1, "v": "x"}}]
-    for reserved in ("landing", "sql", "lookup", "kafka"):
+    for reserved in ("sql", "lookup", "kafka"):
         with pytest.raises(Exception, match="reserved for changelake's own write paths"):
             lake.apply(TABLE, record, batch_id=1, writer=reserved)
     with pytest.raises(Exception, match="a writer name is"):

@@ -157,7 +157,7 @@ def test_redeliveries_change_nothing_with_offset_dedup_and_drift_without(lake):
     assert all(r.source["deduplicated"] == 0 for r in plain_results)
     # The applied offsets travel with each batch: a replay is a no-op and keeps the table exact.
     name = "drift.stats_kafka_offsets"
-    assert lake.apply(name, file=paths[-1], batch_id=3).status == "already-applied"
+    assert lake.apply(name, file=paths[-1], batch_id=3, writer="landing").status == "already-applied"
     status = {s["table"]: s for s in lake.status()}[name]
     assert status["redelivered"] == status["deduplicated"] == sum(redelivered)
 

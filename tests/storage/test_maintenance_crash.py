@@ -135,13 +135,16 @@ def test_kill_9_anywhere_in_apply_compaction_expiry_and_sweep_converges(
     # batch 1 landed with other content is refused.
     for b in (1, 8):
         done = run_cli(
-            cli_env, "apply", "t.kv", "--file", f"{home}/landing/t.kv/{b:04d}.jsonl", "--batch-id", str(b)
-        )
+            cli_env, "apply", "t.kv", "--file", f"{home}/landing/t.kv/{b:04d}.jsonl", "--batch-id", str(b),
+            "--writer", "landing",
+        )  # fmt: skip
         assert "already applied (same checksum)" in done.stderr
     other = home / "other.jsonl"
     other.write_text(json.dumps({"op": "+I", "data": {"k": 99, "v": "x"}}) + "\n")
-    refused = run_cli(cli_env, "apply", "t.kv", "--file", str(other), "--batch-id", "1", expect=2)
-    assert "batch 1 was already applied from a different input" in refused.stderr
+    refused = run_cli(
+        cli_env, "apply", "t.kv", "--file", str(other), "--batch-id", "1", "--writer", "landing", expect=2
+    )
+    assert "landing batch 1 was already applied from a different input" in refused.stderr
     assert state(storage) == reference
 
 

@@ -309,12 +309,13 @@ def test_writer_fields_round_trip_and_stay_out_of_the_history():
         BatchSummary.from_properties({**props, "changelake.writers": '{"etl": "3"}'})
 
 
-@pytest.mark.parametrize("name", ["", "Etl", "1job", "a b", "x" * 65, 7, "landing", "kafka-orders"])
+@pytest.mark.parametrize("name", ["", "Etl", "1job", "a b", "x" * 65, 7, "sql", "lookup", "kafka-orders"])
 def test_writer_names_the_api_takes(name):
     with pytest.raises(ChangelakeError):
         summary.check_writer_name(name)
 
 
 def test_reserved_writer_names_are_changelake_s_own():
-    assert summary.check_writer_name("landing", internal=True) == "landing"
+    assert summary.check_writer_name("sql", internal=True) == "sql"
     assert summary.check_writer_name("etl.daily-2") == "etl.daily-2"
+    assert summary.check_writer_name("landing") == "landing"  # a landed batch's file applied from elsewhere

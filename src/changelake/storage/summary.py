@@ -78,14 +78,16 @@ SQL = "sql"
 API = "api"
 #: Keys a lookup with ``insert_if_not_exists`` inserted.
 LOOKUP = "lookup"
-#: Names only changelake's own write paths use; an API caller names its writer otherwise.
-RESERVED_WRITERS = (LANDING, SQL, LOOKUP)
+#: Names only changelake's own write paths use; an API caller names its writer otherwise. (``landing`` is not
+#: reserved: applying a file as landed batch N, e.g. from an archive, is what landing it as ``N.<ext>`` does.)
+RESERVED_WRITERS = (SQL, LOOKUP)
 _WRITER_NAME = re.compile(r"[a-z][a-z0-9_.-]{0,63}")
 
 
 def check_writer_name(name: Any, *, internal: bool = False) -> str:
     """A writer name as the API takes it: lower-case letters, digits, ``_ . -``, at most 64 characters,
-    starting with a letter; the reserved names only for changelake's own paths (``internal``)."""
+    starting with a letter; the reserved names (``sql``, ``lookup``, ``kafka...``) only for changelake's own
+    paths (``internal``)."""
     if not isinstance(name, str) or not _WRITER_NAME.fullmatch(name):
         raise ChangelakeError(
             f"a writer name is 1-64 lower-case letters, digits, '_', '.' or '-', starting with a letter; got "
