@@ -36,6 +36,7 @@ from changelake.errors import (
 )
 from changelake.identifiers import split_table_name
 from changelake.inputs import kafka
+from changelake.inputs.landed import LandedPath, landed_exists
 from changelake.inputs.landing import landing_status, read_manifest, scan_landing
 from changelake.spec import SpecDirectory, TableSpec, check_new_table, load_specs
 from changelake.storage import sparkread
@@ -781,7 +782,7 @@ def _as_applied(spec: TableSpec, how: dict, batch_id: int) -> TableSpec:
 def _verify(
     spec: TableSpec,
     batch_id: int,
-    paths: list[Path],
+    paths: list[LandedPath],
     batch_spec: TableSpec,
     fmt: str | None,
     target_columns: list[str] | None,
@@ -792,7 +793,7 @@ def _verify(
     from changelake.inputs.decode import plan_batch
 
     names = ", ".join(str(p) for p in paths)
-    missing = [p for p in paths if not p.is_file()]
+    missing = [p for p in paths if not landed_exists(p)]
     if missing:
         raise ChangelakeError(
             f"{spec.full_name}: landed file {missing[0]} of batch {batch_id} is missing; the batch was "
@@ -806,7 +807,7 @@ def _verify(
         )
 
 
-def _batch_input(batch_id: int, paths: list[Path], spec: TableSpec, fmt: str | None) -> pa.Table:
+def _batch_input(batch_id: int, paths: list[LandedPath], spec: TableSpec, fmt: str | None) -> pa.Table:
     """One batch's records as delivered, decoded with ``spec`` (the batch's own); quarantined ones left out."""
     import pyarrow as pa
 

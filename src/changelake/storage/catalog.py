@@ -1,6 +1,6 @@
-"""A table's Iceberg metadata, read two ways: :class:`DirectSource` reads the SQLite catalog and a local
-warehouse with sqlite3, json and :func:`changelake.storage.avro.read_avro`, without importing pyiceberg (a
-read command starts in a fraction of a second); :class:`IcebergSource` goes through pyiceberg (any catalog,
+"""A table's Iceberg metadata, read two ways: :class:`DirectSource` reads the SQLite catalog and a local or
+object-store (``s3://``) warehouse with sqlite3, json, pyarrow and :func:`changelake.storage.avro.read_avro`,
+without importing pyiceberg (a read command starts in a fraction of a second); :class:`IcebergSource` goes through pyiceberg (any catalog,
 any FileIO) and is the fallback when the direct way meets anything it does not read (:class:`Unsupported`).
 """
 
@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 from urllib.parse import urlparse
 
+from changelake import objectstore
 from changelake.config import Settings
 from changelake.storage import summary
 from changelake.storage.avro import Unsupported, read_avro
@@ -80,9 +81,11 @@ def local_path(location: str) -> str | None:
 
 @dataclass
 class DirectSource(TableSource):
-    """A table of the SQLite catalog in a local warehouse, read with sqlite3, json and :func:`read_avro`."""
+    """A table of the SQLite catalog in a local or object-store warehouse, read with sqlite3, json and
+    :func:`read_avro` (objects with pyarrow's S3 file system)."""
 
     metadata: dict[str, Any] = field(default_factory=dict)
+    store: objectstore.Store | None = None  # the object store of s3:// files (the settings' storage options)
 
     @classmethod
     def load(cls, settings: Settings, namespace: str, name: str) -> DirectSource | None:
@@ -102,11 +105,9 @@ class DirectSource(TableSource):
             raise
         if row is None or row[0] is None:
             return None
-        path = local_path(row[0])
-        if path is None:
-            raise Unsupported(f"metadata at {row[0]}")
-        raw = Path(path).read_bytes()
-        metadata = json.loads(gzip.decompress(raw) if path.endswith(".gz.metadata.json") else raw)
+        store = objectstore.Store(settings.storage_options)
+        raw = _read_location(row[0], store)
+        metadata = json.loads(gzip.decompress(raw) if row[0].endswith(".gz.metadata.json") else raw)
         if metadata.get("format-version", 1) > 2:
             raise Unsupported(f"format version {metadata['format-version']}")
         schema = next(s for s in metadata["schemas"] if s["schema-id"] == metadata["current-schema-id"])
@@ -122,6 +123,7 @@ class DirectSource(TableSource):
             column_types={f["name"]: str(f["type"]) for f in schema["fields"]},
             field_ids={f["name"]: f["id"] for f in schema["fields"]},
             metadata=metadata,
+            store=store,
         )
 
     def _snapshots(self) -> dict[int, dict[str, Any]]:
@@ -192,16 +194,25 @@ class DirectSource(TableSource):
         return out
 
     def _read(self, location: str) -> bytes:
-        path = local_path(location)
-        if path is None:
-            raise Unsupported(f"file at {location}")
-        return Path(path).read_bytes()
+        return _read_location(location, self.store)
 
     def open(self, path: str) -> BinaryIO | str:
         local = local_path(path)
-        if local is None:
-            raise Unsupported(f"file at {path}")
-        return local
+        if local is not None:
+            return local
+        if self.store is not None and objectstore.is_object_location(path):
+            return self.store.open_input(path)
+        raise Unsupported(f"file at {path}")
+
+
+def _read_location(location: str, store: objectstore.Store | None) -> bytes:
+    """A whole metadata file: a local one, or an object (one GET)."""
+    path = local_path(location)
+    if path is not None:
+        return Path(path).read_bytes()
+    if store is not None and objectstore.is_object_location(location):
+        return store.read(location)
+    raise Unsupported(f"file at {location}")
 
 
 @dataclass
