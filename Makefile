@@ -29,14 +29,14 @@ uv: ## Install uv with pip if it is missing
 check-java: ## Fail early unless Java >= 17 is on PATH (Spark needs it)
 	@infra/check_java.sh
 
-setup: uv check-java ## Create both environments from their lock files (.venv, .venv-airflow); pinned JVM jars (.cache/jars); the PostgreSQL server for tests
+setup: uv check-java ## Create both environments from their lock files (.venv, .venv-airflow); pinned JVM jars (.cache/jars: Spark's, the S3 endpoint's, the REST catalog's); the PostgreSQL server for tests
 	@$(UV) sync --frozen --quiet
 	@echo "data env ready: $$($(PY) -c 'import pyspark, pyiceberg; print("pyspark", pyspark.__version__, "pyiceberg", pyiceberg.__version__)')"
 	@UV_PROJECT_ENVIRONMENT=$(CURDIR)/.venv-airflow $(UV) sync --frozen --quiet --project infra/airflow
 	@echo "airflow env ready: apache-airflow $$($(AIRFLOW_PY) -c 'import importlib.metadata as m; print(m.version("apache-airflow"))')"
 	@$(PY) -m compileall -q -j 0 src spark_apps dags >/dev/null
 	@infra/datadocs_assets.sh
-	@infra/jars.sh spark kafka
+	@infra/jars.sh spark kafka s3 rest
 	@infra/postgres.sh
 
 test: setup ## Run the whole test suite: data env (unit, Spark, crash/race, cluster) then Airflow env (DAGs, e2e)
@@ -65,6 +65,19 @@ spark-cluster: setup ## Start a Spark standalone master + worker on 127.0.0.1:70
 
 spark-cluster-stop: ## Stop the standalone cluster
 	@infra/spark_cluster.sh stop
+
+.PHONY: s3 s3-stop rest-catalog rest-catalog-stop
+s3: setup ## Start a local S3 endpoint (S3Proxy, loopback, keys generated per start; S3_PORT); print the env file to source
+	@infra/s3.sh start
+
+s3-stop: ## Stop the S3 endpoint started by `make s3` (its objects stay in $$CHANGELAKE_HOME/s3/data)
+	@infra/s3.sh stop
+
+rest-catalog: s3 ## Start a local Iceberg REST catalog (loopback, token required; REST_PORT) storing tables on the S3 endpoint
+	@infra/rest_catalog.sh start
+
+rest-catalog-stop: ## Stop the REST catalog started by `make rest-catalog`
+	@infra/rest_catalog.sh stop
 
 .PHONY: sql sql-stop kafka kafka-stop demo-kafka bench-latency bench-dbt bench-small bench-longrun bench-kafka bench-kafka-source bench-spark
 sql: setup ## Start the warm SQL endpoint (Spark Connect + Thrift/JDBC, loopback) in the background; print URLs

@@ -33,6 +33,7 @@ from pyiceberg.table.snapshots import Snapshot, ancestors_of
 from pyiceberg.table.update import AssertRefSnapshotId
 from pyiceberg.table.update.snapshot import ExpireSnapshots
 
+from changelake import objectstore
 from changelake.faults import fault
 from changelake.spec import StorageOptions
 from changelake.storage import history, summary
@@ -251,7 +252,7 @@ def remove_orphans(table: Table, older_than_s: float, now: float | None = None) 
     keep = {_canonical(p) for p in keep}
     orphans = [
         path
-        for path, mtime in list_files(table.location())
+        for path, mtime in list_files(table.location(), dict(table.io.properties))
         if _canonical(path) not in keep and mtime < now - older_than_s
     ]
     fault("before-orphan-sweep")
@@ -276,10 +277,14 @@ def referenced_outside_snapshots(table: Table) -> set[str]:
     return out
 
 
-def list_files(location: str) -> list[tuple[str, float]]:
+def list_files(location: str, properties: dict[str, str] | None = None) -> list[tuple[str, float]]:
     """(location, modification time) of every regular file under ``location``; symbolic links are not
-    followed (nor listed)."""
+    followed (nor listed). An object store is listed (one LIST per 1,000 objects) as the table's FileIO
+    ``properties`` reach it."""
     local = _local_path(location)
+    if local is None and objectstore.is_object_location(location):
+        store = objectstore.Store(objectstore.options_of_fileio(properties or {}))
+        return [(str(i.path), i.mtime_ns / 1e9) for i in store.list(location, recursive=True)]
     if local is None:
         from pyarrow import fs
 
