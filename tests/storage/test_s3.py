@@ -220,6 +220,16 @@ def test_tables_behind_the_rest_catalog_apply_and_read(rest_catalog, s3_endpoint
     assert rows == [(1, "b1"), (4, "a4"), (5, "a5"), (6, "a6"), (7, "a7"), (8, "a8"), (9, "c9")]
     assert [r[:3] for r in log if r[2] == 1] == [(1, "+I", 1), (2, "+U", 1), (2, "-U", 1)]  # sorted
     assert lake.lookup(table, {"k": 1}) == [{"k": 1, "v": "b1"}]
+    # Reads without pyiceberg ask the REST server for the table as the protocol says (loadTable) and agree
+    # with the reads through pyiceberg.
+    from changelake.storage.catalog import DirectSource
+    from changelake.storage.fastread import FastReader
+
+    namespace, name = table.split(".")
+    assert isinstance(lake.reader._source(namespace, name), DirectSource)
+    direct, through = (FastReader(lake.settings, direct=d, storage=lake.storage) for d in (True, False))
+    assert direct.rows_arrow(table).to_pylist() == through.rows_arrow(table).to_pylist()
+    assert sorted(r["k"] for r in direct.rows_arrow(table).to_pylist()) == [r[0] for r in rows]
     # The table's metadata is where the REST server wrote it: on the S3 endpoint.
     location = lake.storage.catalog.load_table(table).metadata_location
     assert location.startswith("s3://changelake/")

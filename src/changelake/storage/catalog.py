@@ -89,6 +89,11 @@ class DirectSource(TableSource):
 
     @classmethod
     def load(cls, settings: Settings, namespace: str, name: str) -> DirectSource | None:
+        if settings.catalog_type == "rest":
+            loaded = _rest_table(settings, namespace, name)
+            if loaded is None:
+                return None
+            return cls._of(settings, namespace, name, loaded)
         db = Path(settings.catalog_uri[len("sqlite:///") :])
         if not db.exists():
             return None
@@ -108,6 +113,11 @@ class DirectSource(TableSource):
         store = objectstore.Store(settings.storage_options)
         raw = _read_location(row[0], store)
         metadata = json.loads(gzip.decompress(raw) if row[0].endswith(".gz.metadata.json") else raw)
+        return cls._of(settings, namespace, name, metadata)
+
+    @classmethod
+    def _of(cls, settings: Settings, namespace: str, name: str, metadata: dict[str, Any]) -> DirectSource:
+        store = objectstore.Store(settings.storage_options)
         if metadata.get("format-version", 1) > 2:
             raise Unsupported(f"format version {metadata['format-version']}")
         schema = next(s for s in metadata["schemas"] if s["schema-id"] == metadata["current-schema-id"])
@@ -203,6 +213,45 @@ class DirectSource(TableSource):
         if self.store is not None and objectstore.is_object_location(path):
             return self.store.open_input(path)
         raise Unsupported(f"file at {path}")
+
+
+def _rest_table(settings: Settings, namespace: str, name: str) -> dict[str, Any] | None:
+    """A table's current metadata from a REST catalog (the Iceberg REST protocol's loadTable: two small GETs,
+    where importing pyiceberg costs seconds), or None when there is no such table. Only a catalog reached with
+    a bearer token (``token``, in the catalog properties or pyiceberg's ``PYICEBERG_CATALOG__<NAME>__TOKEN``) is
+    read this way; any other authentication goes through pyiceberg (:class:`Unsupported`)."""
+    import os
+    import urllib.error
+    import urllib.parse
+    import urllib.request
+
+    properties = {k: v for k, v in settings.catalog_properties.items() if k != "token"}
+    if any(k in properties for k in ("credential", "oauth2-server-uri", "rest.sigv4-enabled", "auth.type")):
+        raise Unsupported("a REST catalog with an authentication other than a bearer token")
+    token = settings.catalog_properties.get("token") or os.environ.get(
+        f"PYICEBERG_CATALOG__{settings.catalog_name.upper()}__TOKEN"
+    )
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    base = settings.catalog_uri.rstrip("/")
+
+    def get(path: str) -> dict[str, Any]:
+        request = urllib.request.Request(f"{base}/v1/{path}", headers=headers)
+        with urllib.request.urlopen(request, timeout=30) as answer:  # noqa: S310 - the configured catalog URI
+            return json.loads(answer.read())
+
+    query = urllib.parse.urlencode({"warehouse": settings.warehouse}) if settings.warehouse else ""
+    config = get(f"config?{query}" if query else "config")
+    prefix = {**config.get("defaults", {}), **config.get("overrides", {})}.get("prefix")
+    where = "/".join(urllib.parse.quote(p, safe="") for p in ([prefix] if prefix else []) + ["namespaces"])
+    try:
+        loaded = get(
+            f"{where}/{urllib.parse.quote(namespace, safe='')}/tables/{urllib.parse.quote(name, safe='')}"
+        )
+    except urllib.error.HTTPError as e:
+        if e.code == 404:
+            return None
+        raise
+    return loaded["metadata"]
 
 
 def _read_location(location: str, store: objectstore.Store | None) -> bytes:

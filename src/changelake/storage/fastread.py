@@ -16,11 +16,12 @@ Spark is for applying batches; reading one key or the first rows of a table must
 Two ways to the metadata (:mod:`changelake.storage.catalog`), with one reading code on top
 (:class:`~changelake.storage.catalog.TableSource`):
 
-* **direct** — the default SQLite catalog and a local warehouse: the catalog row is read with ``sqlite3``,
+* **direct** — the default SQLite catalog or a REST catalog (its loadTable answer, with a bearer token), and a
+  local or object-store (``s3://``) warehouse: the catalog row is read with ``sqlite3``,
   the metadata JSON with ``json`` and the manifests with a small Avro decoder
   (:mod:`changelake.storage.avro`). Importing pyiceberg (and pandas, which ``pyarrow.dataset`` pulls in)
   costs seconds on a small machine, more than the whole read;
-* **pyiceberg** — every other catalog or warehouse (PostgreSQL, REST, object stores), through
+* **pyiceberg** — every other catalog or warehouse (PostgreSQL, other file systems), through
   :class:`changelake.storage.iceberg.Storage`; also the fallback when the direct way meets anything it does not
   know (another Avro codec, delete files).
 
@@ -239,8 +240,9 @@ class FastReader:
         self.settings = settings
         self.progress: Progress = progress or (lambda _msg: None)
         sqlite = settings.catalog_type == "sql" and settings.catalog_uri.startswith("sqlite:///")
+        rest = settings.catalog_type == "rest"  # the REST protocol's loadTable, plainly (catalog._rest_table)
         custom_io = any(k.startswith("py-io-impl") for k in settings.catalog_properties)
-        self.direct = (sqlite and not custom_io) if direct is None else direct
+        self.direct = ((sqlite or rest) and not custom_io) if direct is None else direct
         self._storage = storage  # a changelake.storage.iceberg.Storage, made when the pyiceberg way needs one
         self.last_stats = _Stats()
 
