@@ -163,11 +163,17 @@ class Store:
         modified = meta.get(b"Last-Modified") or meta.get("Last-Modified")
         return ObjectInfo(p, size, _time_ns(modified), _text(etag).strip('"') if etag else None)
 
-    def open_input(self, path: ObjectPath | str) -> Any:
+    def open_input(self, path: ObjectPath | str, size: int | None = None) -> Any:
         """The object for reading (a pyarrow random-access file: ``read``, ``read_at``, ``seek``, ``size``).
-        Raises FileNotFoundError when there is none."""
+        Raises FileNotFoundError when there is none. With its ``size`` known, no HEAD request is made."""
+        import pyarrow.fs as pafs
+
         p = self._as_path(path)
         try:
+            if size is not None:
+                return self.filesystem.open_input_file(
+                    pafs.FileInfo(p.key_path, pafs.FileType.File, size=size)
+                )
             return self.filesystem.open_input_file(p.key_path)
         except OSError as e:
             if _not_found(e):
@@ -186,8 +192,15 @@ class Store:
                 out.write(chunk)
 
     def read(self, path: ObjectPath | str) -> bytes:
-        with self.open_input(path) as f:
-            return f.read()
+        """A whole object, in one GET (no HEAD first: the size comes with the body)."""
+        p = self._as_path(path)
+        try:
+            with self.filesystem.open_input_stream(p.key_path) as f:
+                return f.read()
+        except OSError as e:
+            if _not_found(e):
+                raise FileNotFoundError(f"{p}: no such object") from None
+            raise
 
     def delete(self, path: ObjectPath | str) -> bool:
         """Delete an object; False when there was none."""
@@ -270,7 +283,12 @@ def _filesystem(key: tuple[tuple[str, str], ...]) -> Any:
     from pyarrow.fs import S3FileSystem
 
     options = dict(key)
-    kwargs: dict[str, Any] = {"region": options.get("AWS_REGION") or DEFAULT_REGION}
+    # allow_delayed_open: an object smaller than one part is written with one PUT when closed, where pyarrow
+    # otherwise starts a multipart upload at open (three requests for every small file).
+    kwargs: dict[str, Any] = {
+        "region": options.get("AWS_REGION") or DEFAULT_REGION,
+        "allow_delayed_open": True,
+    }
     if options.get("AWS_ENDPOINT_URL"):
         kwargs["endpoint_override"] = options["AWS_ENDPOINT_URL"]
     if options.get("AWS_ACCESS_KEY_ID"):

@@ -76,8 +76,8 @@ class Landing:
     )  # usable: every id below the first problem/wait
     problems: list[LandingProblem] = field(default_factory=list)
     waiting: list[LandingProblem] = field(default_factory=list)  # incomplete batches: not errors
-    # an object-store landing zone: each listed batch object's last-modified time (ns), from the listing
-    modified_ns: dict[int, int] = field(default_factory=dict)
+    # an object-store landing zone: each listed batch object's (size, last-modified time in ns), from the listing
+    listed: dict[int, tuple[int, int]] = field(default_factory=dict)
 
     @property
     def blocked_from(self) -> int | None:
@@ -231,7 +231,7 @@ def _scan_objects(landing_dir: ObjectPath, spec: TableSpec) -> Landing:
             )
         else:
             found[batch_id] = info.path
-            landing.modified_ns[batch_id] = info.mtime_ns
+            landing.listed[batch_id] = (info.size, info.mtime_ns)
     limit = landing.blocked_from
     landing.batches = {b: p for b, p in sorted(found.items()) if limit is None or b < limit}
     return landing
@@ -371,8 +371,10 @@ class Fingerprint:
 
     @property
     def stat(self) -> list:
-        """What ``input_record`` keeps of it: [size, mtime_ns] for a file, [size, ETag] for an object."""
-        return [self.size, self.mtime_ns] if self.version is None else [self.size, self.version]
+        """What ``input_record`` keeps of it: [size, mtime_ns] for a file, [size, mtime_ns, ETag] for an object."""
+        return (
+            [self.size, self.mtime_ns] if self.version is None else [self.size, self.mtime_ns, self.version]
+        )
 
 
 def fingerprints(paths: Sequence[LandedPath], landed: LandedPath | None = None) -> tuple[Fingerprint, ...]:
@@ -534,7 +536,7 @@ def changed_inputs(
         if not how.get("stat"):
             continue  # applied before files were fingerprinted
         paths = [directory / name for name in how["files"]]
-        current = _current_checksum(paths, how, batch.checksum)
+        current = _current_checksum(paths, how, batch.checksum, landing.listed.get(seq))
         if current is not None:
             out.append(ChangedInput(seq, paths[0], batch.checksum, current))
     return out
@@ -543,23 +545,32 @@ def changed_inputs(
 def _ctime_ns(path: LandedPath, landing: Landing, batch_id: int) -> int:
     """When the file last changed (an object: its listed last-modified time)."""
     if isinstance(path, ObjectPath):
-        return landing.modified_ns.get(batch_id, 0)
+        return landing.listed.get(batch_id, (0, 0))[1]
     try:
         return os.lstat(path).st_ctime_ns
     except OSError:
         return 0
 
 
-def _current_checksum(paths: list[LandedPath], how: dict[str, Any], recorded: str) -> str | None:
+def _current_checksum(
+    paths: list[LandedPath], how: dict[str, Any], recorded: str, listed: tuple[int, int] | None = None
+) -> str | None:
     """The files' checksum now if they differ from what was applied, else None (unchanged, or missing).
-    Objects are compared by size and ETag (a HEAD request each), files by size and modification time."""
+    Files are compared by size and modification time. An object whose listing (``listed``: the batch's one
+    object, as the scan saw it) shows the size and last-modified time recorded is unchanged without a request;
+    otherwise its size and ETag decide (a HEAD request)."""
     stats: list[list] = []
-    for path in paths:
+    for i, path in enumerate(paths):
         if isinstance(path, ObjectPath):
+            then = how["stat"][i] if i < len(how["stat"]) else None
+            if listed is not None and len(paths) == 1 and then is not None and list(listed) == then[:2]:
+                stats.append(then)
+                continue
             info = path.store.info(path)
             if info is None:
                 return None
-            stats.append([info.size, info.etag or ""])
+            same = then is not None and [info.size, info.etag or ""] == [then[0], then[-1]]
+            stats.append(then if same and then is not None else [info.size, info.mtime_ns, info.etag or ""])
             continue
         try:
             st = os.lstat(path)

@@ -197,12 +197,20 @@ def delete_files(io: Any, paths: Iterable[str]) -> tuple[int, int]:
     apply-attempt directories this empties go too (:func:`_prune_attempt_dirs`)."""
     count = size = 0
     emptied: set[str] = set()
+    store = None
     for i, path in enumerate(sorted(paths)):
         if i == 1:
             fault("deleting-files")  # one file deleted, the rest not
         local = _local_path(path)
         try:
-            if local is not None:
+            if local is None and objectstore.is_object_location(path):
+                store = store or objectstore.Store(objectstore.options_of_fileio(dict(io.properties)))
+                info = store.info(path)
+                if info is None or not store.delete(path):
+                    continue
+                size += info.size
+                emptied.add(path.rsplit("/", 1)[0])
+            elif local is not None:
                 if os.path.islink(local):
                     continue
                 size += os.path.getsize(local)
@@ -214,7 +222,10 @@ def delete_files(io: Any, paths: Iterable[str]) -> tuple[int, int]:
             count += 1
         except FileNotFoundError:
             continue
-    _prune_attempt_dirs(emptied)
+    if store is not None:
+        _prune_attempt_prefixes(store, emptied)
+    else:
+        _prune_attempt_dirs(emptied)
     return count, size
 
 
@@ -240,6 +251,25 @@ def _prune_attempt_dirs(directories: Iterable[str]) -> None:
                 os.rmdir(d)  # only when empty
             except OSError:
                 break
+
+
+def _prune_attempt_prefixes(store: objectstore.Store, prefixes: Iterable[str]) -> None:
+    """:func:`_prune_attempt_dirs` in an object store, where a directory is only a name: pyarrow's S3 file system
+    leaves an empty marker object (``…/batch-…/``) where it deleted a prefix's last object, to keep the
+    "directory"; an apply attempt's prefix that no longer holds an object loses its marker here (a LIST and a
+    DELETE), so expiry and the orphan sweep leave no marker per expired attempt behind."""
+    tops = set()
+    for prefix in prefixes:
+        chain = [prefix, prefix.rsplit("/", 1)[0]]
+        top = next((d for d in chain if d.rsplit("/", 1)[-1].startswith(_ATTEMPT_DIR)), None)
+        if top is not None:
+            tops.add(top)
+    for top in sorted(tops):
+        try:
+            if not store.list(top, recursive=True):
+                store.filesystem.delete_dir(store.path(top).key_path)
+        except OSError:
+            continue  # best effort: a marker left is a zero-byte name, not data
 
 
 def remove_orphans(table: Table, older_than_s: float, now: float | None = None) -> Outcome:

@@ -10,6 +10,12 @@ from urllib.parse import urlparse
 import pyarrow as pa
 
 from changelake import objectstore
+from changelake.lru import BoundedLRU
+
+#: An object of at most this many bytes is read whole when a task opens it, and kept for its next open ...
+SMALL_OBJECT_BYTES = 8 << 20
+#: ... while the task's kept objects hold at most this many bytes.
+SMALL_OBJECTS_BYTES = 128 << 20
 
 
 class TaskIO:
@@ -22,6 +28,11 @@ class TaskIO:
         self.properties = properties
         self._fileio: Any = None  # a pyiceberg PyArrowFileIO, made on first use (importing it is slow)
         self._store: objectstore.Store | None = None
+        self._sizes: dict[str, int] = {}  # objects' sizes, once known (a file of a table never changes)
+        # Small objects' bytes, read whole once: a bucket task opens a file for its row groups' statistics and
+        # again for their rows, and every bucket of a batch opens the batch's staged file; each open of an object
+        # is a HEAD and one GET per range read, where a whole small object is one GET.
+        self._small: BoundedLRU[bytes] = BoundedLRU(SMALL_OBJECTS_BYTES, size=len)
         # What one Spark task keeps for its buckets (an engine.buckets.StoredRows): the files they share (a batch's new rows of every bucket,
         # the partition's delete files), read once per task instead of once per bucket.
         self.kept = kept
@@ -55,7 +66,17 @@ class TaskIO:
         if local is not None:
             return pa.OSFile(local, "rb")
         if objectstore.is_object_location(location):
-            return self.store.open_input(location)
+            cached = self._small.get(location)
+            if cached is not None:
+                return pa.BufferReader(cached)
+            opened = self.store.open_input(location)
+            self._sizes[location] = size = opened.size()
+            if size > SMALL_OBJECT_BYTES:
+                return opened
+            with opened:
+                data = opened.read()
+            self._small.put(location, data)
+            return pa.BufferReader(data)
         return self._iceberg().new_input(location).open()
 
     def open_output(self, location: str):
@@ -75,8 +96,10 @@ class TaskIO:
         if local is not None:
             return os.path.getsize(local)
         if objectstore.is_object_location(location):
-            info = self.store.info(location)
-            if info is None:
-                raise FileNotFoundError(location)
-            return info.size
+            if location not in self._sizes:
+                info = self.store.info(location)
+                if info is None:
+                    raise FileNotFoundError(location)
+                self._sizes[location] = info.size
+            return self._sizes[location]
         return len(self._iceberg().new_input(location))
