@@ -315,3 +315,34 @@ def test_two_appliers_racing_through_the_rest_catalog_apply_each_batch_once(
         if k == 0
     )
     assert key0 == [(1, "+I"), (2, "+U"), (2, "-U"), (3, "+U"), (3, "-U"), (4, "+U"), (4, "-U")]
+
+
+def test_spark_tasks_decode_and_merge_through_the_object_store(
+    spark, s3_endpoint, s3_prefix, tmp_path, monkeypatch
+):
+    """CHANGELAKE_LOCAL_APPLY_RECORDS=0: every batch is decoded and merged in Spark tasks, which read the landed
+    objects and the table's files and write theirs through the object store (no local path), with the same
+    result as in this process; quarantined records go to a dead-letter object the commit names."""
+    monkeypatch.setenv("CHANGELAKE_LOCAL_APPLY_RECORDS", "0")
+    lake = _lake(tmp_path, "t.kv", s3_prefix, storage_options_of(s3_endpoint))
+    lake._spark = spark
+    spec = kv("t.kv").replace(
+        "options:", "source: {format: changelog-json, on-bad-record: quarantine}\noptions:"
+    )
+    (tmp_path / "tables" / "t.kv.yaml").write_text(spec)
+    lake.create_all()
+    _land(lake, "t.kv", BATCHES)
+    landing = lake.settings.landing_dir
+    landing.store.put(
+        landing / "t.kv" / "4.jsonl", _lines([{"op": "+I", "data": {"k": 10, "v": "x"}}]) + b"{oops\n"
+    )
+    assert [r.status for r in lake.apply_pending("t.kv")] == ["applied"] * 4
+    assert not any("in this process" in m for m in lake.messages), lake.messages[-5:]  # Spark did it
+    rows, _log = _pyiceberg_state(lake, "t.kv")
+    assert rows == [(1, "b1"), (4, "a4"), (5, "a5"), (6, "a6"), (7, "a7"), (8, "a8"), (9, "c9"), (10, "x")]
+    (dead,) = lake.dead_letters("t.kv")
+    assert dead["batch_id"] == 4 and dead["line"] == 2 and "oops" in dead["raw"]
+    store = landing.store
+    assert any(
+        "/dead-letter/" in str(i.path) for i in store.list(f"{s3_prefix}/warehouse/t/kv", recursive=True)
+    )
