@@ -66,7 +66,7 @@ spark-cluster: setup ## Start a Spark standalone master + worker on 127.0.0.1:70
 spark-cluster-stop: ## Stop the standalone cluster
 	@infra/spark_cluster.sh stop
 
-.PHONY: s3 s3-stop rest-catalog rest-catalog-stop
+.PHONY: s3 s3-stop rest-catalog rest-catalog-stop bench-s3
 s3: setup ## Start a local S3 endpoint (S3Proxy, loopback, keys generated per start; S3_PORT); print the env file to source
 	@infra/s3.sh start
 
@@ -144,6 +144,10 @@ bench-kafka: setup ## upsert-kafka key/value formats: Avro and Confluent-wire de
 
 bench-kafka-source: setup ## Kafka topics as a source: records/s beside the same records landed as files, and freshness with `stream` (KAFKA_SOURCE_ARGS=--records N) -> docs/benchmarks.md
 	@rc=0; $(PY) benchmarks/bench_kafka_source.py $(KAFKA_SOURCE_ARGS) || rc=$$?; $(PY) benchmarks/render_results.py; exit $$rc
+
+S3_BENCH_ARGS ?=
+bench-s3: setup ## The apply and the reads on the local S3 endpoint beside local disk, with each batch's requests (S3_BENCH_ARGS=--rows N) -> docs/benchmarks.md
+	@rc=0; $(PY) benchmarks/bench_s3.py $(S3_BENCH_ARGS) || rc=$$?; $(PY) benchmarks/render_results.py; exit $$rc
 
 bench-latency: setup ## CLI latency on the bench's 5M-row table (lookup, scan, status, changelog; warm vs cold 100-record apply) -> docs/benchmarks.md
 	@rc=0; $(PY) benchmarks/bench_latency.py $(LATENCY_ARGS) || rc=$$?; $(PY) benchmarks/render_results.py; exit $$rc
