@@ -51,6 +51,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from changelake import objectstore
 from changelake.bucketing import bucket_of, partition_value
 from changelake.config import Settings
 from changelake.errors import ChangelakeError, java_list, missing_table, unknown_table
@@ -329,7 +330,9 @@ class FastReader:
     def _deleted(source: TableSource, files: list[TableFile]) -> dict[str, pa.Array]:
         """The positions of data rows the position-delete files among ``files`` name, per data file."""
         deletes = [f for f in files if f.is_delete]
-        return _applicable(files, deletes, [read_position_deletes(source.open(d.path)) for d in deletes])
+        return _applicable(
+            files, deletes, _each(lambda d: read_position_deletes(source.open(d.path)), deletes)
+        )
 
     def _read_all(
         self, source: TableSource, files: list[TableFile], schema: pa.Schema, stats: _Stats, label: str
@@ -390,8 +393,8 @@ class FastReader:
             return self._read_all(source, files, schema, stats, label)
         deleted = self._deleted(source, files)
         data = sorted((f for f in files if not f.is_delete), key=lambda f: f.path)  # one order both ways
-        for i, f in enumerate(data, start=1):
-            pf = pq.ParquetFile(source.open(f.path))
+        footers = _each(lambda f: pq.ParquetFile(source.open(f.path)), data)
+        for i, (f, pf) in enumerate(zip(data, footers, strict=True), start=1):
             columns = _present(pf, schema)
             stats.files_read += 1
             groups = list(range(pf.metadata.num_row_groups))
@@ -472,9 +475,9 @@ class FastReader:
         ticker = _Ticker(self.progress)
         deleted = self._deleted(source, files)
         files = [f for f in files if not f.is_delete]
-        for i, f in enumerate(files):
+        footers = _each(lambda f: pq.ParquetFile(source.open(f.path)), files)
+        for i, (f, pf) in enumerate(zip(files, footers, strict=True)):
             ticker.tick(functools.partial("{}: keys of {}/{} files read".format, label, i, len(files)))
-            pf = pq.ParquetFile(source.open(f.path))
             opened.append(pf)
             stats.files_read += 1
             stats.row_groups += pf.metadata.num_row_groups
@@ -826,6 +829,19 @@ def _iso_ms(ms: int | None) -> str | None:
     if ms is None:
         return None
     return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).isoformat(timespec="seconds")
+
+
+#: Object-store files opened at once (their footers read): each open is a round trip or two, not a syscall.
+_OPEN_THREADS = 8
+
+
+def _each(fn: Callable[[Any], Any], files: list[TableFile]) -> list[Any]:
+    """``fn`` of each file, in order: on :data:`_OPEN_THREADS` threads when the files are objects (an open and
+    a footer read are requests whose waits overlap), else one after another."""
+    if len(files) < 2 or not objectstore.is_object_location(files[0].path):
+        return [fn(f) for f in files]
+    with ThreadPoolExecutor(max_workers=_OPEN_THREADS, thread_name_prefix="changelake-open") as pool:
+        return list(pool.map(fn, files))
 
 
 #: A read of at least this many whole files (or delete files) reads them on _READ_THREADS threads.
