@@ -58,7 +58,9 @@ class TableSource:
     def files(self, snapshot_id: int | None) -> list[TableFile]:
         raise NotImplementedError
 
-    def open(self, path: str) -> BinaryIO | str:
+    def open(self, path: str, size: int | None = None) -> BinaryIO | str:
+        """A file of the table for reading (a local path, or an open file); ``size``, when known, saves an
+        object store's HEAD request."""
         raise NotImplementedError
 
     def batch_snapshots(self) -> list[tuple[int, dict[str, str]]]:
@@ -77,6 +79,12 @@ def local_path(location: str) -> str | None:
     if uri.scheme == "file":
         return f"{uri.netloc}{uri.path}"
     return None
+
+
+#: An object of at most this many bytes (its size known from the manifest) is read whole by one GET: a delete
+#: file, a batch's new rows. A larger one is opened (a HEAD) and read by ranges: its footer and the row groups a
+#: read needs.
+WHOLE_OBJECT_BYTES = 1 << 20
 
 
 @dataclass
@@ -206,11 +214,15 @@ class DirectSource(TableSource):
     def _read(self, location: str) -> bytes:
         return _read_location(location, self.store)
 
-    def open(self, path: str) -> BinaryIO | str:
+    def open(self, path: str, size: int | None = None) -> BinaryIO | str:
         local = local_path(path)
         if local is not None:
             return local
         if self.store is not None and objectstore.is_object_location(path):
+            if size is not None and 0 < size <= WHOLE_OBJECT_BYTES:
+                import pyarrow as pa
+
+                return pa.BufferReader(self.store.read(path))  # one GET, where an open is a HEAD and GETs
             return self.store.open_input(path)
         raise Unsupported(f"file at {path}")
 
@@ -312,7 +324,7 @@ class IcebergSource(TableSource):
 
         return Storage.table_files(self.table, snapshot_id)
 
-    def open(self, path: str) -> BinaryIO | str:
+    def open(self, path: str, size: int | None = None) -> BinaryIO | str:
         return self.table.io.new_input(path).open()
 
 

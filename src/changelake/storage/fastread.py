@@ -331,7 +331,7 @@ class FastReader:
         """The positions of data rows the position-delete files among ``files`` name, per data file."""
         deletes = [f for f in files if f.is_delete]
         return _applicable(
-            files, deletes, _each(lambda d: read_position_deletes(source.open(d.path)), deletes)
+            files, deletes, _each(lambda d: read_position_deletes(source.open(d.path, d.size)), deletes)
         )
 
     def _read_all(
@@ -351,7 +351,7 @@ class FastReader:
 
         with ThreadPoolExecutor(max_workers=_READ_THREADS, thread_name_prefix="changelake-read") as pool:
             read_deletes = [
-                pool.submit(lambda d: read_position_deletes(source.open(d.path)), d) for d in deletes
+                pool.submit(lambda d: read_position_deletes(source.open(d.path, d.size)), d) for d in deletes
             ]
             # The large files first: the small ones (a batch's new rows) then fill the gaps at the end.
             order = sorted(range(len(data)), key=lambda i: -data[i].size)
@@ -393,7 +393,7 @@ class FastReader:
             return self._read_all(source, files, schema, stats, label)
         deleted = self._deleted(source, files)
         data = sorted((f for f in files if not f.is_delete), key=lambda f: f.path)  # one order both ways
-        footers = _each(lambda f: pq.ParquetFile(source.open(f.path)), data)
+        footers = _each(lambda f: pq.ParquetFile(source.open(f.path, f.size)), data)
         for i, (f, pf) in enumerate(zip(data, footers, strict=True), start=1):
             columns = _present(pf, schema)
             stats.files_read += 1
@@ -475,7 +475,7 @@ class FastReader:
         ticker = _Ticker(self.progress)
         deleted = self._deleted(source, files)
         files = [f for f in files if not f.is_delete]
-        footers = _each(lambda f: pq.ParquetFile(source.open(f.path)), files)
+        footers = _each(lambda f: pq.ParquetFile(source.open(f.path, f.size)), files)
         for i, (f, pf) in enumerate(zip(files, footers, strict=True)):
             ticker.tick(functools.partial("{}: keys of {}/{} files read".format, label, i, len(files)))
             opened.append(pf)
@@ -595,7 +595,7 @@ class FastReader:
         opened: list[pq.ParquetFile] = []
         groups: list[tuple[tuple, int, int]] = []  # (lower bound, file, row group)
         for i, f in enumerate(files):
-            pf = pq.ParquetFile(source.open(f.path))
+            pf = pq.ParquetFile(source.open(f.path, f.size))
             opened.append(pf)
             stats.files_read += 1
             meta = pf.metadata
@@ -857,7 +857,7 @@ def _read_whole(
     pf: pq.ParquetFile | None = None,
 ) -> tuple[pa.Table, int]:
     """A data file's rows in ``schema`` less the deleted ones, and its row-group count."""
-    pf = pf or pq.ParquetFile(source.open(f.path))
+    pf = pf or pq.ParquetFile(source.open(f.path, f.size))
     groups = pf.metadata.num_row_groups
     if not groups:
         return schema.empty_table(), 0
