@@ -251,10 +251,7 @@ def main() -> int:
             ),
         }
         result["when"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
-        result["command"] = (
-            "flock -x /tmp/changelake-cpu.lock .venv/bin/python benchmarks/bench_s3.py "
-            + " ".join(sys.argv[1:])
-        )
+        result["command"] = ".venv/bin/python benchmarks/bench_s3.py " + " ".join(sys.argv[1:])
         result["load"] = os.getloadavg()
     finally:
         subprocess.run(
