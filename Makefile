@@ -29,14 +29,14 @@ uv: ## Install uv with pip if it is missing
 check-java: ## Fail early unless Java >= 17 is on PATH (Spark needs it)
 	@infra/check_java.sh
 
-setup: uv check-java ## Create both environments from their lock files (.venv, .venv-airflow); pinned JVM jars (.cache/jars); the PostgreSQL server for tests
+setup: uv check-java ## Create both environments from their lock files (.venv, .venv-airflow); pinned JVM jars (.cache/jars: Spark's, the S3 endpoint's, the REST catalog's); the PostgreSQL server for tests
 	@$(UV) sync --frozen --quiet
 	@echo "data env ready: $$($(PY) -c 'import pyspark, pyiceberg; print("pyspark", pyspark.__version__, "pyiceberg", pyiceberg.__version__)')"
 	@UV_PROJECT_ENVIRONMENT=$(CURDIR)/.venv-airflow $(UV) sync --frozen --quiet --project infra/airflow
 	@echo "airflow env ready: apache-airflow $$($(AIRFLOW_PY) -c 'import importlib.metadata as m; print(m.version("apache-airflow"))')"
 	@$(PY) -m compileall -q -j 0 src spark_apps dags >/dev/null
 	@infra/datadocs_assets.sh
-	@infra/jars.sh spark kafka
+	@infra/jars.sh spark kafka s3 rest
 	@echo "changelake's Spark classes: $$($(PY) -m changelake.runtime.jvm)"
 	@infra/postgres.sh
 
@@ -66,6 +66,19 @@ spark-cluster: setup ## Start a Spark standalone master + worker on 127.0.0.1:70
 
 spark-cluster-stop: ## Stop the standalone cluster
 	@infra/spark_cluster.sh stop
+
+.PHONY: s3 s3-stop rest-catalog rest-catalog-stop bench-s3
+s3: setup ## Start a local S3 endpoint (S3Proxy, loopback, keys generated per start; S3_PORT); print the env file to source
+	@infra/s3.sh start
+
+s3-stop: ## Stop the S3 endpoint started by `make s3` (its objects stay in $$CHANGELAKE_HOME/s3/data)
+	@infra/s3.sh stop
+
+rest-catalog: s3 ## Start a local Iceberg REST catalog (loopback, token required; REST_PORT) storing tables on the S3 endpoint
+	@infra/rest_catalog.sh start
+
+rest-catalog-stop: ## Stop the REST catalog started by `make rest-catalog`
+	@infra/rest_catalog.sh stop
 
 .PHONY: sql sql-stop kafka kafka-stop demo-kafka bench-latency bench-dbt bench-small bench-longrun bench-kafka bench-kafka-source bench-spark
 sql: setup ## Start the warm SQL endpoint (Spark Connect + Thrift/JDBC, loopback) in the background; print URLs
@@ -134,6 +147,10 @@ bench-kafka: setup ## upsert-kafka key/value formats: Avro and Confluent-wire de
 
 bench-kafka-source: setup ## Kafka topics as a source: records/s beside the same records landed as files, and freshness with `stream` (KAFKA_SOURCE_ARGS=--records N) -> docs/benchmarks.md
 	@rc=0; $(PY) benchmarks/bench_kafka_source.py $(KAFKA_SOURCE_ARGS) || rc=$$?; $(PY) benchmarks/render_results.py; exit $$rc
+
+S3_BENCH_ARGS ?=
+bench-s3: setup ## The apply and the reads on the local S3 endpoint beside local disk, with each batch's requests (S3_BENCH_ARGS=--rows N) -> docs/benchmarks.md
+	@rc=0; $(PY) benchmarks/bench_s3.py $(S3_BENCH_ARGS) || rc=$$?; $(PY) benchmarks/render_results.py; exit $$rc
 
 bench-latency: setup ## CLI latency on the bench's 5M-row table (lookup, scan, status, changelog; warm vs cold 100-record apply) -> docs/benchmarks.md
 	@rc=0; $(PY) benchmarks/bench_latency.py $(LATENCY_ARGS) || rc=$$?; $(PY) benchmarks/render_results.py; exit $$rc

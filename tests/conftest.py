@@ -145,6 +145,35 @@ def kafka_broker(tmp_path_factory):
         yield broker
 
 
+@pytest.fixture(scope="session")
+def s3_endpoint():
+    """The project's S3 endpoint (infra/s3.sh: S3Proxy on a free loopback port, keys generated at its start) for
+    the session: the AWS variables that reach it. Tests keep to prefixes of their own in its bucket
+    ``changelake`` (:func:`s3_prefix`)."""
+    from tests.helpers import running_s3
+
+    with running_s3() as env:
+        yield env
+
+
+@pytest.fixture(scope="session")
+def rest_catalog(s3_endpoint):
+    """The project's Iceberg REST catalog (infra/rest_catalog.sh) on the session's S3 endpoint: the variables
+    that reach both (CHANGELAKE_CATALOG_TYPE/URI, the token, the AWS ones)."""
+    from tests.helpers import running_rest_catalog
+
+    with running_rest_catalog(s3_endpoint) as env:
+        yield env
+
+
+@pytest.fixture
+def s3_prefix(s3_endpoint) -> str:
+    """A fresh ``s3://changelake/<test>/`` prefix of the session's S3 endpoint."""
+    import uuid
+
+    return f"s3://changelake/t-{uuid.uuid4().hex[:12]}"
+
+
 @pytest.fixture(params=["sqlite", "postgres"])
 def catalog_uri(request, home) -> str:
     """A brand-new, empty SQL catalog: SQLite in the test's home, or a new database on the session's server."""

@@ -364,3 +364,72 @@ def running_kafka(directory: Path):
         yield KafkaBroker(directory, directory / "client.properties")
     finally:
         subprocess.run([script, "stop"], env=env, capture_output=True, text=True, timeout=120)
+
+
+# --- the S3 endpoint and the REST catalog (infra/s3.sh, infra/rest_catalog.sh) ------------------------------
+
+
+class ServerEnv(dict):
+    """A server's variables; shown (in a failing test's report) with its keys and tokens hidden."""
+
+    def __repr__(self) -> str:
+        return repr({k: "***" if "SECRET" in k or "TOKEN" in k else v for k, v in self.items()})
+
+
+def _env_file(path: Path) -> dict[str, str]:
+    """The ``export NAME=value`` lines of a server's env file."""
+    out = ServerEnv()
+    for line in path.read_text().splitlines():
+        name, _, value = line.removeprefix("export ").partition("=")
+        out[name] = value
+    return out
+
+
+@contextlib.contextmanager
+def running_service(script: str, env: dict[str, str], env_file: Path) -> Iterator[dict[str, str]]:
+    """A server started by one of the project's own scripts (``infra/<script> start``) on a free loopback port,
+    yielding the variables of its env file; stopped at exit."""
+    full = {**os.environ, **env}
+    started = subprocess.run(
+        [str(REPO / "infra" / script), "start"], env=full, capture_output=True, text=True, timeout=600
+    )
+    if started.returncode != 0:
+        raise RuntimeError(f"infra/{script} start failed:\n{started.stdout[-2000:]}{started.stderr[-3000:]}")
+    try:
+        yield _env_file(env_file)
+    finally:
+        subprocess.run([str(REPO / "infra" / script), "stop"], env=full, capture_output=True, timeout=120)
+
+
+@contextlib.contextmanager
+def running_s3() -> Iterator[dict[str, str]]:
+    """The S3 endpoint (S3Proxy) in a temporary directory with the bucket ``changelake``: the AWS variables to
+    reach it."""
+    base = Path(tempfile.mkdtemp(prefix="changelake-s3-"))
+    try:
+        with running_service("s3.sh", {"S3_DIR": str(base)}, base / "s3.env") as env:
+            env["S3_DIR"] = str(base)
+            yield env
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def running_rest_catalog(s3: dict[str, str]) -> Iterator[dict[str, str]]:
+    """The REST catalog on the S3 endpoint ``s3`` (:func:`running_s3`): the variables to reach both."""
+    base = Path(tempfile.mkdtemp(prefix="changelake-rest-"))
+    try:
+        with running_service(
+            "rest_catalog.sh", {"REST_DIR": str(base), "S3_DIR": s3["S3_DIR"]}, base / "rest.env"
+        ) as env:
+            yield env
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+S3_VARIABLES = ("AWS_ENDPOINT_URL", "AWS_REGION", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+
+
+def storage_options_of(env: dict[str, str]) -> dict[str, str]:
+    """The storage options (AWS names) an S3 endpoint's env gives."""
+    return {k: env[k] for k in S3_VARIABLES}

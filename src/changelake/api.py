@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from changelake import evolution
+from changelake import evolution, objectstore
 from changelake.config import Settings, load_settings
 from changelake.engine.apply import Applier, BatchResult, Progress, stderr_progress
 from changelake.errors import (
@@ -36,7 +36,9 @@ from changelake.errors import (
 )
 from changelake.identifiers import quote, split_table_name
 from changelake.inputs import kafka
+from changelake.inputs.landed import LandedPath, as_landed, landed_exists
 from changelake.inputs.landing import landing_status, read_manifest, scan_landing
+from changelake.objectstore import ObjectPath
 from changelake.privacy import private_files, writes_private
 from changelake.spec import SpecDirectory, TableSpec, check_new_table, load_specs
 from changelake.storage import sparkread
@@ -166,7 +168,7 @@ class ChangeLake:
         table: str,
         records: list[dict] | Any = None,
         batch_id: int | None = None,
-        file: str | Path | None = None,
+        file: str | Path | ObjectPath | None = None,
         fmt: str | None = None,
         target_columns: list[str] | None = None,
         writer: str = API,
@@ -178,7 +180,7 @@ class ChangeLake:
         row order (as collected) is the batch order. Records given here are applied in the order given, after
         everything the table took before: the table's ``source:`` settings (its format, ordering field,
         dedup, quarantine) are for its landed input, and a bad record fails the call. A ``file`` is read with
-        the table's ``source:`` settings (``fmt`` overrides its format).
+        the table's ``source:`` settings (``fmt`` overrides its format); it may be an object (``s3://…``).
 
         ``writer`` names the sequence the batch belongs to (``api`` unless you name yours: two jobs writing one
         table each name theirs), and ``batch_id`` is the batch's number in it: 1, 2, 3, ... with no gaps, and
@@ -195,6 +197,12 @@ class ChangeLake:
         spec = self._ensure(table)
         return self._apply_as(spec, check_writer_name(writer), batch_id, records, file, fmt, target_columns)
 
+    def _landed_path(self, file: str | Path | ObjectPath) -> LandedPath:
+        """A file to apply: an object (``s3://…``, in the settings' object store) or a local path."""
+        if isinstance(file, str) and objectstore.is_object_location(file):
+            return objectstore.Store(self.settings.storage_options).path(file)
+        return as_landed(file)
+
     def writer_positions(self, table: str) -> dict[str, int]:
         """Every writer's last applied number for ``table`` (``landing``, ``sql``, ``api``, ``lookup``, and the
         writers API callers named); empty for a table not created yet."""
@@ -209,7 +217,7 @@ class ChangeLake:
         writer: str,
         seq: int | None,
         records: list[dict] | Any = None,
-        file: str | Path | None = None,
+        file: str | Path | ObjectPath | None = None,
         fmt: str | None = None,
         target_columns: list[str] | None = None,
         name: str | None = None,
@@ -222,7 +230,8 @@ class ChangeLake:
             seq = Storage.writer_positions(self.storage.pk_table(spec)).get(writer, 0) + 1
         position = WriterPosition(writer, seq)
         if file is not None:
-            return self.applier.apply_files(spec, position, [Path(file)], fmt, target_columns, based_on)
+            path = self._landed_path(file)
+            return self.applier.apply_files(spec, position, [path], fmt, target_columns, based_on)
         if records is None:
             raise ChangelakeError("apply() needs records, a DataFrame or file=")
         with self._staged_records(spec, records, name) as staged:
@@ -800,7 +809,7 @@ def _as_applied(spec: TableSpec, how: dict, batch_id: int) -> TableSpec:
 def _verify(
     spec: TableSpec,
     batch_id: int,
-    paths: list[Path],
+    paths: list[LandedPath],
     batch_spec: TableSpec,
     fmt: str | None,
     target_columns: list[str] | None,
@@ -811,7 +820,7 @@ def _verify(
     from changelake.inputs.decode import plan_batch
 
     names = ", ".join(str(p) for p in paths)
-    missing = [p for p in paths if not p.is_file()]
+    missing = [p for p in paths if not landed_exists(p)]
     if missing:
         raise ChangelakeError(
             f"{spec.full_name}: landed file {missing[0]} of batch {batch_id} is missing; the batch was "
@@ -825,7 +834,7 @@ def _verify(
         )
 
 
-def _batch_input(batch_id: int, paths: list[Path], spec: TableSpec, fmt: str | None) -> pa.Table:
+def _batch_input(batch_id: int, paths: list[LandedPath], spec: TableSpec, fmt: str | None) -> pa.Table:
     """One batch's records as delivered, decoded with ``spec`` (the batch's own); quarantined ones left out."""
     import pyarrow as pa
 

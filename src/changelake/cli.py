@@ -113,7 +113,11 @@ def _parser() -> argparse.ArgumentParser:
 
     a = sub.add_parser("apply", help="apply pending landed batches, or one explicit file, exactly once")
     a.add_argument("table", nargs="?", help="namespace.table (default: every table with a spec)")
-    a.add_argument("--file", type=Path, help="apply this file as one batch (needs --batch-id)")
+    a.add_argument(
+        "--file",
+        type=_file_argument,
+        help="apply this file (or s3://… object) as one batch (needs --batch-id)",
+    )
     a.add_argument(
         "--batch-id", type=int, help="with --file: the batch's number in its writer's sequence (1, 2, 3, ...)"
     )
@@ -616,6 +620,13 @@ def _apply(lake, args: argparse.Namespace) -> dict[str, Any]:
     return _report_applied([dataclasses.asdict(r) for r in results], args)
 
 
+def _file_argument(text: str) -> str | Path:
+    """``apply --file``: an object location (``s3://…``) as given, anything else a local path."""
+    from changelake.objectstore import is_object_location
+
+    return text if is_object_location(text) else Path(text)
+
+
 def _target_columns(args: argparse.Namespace) -> list[str] | None:
     return [c.strip() for c in args.target_columns.split(",")] if args.target_columns else None
 
@@ -632,7 +643,7 @@ def _apply_on_endpoint(args: argparse.Namespace) -> list[dict[str, Any]] | None:
     _check_apply_args(args)
     request = {
         "table": args.table,
-        "file": str(args.file.resolve()) if args.file else None,
+        "file": str(args.file.resolve() if isinstance(args.file, Path) else args.file) if args.file else None,
         "batch_id": args.batch_id,
         "writer": args.writer,
         "fmt": args.fmt,

@@ -8,8 +8,8 @@ environment variable       config-file key                        default
 ``CHANGELAKE_HOME``        (n/a)                                  ``~/.changelake``
 ``CHANGELAKE_CONFIG``      (n/a)                                  ``$CHANGELAKE_HOME/changelake.yaml`` if present
 ``CHANGELAKE_TABLES``      ``tables_dir``                         ``$CHANGELAKE_HOME/tables``
-``CHANGELAKE_LANDING``     ``landing_dir``                        ``$CHANGELAKE_HOME/landing``
-``CHANGELAKE_WAREHOUSE``   ``warehouse``                          ``file://$CHANGELAKE_HOME/warehouse``
+``CHANGELAKE_LANDING``     ``landing_dir`` (a path or ``s3://…``)  ``$CHANGELAKE_HOME/landing``
+``CHANGELAKE_WAREHOUSE``   ``warehouse`` (``file://…``, ``s3://…``)  ``file://$CHANGELAKE_HOME/warehouse``
 ``CHANGELAKE_CATALOG_URI`` ``catalog_uri``                        ``sqlite:///$CHANGELAKE_HOME/catalog.db``
 ``CHANGELAKE_CATALOG_TYPE````catalog_type`` (``sql`` | ``rest``)  ``sql``
 ``CHANGELAKE_SPARK_MASTER````spark_master``                       ``local[2]``
@@ -20,7 +20,12 @@ environment variable       config-file key                        default
 ``CHANGELAKE_MAX_RECORD_BYTES`` (n/a)                             16 MiB: the longest landed line read
 (n/a)                      ``spark_conf`` (mapping)               ``{}``
 (n/a)                      ``catalog_properties`` (mapping)       ``{}`` (e.g. credentials for a REST catalog)
+``AWS_ENDPOINT_URL``, …    ``storage_options`` (mapping)          ``{}``: the object store of ``s3://`` locations
 =========================  =====================================  ===============================================
+
+``storage_options`` take the standard AWS names (``AWS_ENDPOINT_URL``, ``AWS_REGION``, ``AWS_ACCESS_KEY_ID``,
+``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``); the environment's variables of those names win over the file
+(:func:`changelake.objectstore.storage_options`).
 
 Credentials never live in the repository: pass them through the environment or a config file outside it.
 """
@@ -34,7 +39,9 @@ from typing import Any
 
 import yaml
 
+from changelake import objectstore
 from changelake.errors import ConfigError
+from changelake.objectstore import ObjectPath
 
 _ENV_KEYS = {
     "tables_dir": "CHANGELAKE_TABLES",
@@ -70,7 +77,7 @@ class Settings:
 
     home: Path
     tables_dir: Path
-    landing_dir: Path
+    landing_dir: Path | ObjectPath  # an ObjectPath when the landing zone is s3://…
     warehouse: str
     catalog_uri: str
     catalog_type: str = "sql"
@@ -78,7 +85,9 @@ class Settings:
     spark_master: str = "local[2]"
     spark_remote: str = ""  # a warm Spark Connect server (sc://host:port) to run Spark work on instead
     spark_conf: dict[str, str] = field(default_factory=dict)
-    catalog_properties: dict[str, str] = field(default_factory=dict)
+    catalog_properties: dict[str, str] = field(default_factory=dict, repr=False)
+    # the object store of s3:// locations, by AWS names (objectstore.storage_options); may hold credentials
+    storage_options: dict[str, str] = field(default_factory=dict, repr=False)
     dbt_project_dir: Path = field(default_factory=lambda: _project_folder("dbt_project"))  # + profiles.yml
     expectations_dir: Path = field(default_factory=lambda: _project_folder("expectations"))  # marts.yaml
     dbt_schema: str = "analytics"  # the schema dbt builds the marts in (dbt's profile reads it too)
@@ -122,7 +131,14 @@ def load_settings(**overrides: Any) -> Settings:
         if os.environ.get(env):
             values[key] = os.environ[env]
     values.update({k: v for k, v in overrides.items() if v is not None})
+    try:
+        values["storage_options"] = objectstore.storage_options(values.get("storage_options"))
+    except ValueError as e:
+        raise ConfigError(f"storage_options: {e}") from None
     for key in ("tables_dir", "landing_dir", "dbt_project_dir", "expectations_dir"):
+        if key == "landing_dir" and objectstore.is_object_location(str(values[key])):
+            values[key] = objectstore.Store(values["storage_options"]).path(str(values[key]))
+            continue
         values[key] = Path(values[key]).expanduser().resolve()
     if values.get("catalog_type", "sql") not in ("sql", "rest"):
         raise ConfigError(f"catalog_type must be 'sql' or 'rest', got {values['catalog_type']!r}")
@@ -140,6 +156,7 @@ _FILE_KEYS = {
     "spark_remote",
     "spark_conf",
     "catalog_properties",
+    "storage_options",
     "dbt_project_dir",
     "expectations_dir",
     "dbt_schema",
@@ -159,7 +176,7 @@ def _read_config_file(path: Path, explicit: bool) -> dict[str, Any]:
     unknown = set(data) - _FILE_KEYS
     if unknown:
         raise ConfigError(f"{path}: unknown settings {sorted(unknown)}; known: {sorted(_FILE_KEYS)}")
-    for key in ("spark_conf", "catalog_properties"):
+    for key in ("spark_conf", "catalog_properties", "storage_options"):
         if key in data:
             data[key] = {str(k): str(v) for k, v in (data[key] or {}).items()}
     return data

@@ -327,7 +327,7 @@ def test_lookup_skips_row_groups_by_statistics(tmp_path):
     table = pa.table({"k": pa.array(range(100), pa.int64()), "v": pa.array([f"v{i}" for i in range(100)])})
     pq.write_table(table, path, row_group_size=10)
     source = catalog.TableSource(name="x.y", properties={}, columns=["k", "v"], partition_columns=[])
-    source.open = lambda p: p  # a local path, as the direct way opens files
+    source.open = lambda p, size=None: p  # a local path, as the direct way opens files
     reader = FastReader.__new__(FastReader)
     reader.progress = lambda _m: None
     stats = fastread._Stats()

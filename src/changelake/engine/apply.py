@@ -39,7 +39,6 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -52,6 +51,7 @@ from changelake.engine.buckets import SOURCE_COUNTERS as TASK_SOURCE_COUNTERS
 from changelake.errors import BatchRefusedError, CommitConflict, PlannedOnOldState
 from changelake.faults import fault, losing_commits
 from changelake.inputs import decode, kafka
+from changelake.inputs.landed import LandedPath
 from changelake.inputs.landing import (
     Fingerprint,
     LandedFileChanging,
@@ -136,7 +136,7 @@ class BatchInput:
 
     spec: TableSpec
     position: WriterPosition
-    paths: list[Path]
+    paths: list[LandedPath]
     fmt: str | None
     target_columns: list[str] | None  # a partial update's columns (docs/semantics.md §6)
     ranges: decode.BatchPlan  # the files' decode ranges, and their checksum (hashed while they decode)
@@ -216,7 +216,11 @@ class Applier:
 
     # --- public ----------------------------------------------------------------------------------------
     def apply_pending(
-        self, spec: TableSpec, landing_dir: Path, up_to: int | None = None, from_batch: int | None = None
+        self,
+        spec: TableSpec,
+        landing_dir: LandedPath,
+        up_to: int | None = None,
+        from_batch: int | None = None,
     ) -> list[BatchResult]:
         """Apply every landed batch newer than the landing writer's last one, in batch order.
 
@@ -298,7 +302,7 @@ class Applier:
         self,
         spec: TableSpec,
         position: WriterPosition,
-        paths: list[Path],
+        paths: list[LandedPath],
         fmt: str | None = None,
         target_columns: list[str] | None = None,
         based_on: int | None = None,
@@ -319,7 +323,7 @@ class Applier:
         started = time.monotonic()
         # Before any read (the plan checks them again after its checksum); a landed file that became a link
         # since the scan is refused.
-        read_as = fingerprints(paths, Path(self.storage.settings.landing_dir) / spec.full_name)
+        read_as = fingerprints(paths, self.storage.settings.landing_dir / spec.full_name)
         ranges = decode.plan_batch(paths, spec, fmt, target_columns)
         batch = BatchInput(spec, position, paths, fmt, target_columns, ranges, read_as)
         return self._apply(batch, started, based_on)

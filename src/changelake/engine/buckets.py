@@ -511,8 +511,8 @@ def read_staged(parts: tuple[tuple[str, int], ...], schema: pa.Schema, io) -> pa
         if local is not None:
             batch = pa.ipc.open_file(pa.memory_map(local)).get_batch(index)
         else:
-            with io.open_input(path) as stream:
-                batch = pa.ipc.open_file(pa.BufferReader(stream.read())).get_batch(index)
+            with io.open_input(path) as stream:  # only this batch's bytes (and the footer) are read
+                batch = pa.ipc.open_file(stream).get_batch(index)
         if not batch.schema.equals(schema):
             present = set(batch.schema.names)
             batch = pa.RecordBatch.from_arrays(

@@ -30,6 +30,7 @@ import decimal
 import json
 import math
 import random
+import tempfile
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +39,7 @@ from typing import Any
 from changelake.atomic import atomic_write_text
 from changelake.errors import ChangelakeError, short_repr
 from changelake.inputs.formats import DEFAULT_FORMAT, FORMATS, JsonLinesFormat, SourceEvent
+from changelake.objectstore import ObjectPath
 from changelake.spec import TableSpec
 
 BASE_TIME = dt.datetime(2026, 1, 1)
@@ -323,7 +325,7 @@ def _render_key(type_name: str, hint: dict, n: int) -> Any:
 class Generated:
     table: str
     batch_id: int
-    path: Path
+    path: Path | ObjectPath
     messages: int
     changes: dict[str, int]
 
@@ -379,7 +381,7 @@ def produce(
 
 def generate(
     spec: TableSpec,
-    landing_dir: Path,
+    landing_dir: Path | ObjectPath,
     batches: int,
     seed: int = 42,
     fmt: str | None = None,
@@ -406,7 +408,10 @@ def generate(
     landed = landed_batches(landing_dir, spec)
     first = start if start is not None else max([*landed, applied]) + 1
     directory = landing_dir / spec.full_name
-    directory.mkdir(parents=True, exist_ok=True)
+    remote = isinstance(directory, ObjectPath)
+    scratch = tempfile.TemporaryDirectory(prefix="changelake-datagen-") if remote else None
+    if not isinstance(directory, ObjectPath):
+        directory.mkdir(parents=True, exist_ok=True)
     source = _Source(spec, profile, seed, stream)
     out = []
     for batch_id in range(1, first + batches):
@@ -414,18 +419,32 @@ def generate(
         if batch_id < first:
             continue
         path = directory / f"{batch_id}.{writer.extension}"
-        tmp = path.with_name(f".{path.name}.tmp")
+        # Written beside the batch and renamed into place, or written locally and PUT (an object appears whole).
+        tmp = (
+            Path(scratch.name) / path.name
+            if scratch is not None
+            else Path(path.with_name(f".{path.name}.tmp"))
+        )
         messages = writer.write(spec, events, tmp, envelope=profile.envelope)
         if profile.partial:
             target = profile.partial[(batch_id - 1) % len(profile.partial)]
             manifest = path.with_name(f"{batch_id}.manifest.json")
-            atomic_write_text(manifest, json.dumps({"target_columns": target}) + "\n")
-        tmp.replace(
-            path
-        )  # the batch file appears whole (after its manifest): appliers never see half a batch
+            text = json.dumps({"target_columns": target}) + "\n"
+            if isinstance(manifest, ObjectPath):
+                manifest.store.put(manifest, text.encode())
+            else:
+                atomic_write_text(manifest, text)
+        # the batch file appears whole (after its manifest): appliers never see half a batch
+        if isinstance(path, ObjectPath):
+            path.store.put(path, tmp.read_bytes())
+            tmp.unlink()
+        else:
+            tmp.replace(path)
         kinds = {"insert": 0, "update": 0, "delete": 0}
         for c in source.previous:
             kinds[c.kind] += 1
         kinds["redelivered"] = len(events) - len(source.previous)
         out.append(Generated(spec.full_name, batch_id, path, messages, kinds))
+    if scratch is not None:
+        scratch.cleanup()
     return out

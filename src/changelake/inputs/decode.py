@@ -27,12 +27,10 @@ from __future__ import annotations
 import decimal
 import json
 import mmap
-import os
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -46,6 +44,7 @@ from changelake.config import max_record_bytes, tuned
 from changelake.errors import BadRecordError, ChangelakeError
 from changelake.inputs import formats, kafka, landed, landing, readers
 from changelake.inputs.formats import kafka_container
+from changelake.inputs.landed import LandedPath
 from changelake.inputs.records import (
     CLAIMS_SCHEMA,
     KAFKA_COLUMNS,
@@ -61,6 +60,7 @@ from changelake.inputs.records import (
     partition_key,
     record_digests,
 )
+from changelake.objectstore import ObjectPath
 from changelake.pyworker import lazy_zip_invalidation
 from changelake.spec import TableSpec
 from changelake.storage.taskio import TaskIO
@@ -86,7 +86,7 @@ class Range:
     file (``end`` -1: the whole file, whose footer the planner could not read)."""
 
     file_index: int
-    path: str
+    path: str | ObjectPath  # a local file's path, or a landed object (which carries its store to the task)
     fmt: str
     start: int = 0
     end: int = 0
@@ -135,7 +135,7 @@ class StagedGroup:
 
 
 def plan_batch(
-    paths: list[Path], spec: TableSpec, fmt: str | None, target_columns: list[str] | None
+    paths: list[LandedPath], spec: TableSpec, fmt: str | None, target_columns: list[str] | None
 ) -> BatchPlan:
     """Cut the batch's files into decode ranges (JSON lines read once in 1 MiB chunks, Parquet by its footer)
     and start checksumming them in a thread: a new batch needs its checksum only at its commit, so hashing
@@ -159,14 +159,14 @@ def plan_batch(
         f = formats.FORMATS[name]
         if isinstance(f, formats.RowsFormat):
             total += _size(path)
-            parts = _row_ranges(f, index, str(path))
+            parts = _row_ranges(f, index, landed.location(path))
             ranges += parts
             messages += sum(max(0, r.end - r.start) for r in parts)
             continue
         if kafka_container.is_container(path):  # read whole by one task, as JSON lines it becomes
             kafka_container.check_format(path, name)
             size = _size(path)
-            parts, lines = [Range(index, str(path), name, 0, size, 1)], 0
+            parts, lines = [Range(index, landed.location(path), name, 0, size, 1)], 0
         else:
             parts, size, lines = _line_ranges(path, index, name)
         ranges += parts
@@ -194,7 +194,9 @@ def plan_topic(ranges: list[kafka.PartitionRange], spec: TableSpec) -> BatchPlan
     return BatchPlan(planned, 0, sum(r.size for r in ranges), digest)
 
 
-def _line_ranges(path: Path, index: int, fmt: str, limit: int | None = None) -> tuple[list[Range], int, int]:
+def _line_ranges(
+    path: LandedPath, index: int, fmt: str, limit: int | None = None
+) -> tuple[list[Range], int, int]:
     """A JSON-lines file cut into ranges at the first newline after every CHANGELAKE_DECODE_RANGE_BYTES, each with its first
     line number; and the file's bytes and newlines. The file is read once through one reused 1 MiB buffer
     whose newlines numpy finds: 88 MB planned in 20 ms, and the driver's memory stays flat whatever the file's
@@ -223,46 +225,50 @@ def _line_ranges(path: Path, index: int, fmt: str, limit: int | None = None) -> 
             for stop in [*long, len(ends)]:
                 # Close a range at the first newline where it holds enough bytes (maybe several per chunk).
                 while (cut := at + int(np.searchsorted(ends[at:stop], start + range_bytes - 1))) < stop:
-                    ranges.append(Range(index, str(path), fmt, start, int(ends[cut]) + 1, first_line))
+                    ranges.append(
+                        Range(index, landed.location(path), fmt, start, int(ends[cut]) + 1, first_line)
+                    )
                     start, first_line, at = int(ends[cut]) + 1, lines + cut + 2, cut + 1
                 if stop < len(ends):  # a line over the limit: closes the open range, then a range of its own
                     begin, end = int(ends[stop - 1]) + 1 if stop else line_start, int(ends[stop]) + 1
                     if begin > start:
-                        ranges.append(Range(index, str(path), fmt, start, begin, first_line))
-                    ranges.append(Range(index, str(path), fmt, begin, end, lines + stop + 1, limit))
+                        ranges.append(Range(index, landed.location(path), fmt, start, begin, first_line))
+                    ranges.append(
+                        Range(index, landed.location(path), fmt, begin, end, lines + stop + 1, limit)
+                    )
                     start, first_line, at = end, lines + stop + 2, stop + 1
             lines += len(ends)
             line_start = int(ends[-1]) + 1 if len(ends) else line_start
             offset += n
     if offset - line_start > limit:  # the file ends in a line over the limit (no newline after it)
         if line_start > start:
-            ranges.append(Range(index, str(path), fmt, start, line_start, first_line))
-        ranges.append(Range(index, str(path), fmt, line_start, offset, lines + 1, limit))
+            ranges.append(Range(index, landed.location(path), fmt, start, line_start, first_line))
+        ranges.append(Range(index, landed.location(path), fmt, line_start, offset, lines + 1, limit))
         start = offset
     if offset > start or not ranges:
-        ranges.append(Range(index, str(path), fmt, start, offset, first_line))
+        ranges.append(Range(index, landed.location(path), fmt, start, offset, first_line))
     return ranges, offset, lines
 
 
-def _open_landed(path: Path):
+def _open_landed(path: LandedPath):
     try:
         return landed.open_landed(path)  # never through a link (a producer could swap one in mid-apply)
     except OSError as e:
         raise ChangelakeError(f"{path}: cannot read the landed file: {e.strerror or e}") from None
 
 
-def _size(path: Path) -> int:
+def _size(path: LandedPath) -> int:
     try:
-        return os.path.getsize(path)
+        return landed.size_of(path)
     except OSError as e:
         raise ChangelakeError(f"{path}: cannot read the landed file: {e.strerror or e}") from None
 
 
-def _row_ranges(f: formats.RowsFormat, index: int, path: str) -> list[Range]:
+def _row_ranges(f: formats.RowsFormat, index: int, path: str | ObjectPath) -> list[Range]:
     """Rows ``[start, end)`` per task, about CHANGELAKE_DECODE_RANGE_ROWS each, as the format cuts its file
     (:func:`split_ranges` cuts a large one if there are too few ranges for the cores). A file the format
     cannot plan is one range; its task reports why."""
-    bounds = f.row_ranges(Path(path), tuned("decode_range_rows"))
+    bounds = f.row_ranges(landed.as_landed(path), tuned("decode_range_rows"))
     if bounds is None:
         return [Range(index, path, f.name, 0, -1, 1)]
     return [Range(index, path, f.name, a, b, a + 1) for a, b in bounds]
@@ -331,17 +337,17 @@ def decode_range(
     rows = _rows_format(r)
     if r.too_long:
         out.messages += 1
-        with _open_landed(Path(r.path)) as fh:
+        with _open_landed(landed.as_landed(r.path)) as fh:
             fh.seek(r.start)
             prefix = fh.read(min(readers.LONG_LINE_PREFIX, r.too_long + 1))
-        error = BadRecordError(r.path, r.first_line, None, readers.line_too_long(r.too_long))
+        error = BadRecordError(str(r.path), r.first_line, None, readers.line_too_long(r.too_long))
         out.reject(error, readers.raw_text(prefix), opts)
         table = staged_schema(spec).empty_table()
     elif rows is not None:
         table, first = (
-            rows.read_rows(Path(r.path), r.start, r.end, spec, opts, out)
+            rows.read_rows(landed.as_landed(r.path), r.start, r.end, spec, opts, out)
             if r.end >= 0
-            else (rows.read(Path(r.path), spec, opts, out), 0)
+            else (rows.read(landed.as_landed(r.path), spec, opts, out), 0)
         )
         seq = (r.file_index << FILE_SHIFT) | (np.arange(first + 1, first + 1 + table.num_rows) << LINE_SHIFT)
         table = table.set_column(0, "_seq", pa.array(seq, pa.int64()))
@@ -439,8 +445,8 @@ def _decode_lines(
     through readers' per-message path (which names any problem's line). Records with Kafka offsets claim them
     in ``offsets`` (:func:`_claim_offsets`). A topic range's lines are read from Kafka first."""
     opts = spec.source_options
-    if kafka.is_topic_range(r.path):
-        topic, partition = kafka.parse_label(r.path)
+    if kafka.is_topic_range(str(r.path)):
+        topic, partition = kafka.parse_label(str(r.path))
         source = kafka.PartitionRange(topic, partition, r.start, r.end)
         view = memoryview(kafka.range_lines(kafka_config or {}, source, spec))
     elif kafka_container.is_container(r.path):
@@ -474,10 +480,10 @@ def _decode_lines(
         out.messages += 1
         try:
             # Bytes: _entry checks UTF-8 (and that the file is not Parquet) for every caller alike.
-            entry = reader._entry(r.path, line_no, raw)
+            entry = reader._entry(str(r.path), line_no, raw)
             number, text = (None, None) if entry is None else _order_values(entry.order, opts.ordering)
         except formats.FieldError as e:
-            error = BadRecordError(r.path, line_no, e.field, e.reason)
+            error = BadRecordError(str(r.path), line_no, e.field, e.reason)
             if not opts.quarantine:
                 stop = error  # raised once the offsets of the lines before it are claimed
                 break
@@ -539,7 +545,7 @@ def _claim_offsets(
     for conflict in conflicts:
         line = line_of(conflict["seq"])
         raw = readers.raw_text(lines[line - r.first_line]) if lines else ""
-        error = BadRecordError(r.path, line, "offset", offsets.conflict_reason(conflict))
+        error = BadRecordError(str(r.path), line, "offset", offsets.conflict_reason(conflict))
         out.reject(error, raw, spec.source_options)
     losers = np.array([c["seq"] >> LINE_SHIFT for c in conflicts], np.int64)
     return table.filter(pa.array(~np.isin(table.column("_seq").to_numpy() >> LINE_SHIFT, losers)))
@@ -662,7 +668,7 @@ def plan_tasks(ranges: list[Range], cores: int) -> tuple[list[Range], list[list[
     (:func:`share_rows`): a whole row group more per task would leave a core idle for its time at the end
     (5 row groups on 2 cores: 3 on one, 2 on the other). Lines are shared out the same way, by bytes
     (:func:`share_lines`). A topic batch's partitions are cut into offset ranges of about equal counts."""
-    if ranges and all(kafka.is_topic_range(r.path) for r in ranges):
+    if ranges and all(kafka.is_topic_range(str(r.path)) for r in ranges):
         return share_offsets(ranges, cores)
     if ranges and all(_rows_format(r) is None for r in ranges):
         return share_lines(ranges, cores)

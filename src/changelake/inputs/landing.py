@@ -13,6 +13,13 @@ The completion rule producers rely on (docs/operations.md#landing-files): a batc
 file ends with a newline, or a Parquet file ends with its footer. An incomplete batch is *waiting*: not applied
 and not an error, and the batches after it wait too. A landed file that changes after its batch was applied
 is reported (:func:`changed_inputs`) by ``apply`` and ``status`` instead of being skipped as applied.
+
+The landing zone may be an object store (``CHANGELAKE_LANDING=s3://bucket/landing``; the paths are then
+:class:`~changelake.objectstore.ObjectPath`). There the rules have their object-store meaning: a table's batches
+are one LIST of its prefix (``<landing>/<ns>.<table>/``, not of the whole zone); an object appears whole when
+its PUT (or multipart upload) completes, so a listed batch is complete and nothing waits; an object is changed
+when its ETag is (a new PUT of the same name), which is what ``stat`` records; and links do not exist in an
+object store, so the link rules have nothing to refuse.
 """
 
 from __future__ import annotations
@@ -31,7 +38,8 @@ from typing import Any
 
 from changelake.atomic import create_private
 from changelake.errors import BatchRefusedError, ChangelakeError, printable
-from changelake.inputs.landed import READ_FLAGS, open_landed
+from changelake.inputs.landed import READ_FLAGS, LandedPath, open_landed
+from changelake.objectstore import ObjectPath
 from changelake.spec import TableSpec
 from changelake.storage.summary import LANDING, BatchSummary
 
@@ -50,7 +58,7 @@ class LandingProblem:
     """A landed file that blocks its table from ``batch_id`` on (0: from the first batch)."""
 
     batch_id: int
-    path: Path
+    path: LandedPath
     message: str
 
     def __str__(self) -> str:
@@ -63,9 +71,13 @@ class Landing:
     batches the rest wait for."""
 
     table: str
-    batches: dict[int, Path] = field(default_factory=dict)  # usable: every id below the first problem/wait
+    batches: dict[int, LandedPath] = field(
+        default_factory=dict
+    )  # usable: every id below the first problem/wait
     problems: list[LandingProblem] = field(default_factory=list)
     waiting: list[LandingProblem] = field(default_factory=list)  # incomplete batches: not errors
+    # an object-store landing zone: each listed batch object's (size, last-modified time in ns), from the listing
+    listed: dict[int, tuple[int, int]] = field(default_factory=dict)
 
     @property
     def blocked_from(self) -> int | None:
@@ -92,13 +104,15 @@ class LandedFileChanging(ChangelakeError):
     """A landed file changed while its batch was being read: nothing was committed; applied once it is still."""
 
 
-def scan_landing(landing_dir: Path, spec: TableSpec, after: int | None = None) -> Landing:
+def scan_landing(landing_dir: LandedPath, spec: TableSpec, after: int | None = None) -> Landing:
     """The table's landed batch files, and the problems among them, without raising for a bad file.
 
     With ``after`` (the table's last applied batch), the batches above it are checked for completeness: the
     lowest incomplete one and those after it are left out of ``batches`` and named in ``waiting``. Nothing
     here follows a symbolic link: the table's directory is opened without following one, and a batch name
     that is a link is a problem."""
+    if isinstance(landing_dir, ObjectPath):
+        return _scan_objects(landing_dir, spec)
     directory = Path(landing_dir) / spec.full_name
     landing = Landing(spec.full_name)
     try:
@@ -177,6 +191,52 @@ def scan_landing(landing_dir: Path, spec: TableSpec, after: int | None = None) -
     return landing
 
 
+def _batch_number(name: str) -> int | None:
+    """The batch id a landed name holds (beyond int64: MAX_BATCH_ID + 1), or None for a name that is no batch."""
+    m = BATCH_FILE.fullmatch(name)
+    if not m:
+        return None
+    digits = m.group(1)
+    return int(digits) if len(digits) <= 19 else MAX_BATCH_ID + 1
+
+
+def _scan_objects(landing_dir: ObjectPath, spec: TableSpec) -> Landing:
+    """:func:`scan_landing` of an object-store landing zone: one LIST of the table's prefix. A listed object is
+    whole (PUT is atomic), so none waits; the naming rules are the directory's."""
+    directory = landing_dir / spec.full_name
+    landing = Landing(spec.full_name)
+    try:
+        listed = directory.store.list(directory)
+    except OSError as e:
+        landing.problems.append(LandingProblem(0, directory, f"cannot list the prefix: {e}"))
+        return landing
+    found: dict[int, LandedPath] = {}
+    for info in listed:
+        batch_id = _batch_number(info.path.name)
+        if batch_id is None:
+            continue
+        if batch_id <= 0:
+            landing.problems.append(
+                LandingProblem(0, info.path, "batch ids are positive integers (1, 2, ...)")
+            )
+        elif batch_id > MAX_BATCH_ID:
+            landing.problems.append(
+                LandingProblem(MAX_BATCH_ID, info.path, f"batch id exceeds {MAX_BATCH_ID}")
+            )
+        elif batch_id in found:
+            landing.problems.append(
+                LandingProblem(
+                    batch_id, info.path, f"batch {batch_id} is landed twice ({found[batch_id].name})"
+                )
+            )
+        else:
+            found[batch_id] = info.path
+            landing.listed[batch_id] = (info.size, info.mtime_ns)
+    limit = landing.blocked_from
+    landing.batches = {b: p for b, p in sorted(found.items()) if limit is None or b < limit}
+    return landing
+
+
 def _link_note(path: Path, landing_dir: Path, dir_fd: int | None) -> str:
     """What a link found in the landing directory is, for the problem naming it."""
     try:
@@ -232,7 +292,7 @@ def _incomplete(dir_fd: int, path: Path, spec: TableSpec) -> str | None:
         os.close(fd)
 
 
-def landed_batches(landing_dir: Path, spec: TableSpec) -> dict[int, Path]:
+def landed_batches(landing_dir: LandedPath, spec: TableSpec) -> dict[int, LandedPath]:
     """Batch files under ``<landing>/<namespace>.<table>/<batch_id>.<ext>``, keyed by batch id.
 
     Raises ChangelakeError for the table's first bad file name (callers that must go on use
@@ -244,7 +304,7 @@ def landed_batches(landing_dir: Path, spec: TableSpec) -> dict[int, Path]:
     return landing.batches
 
 
-def landing_problems(landing_dir: Path, specs: dict[str, TableSpec]) -> dict[str, str]:
+def landing_problems(landing_dir: LandedPath, specs: dict[str, TableSpec]) -> dict[str, str]:
     """Per table with a problem, the message of its first one; tables without problems are left out."""
     out = {}
     for name, spec in sorted(specs.items()):
@@ -254,7 +314,7 @@ def landing_problems(landing_dir: Path, specs: dict[str, TableSpec]) -> dict[str
     return out
 
 
-def read_manifest(path: Path) -> list[str] | None:
+def read_manifest(path: LandedPath) -> list[str] | None:
     """Target columns of a landed batch, from ``<batch_id>.manifest.json`` beside it (partial updates).
 
     Any problem with the manifest (not UTF-8, not JSON, a repeated key, not a list of names) is a
@@ -284,7 +344,7 @@ def read_manifest(path: Path) -> list[str] | None:
     return columns
 
 
-def batch_checksum(paths: list[Path], fmt: str | None, target_columns: list[str] | None) -> str:
+def batch_checksum(paths: Sequence[LandedPath], fmt: str | None, target_columns: list[str] | None) -> str:
     """A batch's input checksum: sha256 of format and target columns, then every file's bytes and a separator."""
     h = hashlib.sha256(json.dumps([fmt, target_columns]).encode())
     for path in paths:
@@ -301,24 +361,44 @@ def batch_checksum(paths: list[Path], fmt: str | None, target_columns: list[str]
 
 @dataclass(frozen=True)
 class Fingerprint:
-    """What tells a file changed without reading it: size, modification time and inode."""
+    """What tells a file changed without reading it: size, modification time and inode; for an object, its
+    size, last-modified time and ETag (``version``)."""
 
     size: int
     mtime_ns: int
     inode: int
+    version: str | None = None  # an object's ETag
+
+    @property
+    def stat(self) -> list:
+        """What ``input_record`` keeps of it: [size, mtime_ns] for a file, [size, mtime_ns, ETag] for an object."""
+        return (
+            [self.size, self.mtime_ns] if self.version is None else [self.size, self.mtime_ns, self.version]
+        )
 
 
-def fingerprints(paths: Sequence[Path], landed: Path | None = None) -> tuple[Fingerprint, ...]:
+def fingerprints(paths: Sequence[LandedPath], landed: LandedPath | None = None) -> tuple[Fingerprint, ...]:
     """The files' fingerprints, taken before a batch reads them: after the read (:func:`input_record`), a
     different one means a producer was still writing and what was read may be a mix. A file in ``landed``
     (the table's landing directory) that is a link now is refused, as the scan refuses it; a link given
-    explicitly elsewhere (``apply --file``) is the file it points to."""
+    explicitly elsewhere (``apply --file``) is the file it points to. An object's is one HEAD request."""
     out = []
     for path in paths:
+        if isinstance(path, ObjectPath):
+            try:
+                info = path.store.info(path)
+            except OSError as e:
+                raise ChangelakeError(f"{path}: cannot read the landed object: {e}") from None
+            if info is None:
+                raise ChangelakeError(f"{path}: cannot read the landed object: there is none")
+            out.append(Fingerprint(info.size, info.mtime_ns, 0, info.etag or ""))
+            continue
         try:
             st = os.lstat(path)
             if stat.S_ISLNK(st.st_mode):
-                if landed is not None and Path(os.path.abspath(path)).parent == Path(os.path.abspath(landed)):
+                if isinstance(landed, Path) and Path(os.path.abspath(path)).parent == Path(
+                    os.path.abspath(landed)
+                ):
                     where = _link_note(Path(path), landed.parent, None)
                     raise ChangelakeError(f"{path}: a batch must be a regular file, and this is {where}")
                 st = os.stat(path)
@@ -330,10 +410,10 @@ def fingerprints(paths: Sequence[Path], landed: Path | None = None) -> tuple[Fin
 
 def input_record(
     spec: TableSpec,
-    paths: list[Path],
+    paths: Sequence[LandedPath],
     fmt: str | None,
     target_columns: list[str] | None,
-    landing_dir: Path,
+    landing_dir: LandedPath,
     read_as: Sequence[Fingerprint] | None = None,
 ) -> str:
     """How a batch was read, as JSON for its snapshot summary (:data:`INPUT_PROPERTY`).
@@ -347,10 +427,9 @@ def input_record(
     checksum) is done, this raises :class:`LandedFileChanging` if a file changed meanwhile, and records them
     as ``stat`` ([size, mtime_ns] per file): a later change shows as a different size or time
     (:func:`changed_inputs`)."""
-    directory = (Path(landing_dir) / spec.full_name).resolve()
-    files = [Path(p) for p in paths]
+    landed_dir = _table_dir(landing_dir, spec)
+    files = [p if isinstance(p, ObjectPath) else Path(p) for p in paths]
     if read_as is not None:
-        landed_dir = Path(landing_dir) / spec.full_name
         for path, before, now in zip(files, read_as, fingerprints(files, landed_dir), strict=True):
             if before != now:
                 raise LandedFileChanging(
@@ -364,12 +443,25 @@ def input_record(
             "format": fmt,
             "target_columns": None if target_columns is None else list(target_columns),
             "files": [p.name for p in files],
-            "landed": bool(files) and all(p.resolve().parent == directory for p in files),
-            "stat": None if read_as is None else [[f.size, f.mtime_ns] for f in read_as],
+            "landed": bool(files) and all(_resolved(p).parent == _resolved(landed_dir) for p in files),
+            "stat": None if read_as is None else [f.stat for f in read_as],
         },
         sort_keys=True,
         default=str,
     )
+
+
+def _table_dir(landing_dir: LandedPath, spec: TableSpec) -> LandedPath:
+    """The table's landing directory (prefix)."""
+    return (
+        landing_dir / spec.full_name
+        if isinstance(landing_dir, ObjectPath)
+        else Path(landing_dir) / spec.full_name
+    )
+
+
+def _resolved(path: LandedPath) -> LandedPath:
+    return path if isinstance(path, ObjectPath) else path.resolve()
 
 
 @dataclass(frozen=True)
@@ -379,7 +471,7 @@ class ChangedInput:
     this file has another name (the number landed again under another extension)."""
 
     batch_id: int
-    path: Path
+    path: LandedPath
     recorded: str
     current: str
     applied_from: str | None = None
@@ -407,7 +499,7 @@ def changed_error(table: str, changed: list[ChangedInput]) -> BatchRefusedError:
 
 
 def changed_inputs(
-    landing_dir: Path,
+    landing_dir: LandedPath,
     spec: TableSpec,
     landing: Landing,
     last_landed: int,
@@ -422,7 +514,7 @@ def changed_inputs(
     hand); ``expired(numbers)`` gives the history's summaries of expired landed batches, asked only for the files
     changed after the oldest retained batch was committed (reading the history costs seconds for 100,000
     batches). A missing file is not a change: producers may clean up applied files."""
-    directory = Path(landing_dir) / spec.full_name
+    directory = _table_dir(landing_dir, spec)
     applied = {b: p for b, p in landing.batches.items() if b <= last_landed}
     landed = [b for b in retained if b.position.writer == LANDING]
     by_seq = {b.position.seq: b for b in landed if b.position.seq in applied}
@@ -430,7 +522,7 @@ def changed_inputs(
     if committed and landed:
         since_ns = min(committed) * 1_000_000
         oldest = min(b.position.seq for b in landed)
-        later = {b for b, p in applied.items() if b < oldest and _ctime_ns(p) > since_ns}
+        later = {b for b, p in applied.items() if b < oldest and _ctime_ns(p, landing, b) > since_ns}
         if later:
             by_seq.update({b.position.seq: b for b in expired(later) if b.position.seq in later})
     out = []
@@ -444,23 +536,42 @@ def changed_inputs(
         if not how.get("stat"):
             continue  # applied before files were fingerprinted
         paths = [directory / name for name in how["files"]]
-        current = _current_checksum(paths, how, batch.checksum)
+        current = _current_checksum(paths, how, batch.checksum, landing.listed.get(seq))
         if current is not None:
             out.append(ChangedInput(seq, paths[0], batch.checksum, current))
     return out
 
 
-def _ctime_ns(path: Path) -> int:
+def _ctime_ns(path: LandedPath, landing: Landing, batch_id: int) -> int:
+    """When the file last changed (an object: its listed last-modified time)."""
+    if isinstance(path, ObjectPath):
+        return landing.listed.get(batch_id, (0, 0))[1]
     try:
         return os.lstat(path).st_ctime_ns
     except OSError:
         return 0
 
 
-def _current_checksum(paths: list[Path], how: dict[str, Any], recorded: str) -> str | None:
-    """The files' checksum now if they differ from what was applied, else None (unchanged, or missing)."""
-    stats = []
-    for path in paths:
+def _current_checksum(
+    paths: list[LandedPath], how: dict[str, Any], recorded: str, listed: tuple[int, int] | None = None
+) -> str | None:
+    """The files' checksum now if they differ from what was applied, else None (unchanged, or missing).
+    Files are compared by size and modification time. An object whose listing (``listed``: the batch's one
+    object, as the scan saw it) shows the size and last-modified time recorded is unchanged without a request;
+    otherwise its size and ETag decide (a HEAD request)."""
+    stats: list[list] = []
+    for i, path in enumerate(paths):
+        if isinstance(path, ObjectPath):
+            then = how["stat"][i] if i < len(how["stat"]) else None
+            if listed is not None and len(paths) == 1 and then is not None and list(listed) == then[:2]:
+                stats.append(then)
+                continue
+            info = path.store.info(path)
+            if info is None:
+                return None
+            same = then is not None and [info.size, info.etag or ""] == [then[0], then[-1]]
+            stats.append(then if same and then is not None else [info.size, info.mtime_ns, info.etag or ""])
+            continue
         try:
             st = os.lstat(path)
         except FileNotFoundError:
@@ -542,7 +653,9 @@ def _with_landing(row: dict[str, Any], scan: Landing, pending: Landing, last_lan
     return out
 
 
-def _mtime(path: Path) -> float:
+def _mtime(path: LandedPath) -> float:
+    if isinstance(path, ObjectPath):
+        return time.time()  # objects never wait (listed means whole)
     try:
         return os.lstat(path).st_mtime
     except OSError:

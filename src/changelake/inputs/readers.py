@@ -18,7 +18,7 @@ from __future__ import annotations
 import decimal
 import io
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import PurePath
 
 import numpy as np
 import pyarrow as pa
@@ -27,7 +27,7 @@ from changelake.config import max_record_bytes
 from changelake.errors import BadRecordError, ChangelakeError, short_repr
 from changelake.inputs import formats
 from changelake.inputs.formats import kafka_container
-from changelake.inputs.landed import open_landed
+from changelake.inputs.landed import LandedPath, as_landed, open_landed
 from changelake.inputs.records import (
     CLAIMS_SCHEMA,
     FILE_SHIFT,
@@ -65,7 +65,7 @@ def reader_names() -> list[str]:
     return sorted(formats.FORMATS)
 
 
-def format_for(path: Path, spec: TableSpec) -> str:
+def format_for(path: PurePath, spec: TableSpec) -> str:
     """The input format of a landed file: the table's ``source.format``, else by file extension."""
     configured = spec.source.get("format")
     if configured:
@@ -74,7 +74,10 @@ def format_for(path: Path, spec: TableSpec) -> str:
 
 
 def read_batch(
-    paths: list[Path], spec: TableSpec, fmt: str | None = None, applied_offsets: dict[str, int] | None = None
+    paths: list[LandedPath],
+    spec: TableSpec,
+    fmt: str | None = None,
+    applied_offsets: dict[str, int] | None = None,
 ) -> DecodedBatch:
     """Decode the files of one batch (in the given order) into one DecodedBatch.
 
@@ -170,14 +173,14 @@ class _JsonReader:
         # Formats whose files start with magic bytes: a line 1 that does is that mistake, named as such.
         self.binary = [f for f in formats.FORMATS.values() if isinstance(f, formats.RowsFormat)]
 
-    def read(self, path: Path) -> list[_Entry]:
+    def read(self, path: PurePath) -> list[_Entry]:
         """Every line of a landed file, as bytes: each line is decoded (UTF-8 included) on its own."""
         entries, stop = self.read_lines(path)
         if stop is not None:
             raise stop
         return entries
 
-    def read_lines(self, path: Path) -> tuple[list[_Entry], BadRecordError | None]:
+    def read_lines(self, path: PurePath) -> tuple[list[_Entry], BadRecordError | None]:
         """The lines of a landed file as :meth:`read` decodes them, and the bad record that stopped it (under
         ``on-bad-record: fail``; quarantined ones are dead letters). No line is read whole past
         CHANGELAKE_MAX_RECORD_BYTES: a longer one is a bad record, its rest skipped in bounded reads."""
@@ -248,10 +251,10 @@ class _JsonReader:
             return entries
         path = offsets.paths[file_index]
         losers = {line_of(c["seq"]) for c in conflicts}
-        raw = _raw_lines(Path(path), losers, self.spec) if self.opts.quarantine else {}
+        raw = _raw_lines(as_landed(path), losers, self.spec) if self.opts.quarantine else {}
         for conflict in conflicts:
             line = line_of(conflict["seq"])
-            error = BadRecordError(path, line, "offset", offsets.conflict_reason(conflict))
+            error = BadRecordError(str(path), line, "offset", offsets.conflict_reason(conflict))
             self.out.reject(error, raw.get(line, ""), self.opts)
         return [e for e in entries if e.kafka is None or e.line not in losers]
 
@@ -382,7 +385,7 @@ INPUT_META = (
 )
 
 
-def delivered_records(batches: dict[int, Path], spec: TableSpec) -> pa.Table:
+def delivered_records(batches: dict[int, LandedPath], spec: TableSpec) -> pa.Table:
     """Every record of the given JSON-lines batches as delivered (no ordering, no dedup), with its batch,
     line and Kafka topic/partition/offset; quarantined lines are left out. Parquet batches are skipped."""
     opts = spec.source_options
@@ -406,14 +409,14 @@ def delivered_records(batches: dict[int, Path], spec: TableSpec) -> pa.Table:
     return pa.Table.from_pydict(columns, schema=schema)
 
 
-def _open_lines(path: Path, spec: TableSpec):
+def _open_lines(path: PurePath, spec: TableSpec):
     """A landed file's lines: the file, or the JSON lines an Avro container of Kafka records becomes."""
     if kafka_container.is_container(path):
         return io.BytesIO(kafka_container.as_json_lines(path, spec))
     return open_landed(path)
 
 
-def _raw_lines(path: Path, wanted: set[int], spec: TableSpec) -> dict[int, str]:
+def _raw_lines(path: PurePath, wanted: set[int], spec: TableSpec) -> dict[int, str]:
     """The text of the ``wanted`` lines of a landed file (lines within CHANGELAKE_MAX_RECORD_BYTES)."""
     out: dict[int, str] = {}
     limit = max_record_bytes()

@@ -145,8 +145,10 @@ class OffsetIndex:
     read, which :func:`changelake.inputs.decode.summarize` claims for the whole batch, since the first
     message of an offset may be another task's."""
 
-    def __init__(self, paths: dict[int, str], defer: bool = False):
-        self.paths = paths  # file index (``seq >> FILE_SHIFT``) -> landed file, for messages
+    def __init__(self, paths: dict[int, Any], defer: bool = False):
+        self.paths = (
+            paths  # file index (``seq >> FILE_SHIFT``) -> landed file (path text or object), for messages
+        )
         self.defer = defer
         self.first = CLAIMS_SCHEMA.empty_table()  # one row per offset: its first message
         self.added: list[pa.Table] = []  # rows of ``first`` added since :meth:`take_added` (deferred: notes)
@@ -216,13 +218,13 @@ _NO_CONFLICTS = pa.schema(
 ).empty_table()  # fmt: skip
 
 
-def encode_claims(claims: pa.Table, paths: dict[int, str]) -> str | None:
+def encode_claims(claims: pa.Table, paths: dict[int, Any]) -> str | None:
     """Claims (:data:`CLAIMS_SCHEMA`) and the files they are in, as text for a decode task's stats row (Arrow
     IPC, zstd, base64); None for none."""
     if not claims.num_rows:
         return None
     files = pc.unique(pc.shift_right(claims.column("seq"), FILE_SHIFT)).to_pylist()
-    schema = CLAIMS_SCHEMA.with_metadata({"paths": json.dumps({f: paths.get(f, "?") for f in files})})
+    schema = CLAIMS_SCHEMA.with_metadata({"paths": json.dumps({f: str(paths.get(f, "?")) for f in files})})
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, schema, options=pa.ipc.IpcWriteOptions(compression="zstd")) as writer:
         writer.write_table(claims.cast(schema))

@@ -54,7 +54,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from changelake import errors
+from changelake import errors, objectstore
 
 PROTOCOL_VERSION = 1
 SOCKET_NAME = "apply.sock"
@@ -376,6 +376,13 @@ class ApplyService(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
         if self._thread is not None:
             self._thread.join(timeout=10)
 
+    def _folder(self, text: str) -> Path | objectstore.ObjectPath:
+        """A request's folder: a local path, or an object-store prefix (a landing zone on ``s3://``) in the
+        endpoint's own object store."""
+        if objectstore.is_object_location(text):
+            return objectstore.Store(self.settings.storage_options).path(text)
+        return Path(text)
+
     def run(self, request: dict[str, Any], progress: Callable[[str], None]) -> list[dict[str, Any]]:
         """Apply what ``request`` asks for, as ``changelake apply`` would in the client's process."""
         from dataclasses import replace
@@ -393,7 +400,7 @@ class ApplyService(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
                     f"{getattr(self.settings, key)!r}; unset CHANGELAKE_SPARK_REMOTE to apply without it"
                 )
         settings = replace(
-            self.settings, **{k: Path(client[k]) for k in PER_REQUEST_SETTINGS if client.get(k)}
+            self.settings, **{k: self._folder(client[k]) for k in PER_REQUEST_SETTINGS if client.get(k)}
         )
         columns = request.get("target_columns")
         if columns is not None and not (

@@ -1,6 +1,6 @@
-"""A table's Iceberg metadata, read two ways: :class:`DirectSource` reads the SQLite catalog and a local
-warehouse with sqlite3, json and :func:`changelake.storage.avro.read_avro`, without importing pyiceberg (a
-read command starts in a fraction of a second); :class:`IcebergSource` goes through pyiceberg (any catalog,
+"""A table's Iceberg metadata, read two ways: :class:`DirectSource` reads the SQLite catalog and a local or
+object-store (``s3://``) warehouse with sqlite3, json, pyarrow and :func:`changelake.storage.avro.read_avro`,
+without importing pyiceberg (a read command starts in a fraction of a second); :class:`IcebergSource` goes through pyiceberg (any catalog,
 any FileIO) and is the fallback when the direct way meets anything it does not read (:class:`Unsupported`).
 """
 
@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 from urllib.parse import urlparse
 
+from changelake import objectstore
 from changelake.config import Settings
 from changelake.storage import lineage, summary
 from changelake.storage.avro import Unsupported, read_avro
@@ -57,7 +58,9 @@ class TableSource:
     def files(self, snapshot_id: int | None) -> list[TableFile]:
         raise NotImplementedError
 
-    def open(self, path: str) -> BinaryIO | str:
+    def open(self, path: str, size: int | None = None) -> BinaryIO | str:
+        """A file of the table for reading (a local path, or an open file); ``size``, when known, saves an
+        object store's HEAD request."""
         raise NotImplementedError
 
     def tagged(self) -> tuple[int, dict[str, str]] | None:
@@ -95,14 +98,27 @@ def local_path(location: str) -> str | None:
     return None
 
 
+#: An object of at most this many bytes (its size known from the manifest) is read whole by one GET: a delete
+#: file, a batch's new rows. A larger one is opened (a HEAD) and read by ranges: its footer and the row groups a
+#: read needs.
+WHOLE_OBJECT_BYTES = 1 << 20
+
+
 @dataclass
 class DirectSource(TableSource):
-    """A table of the SQLite catalog in a local warehouse, read with sqlite3, json and :func:`read_avro`."""
+    """A table of the SQLite catalog in a local or object-store warehouse, read with sqlite3, json and
+    :func:`read_avro` (objects with pyarrow's S3 file system)."""
 
     metadata: dict[str, Any] = field(default_factory=dict)
+    store: objectstore.Store | None = None  # the object store of s3:// files (the settings' storage options)
 
     @classmethod
     def load(cls, settings: Settings, namespace: str, name: str) -> DirectSource | None:
+        if settings.catalog_type == "rest":
+            loaded = _rest_table(settings, namespace, name)
+            if loaded is None:
+                return None
+            return cls._of(settings, namespace, name, loaded)
         db = Path(settings.catalog_uri[len("sqlite:///") :])
         if not db.exists():
             return None
@@ -119,11 +135,14 @@ class DirectSource(TableSource):
             raise
         if row is None or row[0] is None:
             return None
-        path = local_path(row[0])
-        if path is None:
-            raise Unsupported(f"metadata at {row[0]}")
-        raw = Path(path).read_bytes()
-        metadata = json.loads(gzip.decompress(raw) if path.endswith(".gz.metadata.json") else raw)
+        store = objectstore.Store(settings.storage_options)
+        raw = _read_location(row[0], store)
+        metadata = json.loads(gzip.decompress(raw) if row[0].endswith(".gz.metadata.json") else raw)
+        return cls._of(settings, namespace, name, metadata)
+
+    @classmethod
+    def _of(cls, settings: Settings, namespace: str, name: str, metadata: dict[str, Any]) -> DirectSource:
+        store = objectstore.Store(settings.storage_options)
         if metadata.get("format-version", 1) > 2:
             raise Unsupported(f"format version {metadata['format-version']}")
         schema = next(s for s in metadata["schemas"] if s["schema-id"] == metadata["current-schema-id"])
@@ -139,6 +158,7 @@ class DirectSource(TableSource):
             column_types={f["name"]: str(f["type"]) for f in schema["fields"]},
             field_ids={f["name"]: f["id"] for f in schema["fields"]},
             metadata=metadata,
+            store=store,
         )
 
     def _snapshots(self) -> dict[int, dict[str, Any]]:
@@ -221,16 +241,68 @@ class DirectSource(TableSource):
         return out
 
     def _read(self, location: str) -> bytes:
-        path = local_path(location)
-        if path is None:
-            raise Unsupported(f"file at {location}")
-        return Path(path).read_bytes()
+        return _read_location(location, self.store)
 
-    def open(self, path: str) -> BinaryIO | str:
+    def open(self, path: str, size: int | None = None) -> BinaryIO | str:
         local = local_path(path)
-        if local is None:
-            raise Unsupported(f"file at {path}")
-        return local
+        if local is not None:
+            return local
+        if self.store is not None and objectstore.is_object_location(path):
+            if size is not None and 0 < size <= WHOLE_OBJECT_BYTES:
+                import pyarrow as pa
+
+                return pa.BufferReader(self.store.read(path))  # one GET, where an open is a HEAD and GETs
+            return self.store.open_input(path)
+        raise Unsupported(f"file at {path}")
+
+
+def _rest_table(settings: Settings, namespace: str, name: str) -> dict[str, Any] | None:
+    """A table's current metadata from a REST catalog (the Iceberg REST protocol's loadTable: two small GETs,
+    where importing pyiceberg costs seconds), or None when there is no such table. Only a catalog reached with
+    a bearer token (``token``, in the catalog properties or pyiceberg's ``PYICEBERG_CATALOG__<NAME>__TOKEN``) is
+    read this way; any other authentication goes through pyiceberg (:class:`Unsupported`)."""
+    import os
+    import urllib.error
+    import urllib.parse
+    import urllib.request
+
+    properties = {k: v for k, v in settings.catalog_properties.items() if k != "token"}
+    if any(k in properties for k in ("credential", "oauth2-server-uri", "rest.sigv4-enabled", "auth.type")):
+        raise Unsupported("a REST catalog with an authentication other than a bearer token")
+    token = settings.catalog_properties.get("token") or os.environ.get(
+        f"PYICEBERG_CATALOG__{settings.catalog_name.upper()}__TOKEN"
+    )
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    base = settings.catalog_uri.rstrip("/")
+
+    def get(path: str) -> dict[str, Any]:
+        request = urllib.request.Request(f"{base}/v1/{path}", headers=headers)
+        with urllib.request.urlopen(request, timeout=30) as answer:  # noqa: S310 - the configured catalog URI
+            return json.loads(answer.read())
+
+    query = urllib.parse.urlencode({"warehouse": settings.warehouse}) if settings.warehouse else ""
+    config = get(f"config?{query}" if query else "config")
+    prefix = {**config.get("defaults", {}), **config.get("overrides", {})}.get("prefix")
+    where = "/".join(urllib.parse.quote(p, safe="") for p in ([prefix] if prefix else []) + ["namespaces"])
+    try:
+        loaded = get(
+            f"{where}/{urllib.parse.quote(namespace, safe='')}/tables/{urllib.parse.quote(name, safe='')}"
+        )
+    except urllib.error.HTTPError as e:
+        if e.code == 404:
+            return None
+        raise
+    return loaded["metadata"]
+
+
+def _read_location(location: str, store: objectstore.Store | None) -> bytes:
+    """A whole metadata file: a local one, or an object (one GET)."""
+    path = local_path(location)
+    if path is not None:
+        return Path(path).read_bytes()
+    if store is not None and objectstore.is_object_location(location):
+        return store.read(location)
+    raise Unsupported(f"file at {location}")
 
 
 @dataclass
@@ -293,7 +365,7 @@ class IcebergSource(TableSource):
 
         return Storage.table_files(self.table, snapshot_id)
 
-    def open(self, path: str) -> BinaryIO | str:
+    def open(self, path: str, size: int | None = None) -> BinaryIO | str:
         return self.table.io.new_input(path).open()
 
 

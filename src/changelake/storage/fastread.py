@@ -16,11 +16,12 @@ Spark is for applying batches; reading one key or the first rows of a table must
 Two ways to the metadata (:mod:`changelake.storage.catalog`), with one reading code on top
 (:class:`~changelake.storage.catalog.TableSource`):
 
-* **direct** — the default SQLite catalog and a local warehouse: the catalog row is read with ``sqlite3``,
+* **direct** — the default SQLite catalog or a REST catalog (its loadTable answer, with a bearer token), and a
+  local or object-store (``s3://``) warehouse: the catalog row is read with ``sqlite3``,
   the metadata JSON with ``json`` and the manifests with a small Avro decoder
   (:mod:`changelake.storage.avro`). Importing pyiceberg (and pandas, which ``pyarrow.dataset`` pulls in)
   costs seconds on a small machine, more than the whole read;
-* **pyiceberg** — every other catalog or warehouse (PostgreSQL, REST, object stores), through
+* **pyiceberg** — every other catalog or warehouse (PostgreSQL, other file systems), through
   :class:`changelake.storage.iceberg.Storage`; also the fallback when the direct way meets anything it does not
   know (another Avro codec, delete files).
 
@@ -50,6 +51,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from changelake import objectstore
 from changelake.bucketing import bucket_of, partition_value
 from changelake.config import Settings
 from changelake.errors import ChangelakeError, java_list, missing_table, unknown_table
@@ -239,8 +241,9 @@ class FastReader:
         self.settings = settings
         self.progress: Progress = progress or (lambda _msg: None)
         sqlite = settings.catalog_type == "sql" and settings.catalog_uri.startswith("sqlite:///")
+        rest = settings.catalog_type == "rest"  # the REST protocol's loadTable, plainly (catalog._rest_table)
         custom_io = any(k.startswith("py-io-impl") for k in settings.catalog_properties)
-        self.direct = (sqlite and not custom_io) if direct is None else direct
+        self.direct = ((sqlite or rest) and not custom_io) if direct is None else direct
         self._storage = storage  # a changelake.storage.iceberg.Storage, made when the pyiceberg way needs one
         self.last_stats = _Stats()
 
@@ -327,7 +330,9 @@ class FastReader:
     def _deleted(source: TableSource, files: list[TableFile]) -> dict[str, pa.Array]:
         """The positions of data rows the position-delete files among ``files`` name, per data file."""
         deletes = [f for f in files if f.is_delete]
-        return _applicable(files, deletes, [read_position_deletes(source.open(d.path)) for d in deletes])
+        return _applicable(
+            files, deletes, _each(lambda d: read_position_deletes(source.open(d.path, d.size)), deletes)
+        )
 
     def _read_all(
         self, source: TableSource, files: list[TableFile], schema: pa.Schema, stats: _Stats, label: str
@@ -346,7 +351,7 @@ class FastReader:
 
         with ThreadPoolExecutor(max_workers=_READ_THREADS, thread_name_prefix="changelake-read") as pool:
             read_deletes = [
-                pool.submit(lambda d: read_position_deletes(source.open(d.path)), d) for d in deletes
+                pool.submit(lambda d: read_position_deletes(source.open(d.path, d.size)), d) for d in deletes
             ]
             # The large files first: the small ones (a batch's new rows) then fill the gaps at the end.
             order = sorted(range(len(data)), key=lambda i: -data[i].size)
@@ -388,8 +393,8 @@ class FastReader:
             return self._read_all(source, files, schema, stats, label)
         deleted = self._deleted(source, files)
         data = sorted((f for f in files if not f.is_delete), key=lambda f: f.path)  # one order both ways
-        for i, f in enumerate(data, start=1):
-            pf = pq.ParquetFile(source.open(f.path))
+        footers = _each(lambda f: pq.ParquetFile(source.open(f.path, f.size)), data)
+        for i, (f, pf) in enumerate(zip(data, footers, strict=True), start=1):
             columns = _present(pf, schema)
             stats.files_read += 1
             groups = list(range(pf.metadata.num_row_groups))
@@ -470,9 +475,9 @@ class FastReader:
         ticker = _Ticker(self.progress)
         deleted = self._deleted(source, files)
         files = [f for f in files if not f.is_delete]
-        for i, f in enumerate(files):
+        footers = _each(lambda f: pq.ParquetFile(source.open(f.path, f.size)), files)
+        for i, (f, pf) in enumerate(zip(files, footers, strict=True)):
             ticker.tick(functools.partial("{}: keys of {}/{} files read".format, label, i, len(files)))
-            pf = pq.ParquetFile(source.open(f.path))
             opened.append(pf)
             stats.files_read += 1
             stats.row_groups += pf.metadata.num_row_groups
@@ -590,7 +595,7 @@ class FastReader:
         opened: list[pq.ParquetFile] = []
         groups: list[tuple[tuple, int, int]] = []  # (lower bound, file, row group)
         for i, f in enumerate(files):
-            pf = pq.ParquetFile(source.open(f.path))
+            pf = pq.ParquetFile(source.open(f.path, f.size))
             opened.append(pf)
             stats.files_read += 1
             meta = pf.metadata
@@ -838,6 +843,19 @@ def _iso_ms(ms: int | None) -> str | None:
     return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).isoformat(timespec="seconds")
 
 
+#: Object-store files opened at once (their footers read): each open is a round trip or two, not a syscall.
+_OPEN_THREADS = 8
+
+
+def _each(fn: Callable[[Any], Any], files: list[TableFile]) -> list[Any]:
+    """``fn`` of each file, in order: on :data:`_OPEN_THREADS` threads when the files are objects (an open and
+    a footer read are requests whose waits overlap), else one after another."""
+    if len(files) < 2 or not objectstore.is_object_location(files[0].path):
+        return [fn(f) for f in files]
+    with ThreadPoolExecutor(max_workers=_OPEN_THREADS, thread_name_prefix="changelake-open") as pool:
+        return list(pool.map(fn, files))
+
+
 #: A read of at least this many whole files (or delete files) reads them on _READ_THREADS threads.
 _PARALLEL_FILES = 4
 _READ_THREADS = 3  # on 2 cores: 3 keeps both busy while one waits for its file
@@ -851,7 +869,7 @@ def _read_whole(
     pf: pq.ParquetFile | None = None,
 ) -> tuple[pa.Table, int]:
     """A data file's rows in ``schema`` less the deleted ones, and its row-group count."""
-    pf = pf or pq.ParquetFile(source.open(f.path))
+    pf = pf or pq.ParquetFile(source.open(f.path, f.size))
     groups = pf.metadata.num_row_groups
     if not groups:
         return schema.empty_table(), 0

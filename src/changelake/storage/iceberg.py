@@ -35,7 +35,7 @@ from pyiceberg.table.sorting import UNSORTED_SORT_ORDER, SortField, SortOrder
 from pyiceberg.transforms import IdentityTransform
 from pyiceberg.types import IntegerType, LongType, NestedField, StringType, TimestamptzType
 
-from changelake import evolution
+from changelake import evolution, objectstore
 from changelake.config import Settings
 from changelake.errors import ChangelakeError, missing_table
 from changelake.lru import BoundedLRU
@@ -154,6 +154,8 @@ class Storage:
                 "type": s.catalog_type,
                 "uri": s.catalog_uri,
                 "warehouse": s.warehouse,
+                # the object store of s3:// tables, for pyiceberg's FileIO (and through table.io, the tasks')
+                **objectstore.fileio_properties(s.storage_options),
                 **s.catalog_properties,
             }
             if s.catalog_type == "sql" and s.catalog_uri.startswith("sqlite:///"):

@@ -33,6 +33,7 @@ from pyiceberg.table.snapshots import Snapshot, ancestors_of
 from pyiceberg.table.update import AssertRefSnapshotId
 from pyiceberg.table.update.snapshot import ExpireSnapshots
 
+from changelake import objectstore
 from changelake.faults import fault
 from changelake.spec import StorageOptions
 from changelake.storage import history, summary
@@ -204,12 +205,20 @@ def delete_files(io: Any, paths: Iterable[str]) -> tuple[int, int]:
     apply-attempt directories this empties go too (:func:`_prune_attempt_dirs`)."""
     count = size = 0
     emptied: set[str] = set()
+    store = None
     for i, path in enumerate(sorted(paths)):
         if i == 1:
             fault("deleting-files")  # one file deleted, the rest not
         local = _local_path(path)
         try:
-            if local is not None:
+            if local is None and objectstore.is_object_location(path):
+                store = store or objectstore.Store(objectstore.options_of_fileio(dict(io.properties)))
+                info = store.info(path)
+                if info is None or not store.delete(path):
+                    continue
+                size += info.size
+                emptied.add(path.rsplit("/", 1)[0])
+            elif local is not None:
                 if os.path.islink(local):
                     continue
                 size += os.path.getsize(local)
@@ -221,7 +230,10 @@ def delete_files(io: Any, paths: Iterable[str]) -> tuple[int, int]:
             count += 1
         except FileNotFoundError:
             continue
-    _prune_attempt_dirs(emptied)
+    if store is not None:
+        _prune_attempt_prefixes(store, emptied)
+    else:
+        _prune_attempt_dirs(emptied)
     return count, size
 
 
@@ -249,6 +261,25 @@ def _prune_attempt_dirs(directories: Iterable[str]) -> None:
                 break
 
 
+def _prune_attempt_prefixes(store: objectstore.Store, prefixes: Iterable[str]) -> None:
+    """:func:`_prune_attempt_dirs` in an object store, where a directory is only a name: pyarrow's S3 file system
+    leaves an empty marker object (``…/batch-…/``) where it deleted a prefix's last object, to keep the
+    "directory"; an apply attempt's prefix that no longer holds an object loses its marker here (a LIST and a
+    DELETE), so expiry and the orphan sweep leave no marker per expired attempt behind."""
+    tops = set()
+    for prefix in prefixes:
+        chain = [prefix, prefix.rsplit("/", 1)[0]]
+        top = next((d for d in chain if d.rsplit("/", 1)[-1].startswith(_ATTEMPT_DIR)), None)
+        if top is not None:
+            tops.add(top)
+    for top in sorted(tops):
+        try:
+            if not store.list(top, recursive=True):
+                store.filesystem.delete_dir(store.path(top).key_path)
+        except OSError:
+            continue  # best effort: a marker left is a zero-byte name, not data
+
+
 def remove_orphans(table: Table, older_than_s: float, now: float | None = None) -> Outcome:
     """Delete the files under the table's location (and its side location: storage.files.side_location) that
     nothing of the table reaches, older than
@@ -262,7 +293,7 @@ def remove_orphans(table: Table, older_than_s: float, now: float | None = None) 
     orphans = [
         path
         for root in roots
-        for path, mtime in list_files(root)
+        for path, mtime in list_files(root, dict(table.io.properties))
         if _canonical(path) not in keep and mtime < now - older_than_s
     ]
     fault("before-orphan-sweep")
@@ -288,10 +319,14 @@ def referenced_outside_snapshots(table: Table) -> set[str]:
     return out
 
 
-def list_files(location: str) -> list[tuple[str, float]]:
+def list_files(location: str, properties: dict[str, str] | None = None) -> list[tuple[str, float]]:
     """(location, modification time) of every regular file under ``location``; symbolic links are not
-    followed (nor listed)."""
+    followed (nor listed). An object store is listed (one LIST per 1,000 objects) as the table's FileIO
+    ``properties`` reach it."""
     local = _local_path(location)
+    if local is None and objectstore.is_object_location(location):
+        store = objectstore.Store(objectstore.options_of_fileio(properties or {}))
+        return [(str(i.path), i.mtime_ns / 1e9) for i in store.list(location, recursive=True)]
     if local is None:
         from pyarrow import fs
 

@@ -1,4 +1,5 @@
-"""File access inside a Spark task (or the applying process) without importing pyiceberg for local files."""
+"""File access inside a Spark task (or the applying process) without importing pyiceberg: local files and
+object stores (``s3://``) through pyarrow directly."""
 
 from __future__ import annotations
 
@@ -8,15 +9,30 @@ from urllib.parse import urlparse
 
 import pyarrow as pa
 
+from changelake import objectstore
+from changelake.lru import BoundedLRU
+
+#: An object of at most this many bytes is read whole when a task opens it, and kept for its next open ...
+SMALL_OBJECT_BYTES = 8 << 20
+#: ... while the task's kept objects hold at most this many bytes.
+SMALL_OBJECTS_BYTES = 128 << 20
+
 
 class TaskIO:
-    """File access inside a task: local files through pyarrow directly, any other scheme through pyiceberg's
-    PyArrowFileIO with the table's properties. Importing pyiceberg costs a fresh Python worker about a
-    second, as much as a small bucket's whole task."""
+    """File access inside a task: local files and object stores through pyarrow directly (an object store as
+    the table's FileIO properties name it), any other scheme through pyiceberg's PyArrowFileIO with the
+    table's properties. Importing pyiceberg costs a fresh Python worker about a second, as much as a small
+    bucket's whole task."""
 
     def __init__(self, properties: dict[str, str], kept: Any = None):
         self.properties = properties
         self._fileio: Any = None  # a pyiceberg PyArrowFileIO, made on first use (importing it is slow)
+        self._store: objectstore.Store | None = None
+        self._sizes: dict[str, int] = {}  # objects' sizes, once known (a file of a table never changes)
+        # Small objects' bytes, read whole once: a bucket task opens a file for its row groups' statistics and
+        # again for their rows, and every bucket of a batch opens the batch's staged file; each open of an object
+        # is a HEAD and one GET per range read, where a whole small object is one GET.
+        self._small: BoundedLRU[bytes] = BoundedLRU(SMALL_OBJECTS_BYTES, size=len)
         # What one Spark task keeps for its buckets (an engine.buckets.StoredRows): the files they share (a batch's new rows of every bucket,
         # the partition's delete files), read once per task instead of once per bucket.
         self.kept = kept
@@ -38,15 +54,36 @@ class TaskIO:
             self._fileio = PyArrowFileIO(self.properties)
         return self._fileio
 
+    @property
+    def store(self) -> objectstore.Store:
+        """The object store the table's FileIO properties name."""
+        if self._store is None:
+            self._store = objectstore.Store(objectstore.options_of_fileio(self.properties))
+        return self._store
+
     def open_input(self, location: str):
         local = self.local_path(location)
         if local is not None:
             return pa.OSFile(local, "rb")
+        if objectstore.is_object_location(location):
+            cached = self._small.get(location)
+            if cached is not None:
+                return pa.BufferReader(cached)
+            opened = self.store.open_input(location)
+            self._sizes[location] = size = opened.size()
+            if size > SMALL_OBJECT_BYTES:
+                return opened
+            with opened:
+                data = opened.read()
+            self._small.put(location, data)
+            return pa.BufferReader(data)
         return self._iceberg().new_input(location).open()
 
     def open_output(self, location: str):
         """A new file (never overwrites: every path a task writes is fresh)."""
         local = self.local_path(location)
+        if local is None and objectstore.is_object_location(location):
+            return self.store.open_output(location)  # fresh paths: nothing to overwrite
         if local is None:
             return self._iceberg().new_output(location).create(overwrite=False)
         if os.path.exists(local):
@@ -58,4 +95,11 @@ class TaskIO:
         local = self.local_path(location)
         if local is not None:
             return os.path.getsize(local)
+        if objectstore.is_object_location(location):
+            if location not in self._sizes:
+                info = self.store.info(location)
+                if info is None:
+                    raise FileNotFoundError(location)
+                self._sizes[location] = info.size
+            return self._sizes[location]
         return len(self._iceberg().new_input(location))

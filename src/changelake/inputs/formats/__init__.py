@@ -12,7 +12,7 @@ against them. To add a format: its declaration there, and a module with a :class
 
 from __future__ import annotations
 
-from pathlib import Path
+from pathlib import PurePath
 
 from changelake.inputs.formats.base import (
     MAX_DEPTH,
@@ -48,6 +48,6 @@ FORMATS: dict[str, InputFormat] = {
 DEFAULT_FORMAT = ChangelogJson.name
 
 
-def default_format(path: Path) -> str:
+def default_format(path: PurePath) -> str:
     """The format of a landed file when the table names none: by its suffix."""
     return next((f.name for f in FORMATS.values() if path.suffix in f.suffixes), DEFAULT_FORMAT)

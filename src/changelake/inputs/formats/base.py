@@ -26,7 +26,7 @@ import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from changelake.source_options import FORMAT_DECLARATIONS
@@ -161,17 +161,17 @@ class RowsFormat(InputFormat):
     magic: ClassVar[bytes]
 
     @abstractmethod
-    def read(self, path: Path, spec: TableSpec, opts: SourceOptions, out: DecodedBatch) -> pa.Table:
+    def read(self, path: PurePath, spec: TableSpec, opts: SourceOptions, out: DecodedBatch) -> pa.Table:
         """The file's records (``_seq`` from 0, ``_op``, the columns); bad rows go to ``out.reject``."""
 
     @abstractmethod
-    def row_ranges(self, path: Path, rows_per_range: int) -> list[tuple[int, int]] | None:
+    def row_ranges(self, path: PurePath, rows_per_range: int) -> list[tuple[int, int]] | None:
         """Rows ``[start, end)`` for decode tasks, about ``rows_per_range`` each; None if the file cannot
         be planned (its task then reads it whole and reports why)."""
 
     @abstractmethod
     def read_rows(
-        self, path: Path, start: int, end: int, spec: TableSpec, opts: SourceOptions, out: DecodedBatch
+        self, path: PurePath, start: int, end: int, spec: TableSpec, opts: SourceOptions, out: DecodedBatch
     ) -> tuple[pa.Table, int]:
         """The records of rows ``[start, end)`` and the number of rows before the first."""
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import itertools
 import json
 from contextlib import contextmanager
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import TYPE_CHECKING
 
 from changelake.errors import BadRecordError, short_repr
@@ -38,7 +38,7 @@ class ChangelogParquet(RowsFormat):
     title = "Parquet"
     magic = b"PAR1"
 
-    def read(self, path: Path, spec: TableSpec, opts: SourceOptions, out: DecodedBatch) -> pa.Table:
+    def read(self, path: PurePath, spec: TableSpec, opts: SourceOptions, out: DecodedBatch) -> pa.Table:
         """Validate column-wise; under quarantine, set each bad row aside and validate the rest again."""
         import numpy as np
         import pyarrow as pa
@@ -57,7 +57,7 @@ class ChangelogParquet(RowsFormat):
             out.reject(error, raw_row(table, error.line - 1), opts)  # rows are 1..n here
         return result
 
-    def row_ranges(self, path: Path, rows_per_range: int) -> list[tuple[int, int]] | None:
+    def row_ranges(self, path: PurePath, rows_per_range: int) -> list[tuple[int, int]] | None:
         """Along row groups: small groups together up to ``rows_per_range``, a large one alone (the decode
         planner cuts it if there are too few ranges for the cores)."""
         import pyarrow as pa
@@ -79,7 +79,7 @@ class ChangelogParquet(RowsFormat):
         return list(itertools.pairwise([0, *cuts]))
 
     def read_rows(
-        self, path: Path, start: int, end: int, spec: TableSpec, opts: SourceOptions, out: DecodedBatch
+        self, path: PurePath, start: int, end: int, spec: TableSpec, opts: SourceOptions, out: DecodedBatch
     ) -> tuple[pa.Table, int]:
         """Reads only the row groups of ``[start, end)``; checks and errors as :meth:`read` has them."""
         import numpy as np
@@ -166,7 +166,7 @@ def raw_row(table: pa.Table, position: int) -> str:
 
 
 def decode_rows(
-    table: pa.Table, path: Path, spec: TableSpec, rows: pa.Array
+    table: pa.Table, path: PurePath, spec: TableSpec, rows: pa.Array
 ) -> tuple[pa.Table, list[BadRecordError]]:
     """Decode every column at once; return the good rows and an error for every bad row, in row order.
 
@@ -233,7 +233,7 @@ def decode_rows(
     return result.set_column(0, "_seq", pa.array(np.arange(result.num_rows, dtype=np.int64))), bad
 
 
-def _check_schema(table: pa.Table, path: Path, spec: TableSpec) -> None:
+def _check_schema(table: pa.Table, path: PurePath, spec: TableSpec) -> None:
     """Problems of the file's schema (an ``op`` column that is not text, a column type that cannot hold
     the column's type): BadRecordError with line 0, since they are not any row's."""
     import pyarrow as pa
@@ -251,7 +251,9 @@ def _check_schema(table: pa.Table, path: Path, spec: TableSpec) -> None:
                 raise BadRecordError(str(path), 0, col.name, problem)
 
 
-def _valid_array(column: pa.ChunkedArray, path: Path, name: str) -> tuple[pa.Array, list[tuple[int, str]]]:
+def _valid_array(
+    column: pa.ChunkedArray, path: PurePath, name: str
+) -> tuple[pa.Array, list[tuple[int, str]]]:
     """The column as one fully validated array (Parquet readers do not check that strings are UTF-8): the
     invalid rows are found by halves, reported, and set to null."""
     import pyarrow as pa
@@ -300,9 +302,10 @@ def _valid_values(array: pa.Array) -> tuple[pa.Array, list[tuple[int, str]]]:
 
 
 @contextmanager
-def _open(path: Path):
+def _open(path: PurePath):
     """The landed file, opened without following a link (an OSError, reported as an unreadable file), as
-    Arrow's own file over that descriptor (``/dev/fd/N`` reopens the open file, not a path).
+    Arrow's own file over that descriptor (``/dev/fd/N`` reopens the open file, not a path); a landed object
+    (an object store's) as its store serves it.
 
     Not the Python file object itself: Arrow reads one into buffers holding Python objects, on its I/O
     threads too (``ReadAsync``), and freeing such a buffer takes the GIL. When the last one was freed on an
@@ -312,6 +315,11 @@ def _open(path: Path):
     import pyarrow as pa
 
     from changelake.inputs.landed import open_landed
+    from changelake.objectstore import ObjectPath
 
+    if isinstance(path, ObjectPath):
+        with open_landed(path) as fh:
+            yield fh
+        return
     with open_landed(path) as fh, pa.OSFile(f"/dev/fd/{fh.fileno()}") as native:
         yield native

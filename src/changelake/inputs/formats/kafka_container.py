@@ -14,7 +14,7 @@ import base64
 import datetime as dt
 import json
 import os
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any
 
 import fastavro
@@ -31,7 +31,7 @@ FIELDS = ("key", "value", "topic", "partition", "offset", "timestamp")
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
-def is_container(path: str | Path) -> bool:
+def is_container(path: str | PurePath) -> bool:
     """Whether a landed file is read as an Avro container (by its name: ``<batch_id>.avro``)."""
     return str(path).endswith(SUFFIX)
 
@@ -69,7 +69,7 @@ def incomplete(fd: int, size: int) -> str | None:
     return None
 
 
-def check_format(path: str | Path, fmt: str) -> None:
+def check_format(path: str | PurePath, fmt: str) -> None:
     """An Avro container batch is read only as upsert-kafka records."""
     if is_container(path) and fmt != "upsert-kafka":
         raise ChangelakeError(
@@ -77,12 +77,12 @@ def check_format(path: str | Path, fmt: str) -> None:
         )
 
 
-def as_json_lines(path: str | Path, spec: TableSpec) -> bytes:
+def as_json_lines(path: str | PurePath, spec: TableSpec) -> bytes:
     """The container's Kafka records as upsert-kafka JSON lines (``key``/``value`` in the table's formats)."""
     line = line_renderer(spec)
     lines: list[bytes] = []
     try:
-        with open_landed(Path(path)) as fh:
+        with open_landed(path if not isinstance(path, str) else Path(path)) as fh:
             if fh.read(4) != MAGIC:
                 raise BadRecordError(
                     str(path), 1, None, "not an Avro object container file (it starts with 'Obj' 01)"

@@ -1,0 +1,348 @@
+"""Tables on object storage and behind a REST catalog, for real: the project's S3 endpoint (S3Proxy) and Iceberg
+REST catalog server, started by infra/s3.sh and infra/rest_catalog.sh once per session (conftest.py).
+
+Batches land as objects, apply in this process (small batches: no Spark, no JVM in the applier) into an s3://
+warehouse, and are read back by pyiceberg (the independent reader) and by the reads without a JVM. Each test
+keeps to a prefix (and, behind the REST catalog, a namespace) of its own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+import uuid
+from pathlib import Path
+
+import pytest
+
+from changelake.errors import BatchRefusedError
+from tests.engine.test_exactly_once import RACER
+from tests.helpers import land_batches, sparkless_lake, storage_options_of
+from tests.specs import kv
+
+pytestmark = pytest.mark.integration  # a JVM each for the S3 endpoint and the REST catalog
+
+BATCHES = {
+    1: [{"op": "+I", "data": {"k": k, "v": f"a{k}"}} for k in range(1, 9)],
+    2: [
+        {"op": "+U", "data": {"k": 1, "v": "b1"}},
+        {"op": "-D", "data": {"k": 2}},
+        {"op": "+I", "data": {"k": 9}},
+    ],
+    3: [{"op": "+U", "data": {"k": 9, "v": "c9"}}, {"op": "-D", "data": {"k": 3}}],
+}
+
+
+def _lines(records: list[dict]) -> bytes:
+    return "".join(json.dumps(r) + "\n" for r in records).encode()
+
+
+def _lake(home: Path, table: str, prefix: str, options: dict[str, str], **settings):
+    """A Spark-less ChangeLake whose warehouse and landing zone are under ``prefix`` on the S3 endpoint."""
+    from changelake import ChangeLake
+    from tests.helpers import NoSpark
+
+    (home / "tables").mkdir(parents=True, exist_ok=True)
+    (home / "tables" / f"{table}.yaml").write_text(kv(table))
+    messages: list[str] = []
+    lake = ChangeLake(
+        home=home,
+        tables_dir=home / "tables",
+        spark=NoSpark(),
+        progress=messages.append,
+        warehouse=f"{prefix}/warehouse",
+        landing_dir=f"{prefix}/landing",
+        storage_options=options,
+        **settings,
+    )
+    lake.messages = messages
+    return lake
+
+
+def _land(lake, table: str, batches: dict[int, list[dict]], ext: str = "jsonl") -> None:
+    landing = lake.settings.landing_dir
+    for batch_id, records in batches.items():
+        landing.store.put(landing / table / f"{batch_id}.{ext}", _lines(records))
+
+
+def _pyiceberg_state(lake, table: str) -> tuple[list[tuple], list[tuple]]:
+    """Rows and changelog (batch, change, k, v) as pyiceberg reads them: an engine changelake did not write."""
+    rows = lake.storage.catalog.load_table(table).scan().to_arrow()
+    log = lake.storage.catalog.load_table(f"{table}__changelog").scan().to_arrow()
+    return (
+        sorted(zip(rows.column("k").to_pylist(), rows.column("v").to_pylist(), strict=True)),
+        sorted(
+            zip(*(log.column(c).to_pylist() for c in ("_batch_id", "_change_type", "k", "v")), strict=True),
+            key=lambda r: (r[0], r[2], r[1]),
+        ),
+    )
+
+
+def test_batches_landed_on_s3_apply_into_an_s3_warehouse_exactly_as_on_local_disk(
+    s3_endpoint, s3_prefix, tmp_path
+):
+    options = storage_options_of(s3_endpoint)
+    lake = _lake(tmp_path / "s3", "t.kv", s3_prefix, options)
+    lake.create_all()
+    _land(lake, "t.kv", BATCHES)
+    results = lake.apply_pending("t.kv")
+    assert [r.status for r in results] == ["applied"] * 3
+
+    (tmp_path / "local").mkdir()
+    local = sparkless_lake(tmp_path / "local")
+    (tmp_path / "local" / "tables" / "t.kv.yaml").write_text(kv())
+    local.create_all()
+    land_batches(tmp_path / "local", "t.kv", BATCHES)
+    local.apply_pending("t.kv")
+
+    state = _pyiceberg_state(lake, "t.kv")
+    assert state == _pyiceberg_state(local, "t.kv")
+    assert state[0] == [(1, "b1"), (4, "a4"), (5, "a5"), (6, "a6"), (7, "a7"), (8, "a8"), (9, "c9")]
+    # The table's files are objects under the prefix; nothing of the warehouse or landing zone is on local disk.
+    store = lake.settings.landing_dir.store
+    data = [
+        i
+        for i in store.list(f"{s3_prefix}/warehouse/t/kv", recursive=True)
+        if i.path.name.endswith(".parquet")
+    ]
+    assert (
+        data and not (tmp_path / "s3" / "warehouse").exists() and not (tmp_path / "s3" / "landing").exists()
+    )
+    # Reads without a JVM, the direct way (sqlite3 + the S3 endpoint, no pyiceberg), agree with pyiceberg.
+    assert lake.reader.direct
+    assert lake.lookup("t.kv", {"k": 9}) == [{"k": 9, "v": "c9"}]
+    assert lake.lookup("t.kv", {"k": 3}) == []
+    assert sorted((r["k"], r["v"]) for r in lake.rows_arrow("t.kv").to_pylist()) == state[0]
+    # A replay of an applied batch is a no-op; nothing new is pending.
+    assert lake.apply_pending("t.kv") == []
+    # An object applied by name (apply --file s3://…) as another writer's batch, then replayed: a no-op.
+    first = lake.apply("t.kv", file=f"{s3_prefix}/landing/t.kv/3.jsonl", batch_id=1, writer="backfill")
+    again = lake.apply("t.kv", file=f"{s3_prefix}/landing/t.kv/3.jsonl", batch_id=1, writer="backfill")
+    assert (first.status, again.status, again.batch_id) == ("applied", "already-applied", 4)
+
+
+def test_an_object_put_again_after_its_batch_is_reported_by_its_etag(s3_endpoint, s3_prefix, tmp_path):
+    lake = _lake(tmp_path, "t.kv", s3_prefix, storage_options_of(s3_endpoint))
+    lake.create_all()
+    _land(lake, "t.kv", {1: BATCHES[1]})
+    lake.apply_pending("t.kv")
+    _land(lake, "t.kv", {1: BATCHES[1]})  # the same bytes again: nothing changed
+    _land(lake, "t.kv", {2: BATCHES[2]})
+    assert [r.batch_id for r in lake.apply_pending("t.kv")] == [2]
+    _land(lake, "t.kv", {1: BATCHES[1][:3]})  # a new PUT of batch 1, other bytes
+    _land(lake, "t.kv", {3: BATCHES[3]})
+    with pytest.raises(BatchRefusedError, match=r"t\.kv/1\.jsonl: changed after batch 1 was applied"):
+        lake.apply_pending("t.kv")
+    (row,) = [r for r in lake.status() if r["table"] == "t.kv"]
+    assert "changed after batch 1" in row["problem"] and row["last_batch"] == 2
+
+
+def test_landing_rules_on_s3_a_bad_name_blocks_its_table_from_that_batch_on(s3_endpoint, s3_prefix, tmp_path):
+    lake = _lake(tmp_path, "t.kv", s3_prefix, storage_options_of(s3_endpoint))
+    lake.create_all()
+    _land(lake, "t.kv", {1: BATCHES[1], 2: BATCHES[2]})
+    _land(lake, "t.kv", {2: BATCHES[2]}, ext="json")  # batch 2 twice
+    _land(lake, "t.kv", {3: BATCHES[3]})
+    landing = lake.settings.landing_dir
+    landing.store.put(landing / "t.kv" / "notes.txt", b"not a batch\n")  # ignored
+    with pytest.raises(Exception, match="batch 2 is landed twice"):
+        lake.apply_pending("t.kv")
+    assert _pyiceberg_state(lake, "t.kv")[0] == [(k, f"a{k}") for k in range(1, 9)]  # batch 1 applied
+
+
+def test_the_orphan_sweep_on_s3_removes_strays_and_keeps_the_table(s3_endpoint, s3_prefix, tmp_path):
+    lake = _lake(tmp_path, "t.kv", s3_prefix, storage_options_of(s3_endpoint))
+    lake.create_all()
+    _land(lake, "t.kv", BATCHES)
+    lake.apply_pending("t.kv")
+    store = lake.settings.landing_dir.store
+    stray = store.path(f"{s3_prefix}/warehouse/t/kv/data/batch-000000000009-abc/stray.parquet")
+    store.put(stray, b"PAR1")
+    before = _pyiceberg_state(lake, "t.kv")
+    (report,) = lake.maintain("t.kv", full=True, orphans_older_than_s=0)
+    assert store.info(stray) is None
+    assert sum(o.files_deleted for o in report.orphans) >= 1
+    assert _pyiceberg_state(lake, "t.kv") == before
+    # Every object left under the table's prefix is one the table reaches (none was taken for an orphan).
+    assert lake.lookup("t.kv", {"k": 9}) == [{"k": 9, "v": "c9"}]
+
+
+def test_wrong_keys_are_refused_and_the_secret_is_never_shown(s3_endpoint, s3_prefix, tmp_path):
+    secret = "wrong-" + uuid.uuid4().hex
+    options = {**storage_options_of(s3_endpoint), "AWS_SECRET_ACCESS_KEY": secret}
+    lake = _lake(tmp_path, "t.kv", s3_prefix, options)
+    with pytest.raises(Exception) as refused:
+        lake.create_all()
+    assert (
+        "ACCESS_DENIED" in str(refused.value)
+        or "403" in str(refused.value)
+        or "Forbidden" in str(refused.value)
+    )
+    shown = "\n".join([str(refused.value), repr(refused.value), *lake.messages, repr(lake.settings)])
+    assert secret not in shown
+
+
+# --- behind the REST catalog -------------------------------------------------------------------------------
+
+
+def _rest_env(rest_catalog: dict[str, str], home: Path, prefix: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CHANGELAKE_", "AWS_", "PYICEBERG_"))}
+    env.update(rest_catalog)
+    env.update(
+        CHANGELAKE_HOME=str(home),
+        CHANGELAKE_TABLES=str(home / "tables"),
+        CHANGELAKE_WAREHOUSE=f"{prefix}/warehouse",
+        CHANGELAKE_LANDING=f"{prefix}/landing",
+    )
+    return env
+
+
+def test_tables_behind_the_rest_catalog_apply_and_read(rest_catalog, s3_endpoint, s3_prefix, tmp_path):
+    table = f"r{uuid.uuid4().hex[:8]}.kv"  # the session's catalog is shared: a namespace of its own
+    lake = _lake(
+        tmp_path,
+        table,
+        s3_prefix,
+        storage_options_of(s3_endpoint),
+        catalog_type="rest",
+        catalog_uri=rest_catalog["CHANGELAKE_CATALOG_URI"],
+        # pyiceberg reads PYICEBERG_CATALOG__* once, at import: in this process the token goes in as a property
+        catalog_properties={"token": rest_catalog["PYICEBERG_CATALOG__CHANGELAKE__TOKEN"]},
+    )
+    lake.create_all()
+    _land(lake, table, BATCHES)
+    assert [r.status for r in lake.apply_pending(table)] == ["applied"] * 3
+    rows, log = _pyiceberg_state(lake, table)
+    assert rows == [(1, "b1"), (4, "a4"), (5, "a5"), (6, "a6"), (7, "a7"), (8, "a8"), (9, "c9")]
+    assert [r[:3] for r in log if r[2] == 1] == [(1, "+I", 1), (2, "+U", 1), (2, "-U", 1)]  # sorted
+    assert lake.lookup(table, {"k": 1}) == [{"k": 1, "v": "b1"}]
+    # Reads without pyiceberg ask the REST server for the table as the protocol says (loadTable) and agree
+    # with the reads through pyiceberg.
+    from changelake.storage.catalog import DirectSource
+    from changelake.storage.fastread import FastReader
+
+    namespace, name = table.split(".")
+    assert isinstance(lake.reader._source(namespace, name), DirectSource)
+    direct, through = (FastReader(lake.settings, direct=d, storage=lake.storage) for d in (True, False))
+    assert direct.rows_arrow(table).to_pylist() == through.rows_arrow(table).to_pylist()
+    assert sorted(r["k"] for r in direct.rows_arrow(table).to_pylist()) == [r[0] for r in rows]
+    # The table's metadata is where the REST server wrote it: on the S3 endpoint.
+    location = lake.storage.catalog.load_table(table).metadata_location
+    assert location.startswith("s3://changelake/")
+
+
+def test_the_rest_catalog_refuses_requests_without_its_token(rest_catalog):
+    uri = rest_catalog["CHANGELAKE_CATALOG_URI"]
+    for headers in ({}, {"Authorization": "Bearer " + "0" * 48}):
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(urllib.request.Request(f"{uri}/v1/config", headers=headers), timeout=30)
+        assert refused.value.code == 401
+    token = rest_catalog["PYICEBERG_CATALOG__CHANGELAKE__TOKEN"]
+    request = urllib.request.Request(f"{uri}/v1/config", headers={"Authorization": f"Bearer {token}"})
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        assert answer.status == 200
+
+
+@pytest.mark.slow
+def test_two_appliers_racing_through_the_rest_catalog_apply_each_batch_once(
+    rest_catalog, s3_prefix, tmp_path
+):
+    """Two CLI processes apply the same landed objects through the REST catalog: both reach the commit of
+    batch 1 (a barrier holds the first until the second is there), the server's optimistic check lets one win,
+    and the loser finds the batch applied: each batch exactly once."""
+    table = f"r{uuid.uuid4().hex[:8]}.kv"
+    env = _rest_env(rest_catalog, tmp_path, s3_prefix)
+    (tmp_path / "tables").mkdir()
+    (tmp_path / "tables" / f"{table}.yaml").write_text(kv(table))
+    created = subprocess.run(
+        [sys.executable, "-m", "changelake.cli", "create"], env=env, capture_output=True, text=True
+    )
+    assert created.returncode == 0, created.stderr[-2000:]
+    from changelake import objectstore
+
+    store = objectstore.Store(storage_options_of(rest_catalog))
+    batches = {
+        b: [{"op": "+I", "data": {"k": b, "v": f"v{b}"}}, {"op": "+U", "data": {"k": 0, "v": f"v{b}"}}]
+        for b in range(1, 5)
+    }
+    for b, records in batches.items():
+        store.put(f"{s3_prefix}/landing/{table}/{b}.jsonl", _lines(records))
+    barrier = tmp_path / "barrier"
+    barrier.mkdir()
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", RACER, str(barrier), "apply", table],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    outs = [p.communicate(timeout=600) for p in procs]
+    assert all(p.returncode == 0 for p in procs), "\n---\n".join(o[1][-2500:] for o in outs)
+    assert sorted(m.read_text() for m in barrier.glob("*.reached")) == ["1", "1"]
+    lost = [err for _out, err in outs if "batch 1: another writer committed first; re-checking" in err]
+    assert len(lost) == 1, "\n---\n".join(o[1][-2500:] for o in outs)
+    # Read back with pyiceberg through the REST catalog: each batch once, the changelog gapless per bucket.
+    from pyiceberg.catalog import load_catalog
+
+    catalog = load_catalog(
+        "check",
+        type="rest",
+        uri=rest_catalog["CHANGELAKE_CATALOG_URI"],
+        token=rest_catalog["PYICEBERG_CATALOG__CHANGELAKE__TOKEN"],
+        **objectstore.fileio_properties(storage_options_of(rest_catalog)),
+    )
+    rows = catalog.load_table(table).scan().to_arrow()
+    assert sorted(zip(rows.column("k").to_pylist(), rows.column("v").to_pylist(), strict=True)) == [
+        (0, "v4"),
+        (1, "v1"),
+        (2, "v2"),
+        (3, "v3"),
+        (4, "v4"),
+    ]
+    log = catalog.load_table(f"{table}__changelog").scan().to_arrow()
+    key0 = sorted(
+        (b, c)
+        for b, c, k in zip(
+            *(log.column(n).to_pylist() for n in ("_batch_id", "_change_type", "k")), strict=True
+        )
+        if k == 0
+    )
+    assert key0 == [(1, "+I"), (2, "+U"), (2, "-U"), (3, "+U"), (3, "-U"), (4, "+U"), (4, "-U")]
+
+
+def test_spark_tasks_decode_and_merge_through_the_object_store(
+    spark, s3_endpoint, s3_prefix, tmp_path, monkeypatch
+):
+    """CHANGELAKE_LOCAL_APPLY_RECORDS=0: every batch is decoded and merged in Spark tasks, which read the landed
+    objects and the table's files and write theirs through the object store (no local path), with the same
+    result as in this process; quarantined records go to a dead-letter object the commit names."""
+    monkeypatch.setenv("CHANGELAKE_LOCAL_APPLY_RECORDS", "0")
+    lake = _lake(tmp_path, "t.kv", s3_prefix, storage_options_of(s3_endpoint))
+    lake._spark = spark
+    spec = kv("t.kv").replace(
+        "options:", "source: {format: changelog-json, on-bad-record: quarantine}\noptions:"
+    )
+    (tmp_path / "tables" / "t.kv.yaml").write_text(spec)
+    lake.create_all()
+    _land(lake, "t.kv", BATCHES)
+    landing = lake.settings.landing_dir
+    landing.store.put(
+        landing / "t.kv" / "4.jsonl", _lines([{"op": "+I", "data": {"k": 10, "v": "x"}}]) + b"{oops\n"
+    )
+    assert [r.status for r in lake.apply_pending("t.kv")] == ["applied"] * 4
+    assert not any("in this process" in m for m in lake.messages), lake.messages[-5:]  # Spark did it
+    rows, _log = _pyiceberg_state(lake, "t.kv")
+    assert rows == [(1, "b1"), (4, "a4"), (5, "a5"), (6, "a6"), (7, "a7"), (8, "a8"), (9, "c9"), (10, "x")]
+    (dead,) = lake.dead_letters("t.kv")
+    assert dead["batch_id"] == 4 and dead["line"] == 2 and "oops" in dead["raw"]
+    store = landing.store
+    assert any(
+        "/dead-letter/" in str(i.path) for i in store.list(f"{s3_prefix}/warehouse/t/kv", recursive=True)
+    )
