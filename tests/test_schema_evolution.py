@@ -109,9 +109,9 @@ def test_column_added_mid_stream_reads_old_rows_as_null_and_new_batches_carry_it
         ("-U", 1, 10, None),
     ]
 
-    # A partial update writes only the new column of an old row.
+    # A partial update writes only the new column of an old row (the API writer's first batch, table batch 4).
     lake.apply(
-        "e.orders", [{"op": "+U", "data": {"id": 2, "note": "p2"}}], batch_id=4, target_columns=["id", "note"]
+        "e.orders", [{"op": "+U", "data": {"id": 2, "note": "p2"}}], batch_id=1, target_columns=["id", "note"]
     )
     assert sorted(rows_of(lake.rows("e.orders")))[1] == (2, 20, "p2")
 

@@ -132,9 +132,9 @@ def test_parquet_batches_are_input_too_without_their_quarantined_rows(lake):
 def test_batches_not_from_landed_files_have_no_landed_input(lake):
     write_spec(lake, NOTES)
     lake.apply("t.notes", [{"op": "+I", "data": {"k": 1, "v": "api"}}], batch_id=1)
-    land(lake, "t.notes", 2, [{"op": "+I", "data": {"k": 2, "v": "landed"}}])
+    land(lake, "t.notes", 1, [{"op": "+I", "data": {"k": 2, "v": "landed"}}])  # the landing writer's first
     lake.apply_pending()
-    assert rows(lake.input_arrow("t.notes"), "_batch_id", "v") == [(2, "landed")]
+    assert rows(lake.input_arrow("t.notes"), "_batch_id", "v") == [(2, "landed")]  # the table's batch 2
 
 
 @pytest.mark.slow

@@ -138,7 +138,7 @@ def test_kill_9_anywhere_in_apply_compaction_expiry_and_sweep_converges(
             cli_env, "apply", "t.kv", "--file", f"{home}/landing/t.kv/{b:04d}.jsonl", "--batch-id", str(b),
             "--writer", "landing",
         )  # fmt: skip
-        assert "already applied (same checksum)" in done.stderr
+        assert f"landing batch {b} already applied as table batch {b} (same checksum)" in done.stderr
     other = home / "other.jsonl"
     other.write_text(json.dumps({"op": "+I", "data": {"k": 99, "v": "x"}}) + "\n")
     refused = run_cli(
