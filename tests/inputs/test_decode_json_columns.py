@@ -80,7 +80,9 @@ def flink_timestamp(value: dt.datetime, sep: str = " ") -> str:
 # Each column: plain JSON text the column-wise path takes, and other text (good or bad) it must leave alone.
 PLAIN = {
     "k": st.integers(-(2**63), 2**63 - 1).map(str),
-    "s": st.text(max_size=12).map(lambda v: json.dumps(v, ensure_ascii=False)),
+    # Text without "+-": a table with a DECIMAL column leaves a range holding those bytes anywhere to the per-line
+    # path (changelog_json._object_lines); VALID has such a text, and the equality test checks it there.
+    "s": st.text(max_size=12).filter(lambda v: "+-" not in v).map(lambda v: json.dumps(v, ensure_ascii=False)),
     "i": st.integers(-(2**31), 2**31 - 1).map(str),
     "t": st.integers(-128, 127).map(str),
     "b": st.sampled_from(["true", "false"]),
@@ -102,7 +104,7 @@ PLAIN = {
     "tz": st.datetimes()
     .flatmap(lambda v: st.sampled_from([v.isoformat(), flink_timestamp(v), flink_timestamp(v, "T")]))
     .map(lambda v: json.dumps(v + "Z")),
-    "c": st.text(max_size=4).map(lambda v: json.dumps(v)),
+    "c": st.text(max_size=4).filter(lambda v: "+-" not in v).map(lambda v: json.dumps(v)),
     "nn": st.integers(0, 9).map(str),
 }
 # Other spellings the per-message path accepts (the column-wise path must take them alike or leave them) ...
@@ -126,7 +128,7 @@ VALID = {
     "tm": ['"12:34:56"', '"12:34:56.5"'],
     "ts": ['"2024-01-01 01:02:03"', '"2024-01-01T01:02:03.5"', '"2024-01-01T01:02"'],
     "tz": ['"2024-01-01T01:02:03+01:00"', '"2024-01-01T01:02:03"', '"2024-01-01T01:02:03.25Z"'],
-    "c": ['"é日本語"', '""'],
+    "c": ['"é日本語"', '""', '"+-"'],
     "nn": ["-0"],
 }
 # ... and ones it refuses (bad records).
