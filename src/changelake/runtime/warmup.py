@@ -36,6 +36,8 @@ def warm_kept_rows(lake, progress: Callable[[str], None] = print) -> threading.T
     reported and skipped."""
 
     def run() -> None:
+        import changelake.engine.apply
+        import changelake.inputs.decode  # noqa: F401 - the first apply's imports, paid here
         from changelake.engine.buckets import keep_files
 
         started, read = time.monotonic(), 0
