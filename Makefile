@@ -51,10 +51,11 @@ test: setup ## Run the whole test suite: data env (unit, Spark, crash/race, clus
 	wait $$airflow || { status=$$?; [ $$rc -ne 0 ] || rc=$$status; }; \
 	echo "== the Airflow env's tests (tests/orchestration)"; cat "$$log"; rm -f "$$log"; exit $$rc
 
-# The data env alone (no Java, Airflow env or PostgreSQL needed); --no-jvm fails the run if a test starts Java.
+# The data env alone (no Java, Airflow env or PostgreSQL needed), on both cores; --no-jvm fails the run if a test
+# starts Java (on any worker: they share the controller's stub java).
 test-unit: uv ## The fast loop, under a minute: the data env's unit tests (marker unit: no JVM, no Spark)
 	@$(UV) sync --frozen --quiet
-	$(PY) -m pytest -q -m unit --no-jvm $(PYTEST_ARGS)
+	$(PY) -m pytest -q -m unit --no-jvm $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist worksteal) $(PYTEST_ARGS)
 
 test-data: setup ## Only the data env's tests
 	$(PY) -m pytest $(PYTEST_ARGS)
