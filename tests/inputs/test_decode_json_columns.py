@@ -82,7 +82,9 @@ PLAIN = {
     "k": st.integers(-(2**63), 2**63 - 1).map(str),
     # Text without "+-": a table with a DECIMAL column leaves a range holding those bytes anywhere to the per-line
     # path (changelog_json._object_lines); VALID has such a text, and the equality test checks it there.
-    "s": st.text(max_size=12).filter(lambda v: "+-" not in v).map(lambda v: json.dumps(v, ensure_ascii=False)),
+    "s": st.text(max_size=12)
+    .filter(lambda v: "+-" not in v)
+    .map(lambda v: json.dumps(v, ensure_ascii=False)),
     "i": st.integers(-(2**31), 2**31 - 1).map(str),
     "t": st.integers(-128, 127).map(str),
     "b": st.sampled_from(["true", "false"]),
