@@ -62,7 +62,8 @@ every peer ends with changelake's table (row count and column sums) and that del
 many rows as changelake's changelog. Peers run with their defaults; every time includes reading the input
 files. The peers are the `bench` dependency group of `pyproject.toml` (`make test` does not install them).
 The times a target compares by themselves (changelake's initial loads and its Parquet, versioned,
-aggregation and JSON batches; delta-rs's write and MERGE) run five times (`--reps`), changelake's each on its own copy of the table and
+aggregation and JSON batches; delta-rs's write and MERGE) run `--reps` times (five by default, three before issue 47),
+changelake's each on its own copy of the table and
 delta-rs's each in a fresh process, and the medians are compared; every run is listed. Results written
 before `--reps` existed (no runs listed) are single runs. Every timed phase, changelake's and each peer's,
 starts after `os.sync()`: the kernel writes out what the phases before wrote (from 30 s after a write) on
