@@ -40,14 +40,23 @@ setup: uv check-java ## Create both environments from their lock files (.venv, .
 	@echo "changelake's Spark classes: $$($(PY) -m changelake.runtime.jvm)"
 	@infra/postgres.sh
 
-test: setup ## Run the whole test suite: data env (unit, Spark, crash/race, cluster) then Airflow env (DAGs, e2e)
-	$(PY) -m pytest $(PYTEST_ARGS)
-	$(AIRFLOW_PY) -m pytest -c infra/airflow/pytest.ini --rootdir=. tests/orchestration $(PYTEST_ARGS)
+# Both cores: the data env's tests on two pytest-xdist workers (each with its own SparkSession; tests/conftest.py
+# says what must not run at once), and the Airflow env's tests beside them (they mostly wait on Airflow's
+# scheduler and on spark-submit), their output shown after the data env's. TEST_WORKERS=0 runs one process.
+TEST_WORKERS ?= 2
+test: setup ## Run the whole test suite: data env (unit, Spark, crash/race, cluster) beside the Airflow env (DAGs, e2e)
+	@log=$$(mktemp); \
+	$(AIRFLOW_PY) -m pytest -c infra/airflow/pytest.ini --rootdir=. tests/orchestration $(PYTEST_ARGS) >"$$log" 2>&1 & \
+	airflow=$$!; rc=0; \
+	$(PY) -m pytest $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist worksteal) $(PYTEST_ARGS) || rc=$$?; \
+	wait $$airflow || { status=$$?; [ $$rc -ne 0 ] || rc=$$status; }; \
+	echo "== the Airflow env's tests (tests/orchestration)"; cat "$$log"; rm -f "$$log"; exit $$rc
 
-# The data env alone (no Java, Airflow env or PostgreSQL needed); --no-jvm fails the run if a test starts Java.
+# The data env alone (no Java, Airflow env or PostgreSQL needed), on both cores; --no-jvm fails the run if a test
+# starts Java (on any worker: they share the controller's stub java).
 test-unit: uv ## The fast loop, under a minute: the data env's unit tests (marker unit: no JVM, no Spark)
 	@$(UV) sync --frozen --quiet
-	$(PY) -m pytest -q -m unit --no-jvm $(PYTEST_ARGS)
+	$(PY) -m pytest -q -m unit --no-jvm $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist worksteal) $(PYTEST_ARGS)
 
 test-data: setup ## Only the data env's tests
 	$(PY) -m pytest $(PYTEST_ARGS)

@@ -19,13 +19,13 @@ changelake scenarios (same JVM, only through the public API):
   apply (parquet)   the batch: 70% updates, 20% inserts, 10% deletes, random keys, last-row engine
   versioned         the batch on the versioned table (ver-column updated_at), 30% of records older
   aggregation       the batch on the aggregation table: amount sum, qty max, item listagg
-  apply 1 bucket    ``--small`` updates whose keys all live in one bucket, ``--small-runs`` batches (median)
+  apply 1 bucket    ``--small`` updates whose keys all live in one bucket, ``--small-runs`` batches (median, p90)
   apply (json)      a batch of the same shape landed as changelog JSON lines (the table's second large batch)
   parquet, second   the same records as Parquet into tables in the same state: the JSON target's baseline
   huge (--huge)     a ``--huge-records`` batch (default 20M, keys repeating), applied last
 The scenarios the targets compare with a peer or with each other by a single time (the initial loads, the
 Parquet, versioned, aggregation and JSON batches, and delta-rs's write and MERGE) run ``--reps`` times
-(default 3), each changelake run on its own copy of the table (``bench.orders``, ``bench.orders_run2``, ...)
+(default 5), each changelake run on its own copy of the table (``bench.orders``, ``bench.orders_run2``, ...)
 and each delta-rs run in a fresh process; the median is compared and every run is listed: one timing on
 this project's 2-core VMs moves by 15-30% from minute to minute.
 Every changelake scenario reports the peak RSS of the driver (this process), the JVM and its Python workers
@@ -91,9 +91,11 @@ TARGETS = [
     ("last-row apply <= 1.0x delta-rs MERGE + change data feed", "apply_vs_delta_merge_cdf", 1.0),
     ("versioned <= 1.3x last-row", "versioned_vs_last_row", 1.3),
     ("aggregation <= 1.3x last-row", "aggregation_vs_last_row", 1.3),
-    ("JSON input <= 1.3x Parquet input", "json_vs_parquet", 1.3),
-    ("initial load <= 2x delta-rs write", "initial_load_vs_delta_write", 2.0),
+    # issue 47: the JSON as Flink's JSON format writes it by default (bench_data.write_jsonl)
+    ("JSON input (Flink's default encoding) <= 1.15x Parquet input", "json_vs_parquet", 1.15),
+    ("initial load <= 1.0x delta-rs write", "initial_load_vs_delta_write", 1.0),
     ("one-bucket batch <= 5% of the full batch", "one_bucket_vs_full_batch", 0.05),
+    ("one-bucket batch p90 <= 2x its median", "one_bucket_p90_vs_median", 2.0),
     ("driver peak RSS, initial load <= 1 GB", "driver_peak_mb_initial_load", 1024),
     ("driver peak RSS, huge batch <= 1 GB", "driver_peak_mb_huge", 1024),
 ]
@@ -274,11 +276,13 @@ def main() -> int:
     ap.add_argument("--rows", type=int, default=5_000_000, help="rows of the table (initial load)")
     ap.add_argument("--batch", type=int, default=500_000, help="records of the change batch")
     ap.add_argument("--small", type=int, default=10_000, help="records of the one-bucket batch")
-    ap.add_argument("--small-runs", type=int, default=5, help="one-bucket batches applied (median reported)")
+    ap.add_argument(
+        "--small-runs", type=int, default=10, help="one-bucket batches applied (median and p90 reported)"
+    )
     ap.add_argument(
         "--reps",
         type=int,
-        default=3,
+        default=5,
         help="runs of the initial loads, the full batches (every engine, JSON) and delta-rs's write and MERGE",
     )
     ap.add_argument("--huge", action="store_true", help="also apply a --huge-records batch (opt-in)")
@@ -549,6 +553,8 @@ def main() -> int:
         "apply_vs_raw_copy": ratio(d["apply_parquet_s"], d["raw_copy_s"]),
         "naive_vs_apply": ratio(d["naive_rewrite_s"], d["apply_parquet_s"]),
         "one_bucket_vs_full_batch": ratio(d["apply_one_bucket_s"], d["apply_parquet_s"], 3),
+        "apply_one_bucket_p90_s": round(float(np.percentile(one_bucket_runs, 90)), 3),
+        "one_bucket_p90_vs_median": ratio(float(np.percentile(one_bucket_runs, 90)), d["apply_one_bucket_s"]),
         "versioned_vs_last_row": ratio(d["apply_versioned_s"], d["apply_parquet_s"]),
         "aggregation_vs_last_row": ratio(d["apply_aggregation_s"], d["apply_parquet_s"]),
         "json_vs_parquet": ratio(d["apply_json_s"], d["apply_parquet_second_s"]),

@@ -52,7 +52,8 @@ APPLY_INTRO = """\
 data, the tools a user could pick instead: **delta-rs** (`deltalake`) writing the table with change data
 feed enabled and MERGE-ing the batch (table + change feed), **DuckDB** rewriting the whole table with the
 latest row per key, and **pyiceberg** `Table.upsert` + `delete`. Besides the last-row batch it runs the same
-batch on a versioned and an aggregation table, as changelog JSON, and as a batch touching one bucket.
+batch on a versioned and an aggregation table, as changelog JSON written as Flink's JSON format writes it by
+default (SQL timestamps, DECIMAL as a JSON number), and as a batch touching one bucket.
 `make bench BENCH_ARGS=--huge` adds a huge batch and its peak memory.
 
 How it runs: `bench_data.py` generates the inputs in chunks in its own process; `bench_peers.py` runs each
@@ -62,7 +63,8 @@ every peer ends with changelake's table (row count and column sums) and that del
 many rows as changelake's changelog. Peers run with their defaults; every time includes reading the input
 files. The peers are the `bench` dependency group of `pyproject.toml` (`make test` does not install them).
 The times a target compares by themselves (changelake's initial loads and its Parquet, versioned,
-aggregation and JSON batches; delta-rs's write and MERGE) run three times (`--reps`), changelake's each on its own copy of the table and
+aggregation and JSON batches; delta-rs's write and MERGE) run `--reps` times (five by default, three before issue 47),
+changelake's each on its own copy of the table and
 delta-rs's each in a fresh process, and the medians are compared; every run is listed. Results written
 before `--reps` existed (no runs listed) are single runs. Every timed phase, changelake's and each peer's,
 starts after `os.sync()`: the kernel writes out what the phases before wrote (from 30 s after a write) on
@@ -275,7 +277,7 @@ def render_apply(r: dict[str, Any]) -> str:
             f"{times(r.get('aggregation_vs_last_row'))} last-row",
         ],
         [
-            "a batch of the same shape as changelog JSON",
+            "a batch of the same shape as changelog JSON (Flink's default encoding)",
             lake_time(r, "apply_json"),
             f"{r.get('apply_json_records_per_s', 0):,} records/s; {times(r.get('json_vs_parquet'))} Parquet",
         ],
@@ -284,6 +286,7 @@ def render_apply(r: dict[str, Any]) -> str:
             seconds(r.get("apply_one_bucket_s")),
             f"{r.get('small_batch_touched_buckets')} bucket(s) rewritten; "
             f"{100 * (r.get('one_bucket_vs_full_batch') or 0):.1f}% of the full batch"
+            + (f"; p90 {seconds(p90)}" if (p90 := r.get("apply_one_bucket_p90_s")) is not None else "")
             + (
                 f"; median of {len(runs)} batches ({', '.join(seconds(x) for x in runs)})"
                 if (runs := r.get("apply_one_bucket_runs_s"))
@@ -401,9 +404,9 @@ def render_latency(r: dict[str, Any]) -> str:
         [
             [
                 x["target"],
-                seconds(x.get("median_s")),
-                seconds(x.get("max_s")),
-                seconds(x.get("limit_s")),
+                seconds(x.get("median_s")) if "value" not in x else times(x["value"]),
+                seconds(x.get("max_s")) if "value" not in x else f"first {seconds(x.get('first_s'))}",
+                seconds(x.get("limit_s")) if "value" not in x else times(x["limit"]),
                 str(x.get("status", "?")).upper(),
             ]
             for x in r.get("targets", [])

@@ -79,6 +79,8 @@ exit 1
 def pytest_configure(config):
     if not config.getoption("--no-jvm"):
         return
+    if hasattr(config, "workerinput"):
+        return  # a pytest-xdist worker: the stub the controller put on PATH is its too, launches noted there
     stub = Path(tempfile.mkdtemp(prefix="changelake-no-jvm-"))
     (stub / "bin").mkdir()
     java = stub / "bin" / "java"

@@ -110,7 +110,8 @@ def test_tiny_run_writes_the_report_and_a_wrong_expected_row_fails(tmp_path):
         assert m["runs"] and all(r["seconds"] > 0 for r in m["runs"])
     assert "bucket key" in report["reads"]["lookup_prefix"]
     targets = {t["key"]: t for t in report["targets"]}
-    assert set(targets) == {key for key, *_ in bl.TARGETS}
+    assert set(targets) == {key for key, *_ in bl.TARGETS} | {"apply_warm_first_vs_later"}
+    assert targets["apply_warm_first_vs_later"]["status"] == "n/a"  # no warm applies in this run
     for key in ("lookup", "scan_limit", "status"):
         assert targets[key]["status"] in ("pass", "fail")
         assert targets[key]["median_s"] == report["reads"][key]["median_s"]

@@ -8,6 +8,8 @@ No Spark here."""
 
 from __future__ import annotations
 
+import datetime as dt
+import decimal
 import json
 import math
 
@@ -56,21 +58,55 @@ def _not_negative_zero(value: float) -> bool:
     return value != 0 or math.copysign(1, value) > 0
 
 
+def flink_decimal(value: decimal.Decimal) -> str:
+    """A DECIMAL as Flink's JSON format writes it by default: a JSON number, Jackson's node of the BigDecimal
+    without trailing zeros (``encode.decimal-as-plain-number`` off), so ``1.2E+3`` for 1200.000 and ``0`` for
+    zero. Python's str of a Decimal follows the same rule as Java's ``BigDecimal.toString``."""
+    return "0" if not value else str(value.normalize())
+
+
+def flink_fraction(text: str) -> str:
+    """A time's text with its fraction as Flink's formats write it: 0 to 9 digits, no trailing zeros."""
+    whole, _, fraction = text.partition(".")
+    fraction = fraction.rstrip("0")
+    return f"{whole}.{fraction}" if fraction else whole
+
+
+def flink_timestamp(value: dt.datetime, sep: str = " ") -> str:
+    """TIMESTAMP in Flink's SQL form (``timestamp-format.standard`` SQL, the default) or ISO-8601 (``T``)."""
+    return flink_fraction(value.isoformat(sep=sep, timespec="microseconds"))
+
+
 # Each column: plain JSON text the column-wise path takes, and other text (good or bad) it must leave alone.
 PLAIN = {
     "k": st.integers(-(2**63), 2**63 - 1).map(str),
-    "s": st.text(max_size=12).map(lambda v: json.dumps(v, ensure_ascii=False)),
+    # Text without "+-": a table with a DECIMAL column leaves a range holding those bytes anywhere to the per-line
+    # path (changelog_json._object_lines); VALID has such a text, and the equality test checks it there.
+    "s": st.text(max_size=12)
+    .filter(lambda v: "+-" not in v)
+    .map(lambda v: json.dumps(v, ensure_ascii=False)),
     "i": st.integers(-(2**31), 2**31 - 1).map(str),
     "t": st.integers(-128, 127).map(str),
     "b": st.sampled_from(["true", "false"]),
     "f": st.floats(width=32, allow_nan=False, allow_infinity=False).filter(_not_negative_zero).map(repr),
     "d": st.floats(allow_nan=False, allow_infinity=False).filter(_not_negative_zero).map(repr),
-    "dec": st.decimals(min_value=-9999999, max_value=9999999, places=3).map(lambda v: json.dumps(str(v))),
+    # as a string, or as Flink writes it: a JSON number, maybe in scientific notation
+    "dec": st.decimals(min_value=-9999999, max_value=9999999, places=3).flatmap(
+        lambda v: st.sampled_from([json.dumps(str(v)), flink_decimal(v), str(v)])
+    ),
     "day": st.dates().map(lambda v: json.dumps(v.isoformat())),
-    "tm": st.times().map(lambda v: json.dumps(v.isoformat(timespec="microseconds"))),
-    "ts": st.datetimes().map(lambda v: json.dumps(v.isoformat())),
-    "tz": st.datetimes().map(lambda v: json.dumps(v.isoformat() + "Z")),
-    "c": st.text(max_size=4).map(lambda v: json.dumps(v)),
+    # with six fraction digits, or as Flink writes it (HH:mm:ss, a fraction only when it is not zero)
+    "tm": st.times()
+    .flatmap(lambda v: st.sampled_from([v.isoformat(timespec="microseconds"), flink_fraction(v.isoformat())]))
+    .map(json.dumps),
+    # ISO-8601 or Flink's SQL form, fractions as Python or Flink write them
+    "ts": st.datetimes()
+    .flatmap(lambda v: st.sampled_from([v.isoformat(), flink_timestamp(v), flink_timestamp(v, "T")]))
+    .map(json.dumps),
+    "tz": st.datetimes()
+    .flatmap(lambda v: st.sampled_from([v.isoformat(), flink_timestamp(v), flink_timestamp(v, "T")]))
+    .map(lambda v: json.dumps(v + "Z")),
+    "c": st.text(max_size=4).filter(lambda v: "+-" not in v).map(lambda v: json.dumps(v)),
     "nn": st.integers(0, 9).map(str),
 }
 # Other spellings the per-message path accepts (the column-wise path must take them alike or leave them) ...
@@ -94,7 +130,7 @@ VALID = {
     "tm": ['"12:34:56"', '"12:34:56.5"'],
     "ts": ['"2024-01-01 01:02:03"', '"2024-01-01T01:02:03.5"', '"2024-01-01T01:02"'],
     "tz": ['"2024-01-01T01:02:03+01:00"', '"2024-01-01T01:02:03"', '"2024-01-01T01:02:03.25Z"'],
-    "c": ['"é日本語"', '""'],
+    "c": ['"é日本語"', '""', '"+-"'],
     "nn": ["-0"],
 }
 # ... and ones it refuses (bad records).
@@ -106,7 +142,8 @@ BAD = {
     "b": ["1", '"true"'],
     "f": ["1e39", "NaN", "Infinity"],
     "d": ["1e400", "-Infinity"],
-    "dec": ['"12345678.1"', '"1,5"'],
+    # pyarrow's reader takes the last three (an exponent "+-", text over 1000 characters): the per-line path not
+    "dec": ['"12345678.1"', '"1,5"', "12345678.1", '"1e+-1"', '"5E+-0"', '"' + "0" * 1000 + '1.5"'],
     "day": ['"2024-02-30"', '"0000-01-01"', '"2024-1-5"'],
     "tm": ['"24:00:00.000000"', '"12:34:56.000000+01:00"'],
     "ts": ['"2024-01-01T01:02:03Z"', '"2024-01-01T24:00:00"'],
@@ -278,3 +315,68 @@ def test_plain_lines_take_the_column_wise_path_from_a_mapped_file(tmp_path, monk
     assert mapped is not None and mapped.num_rows == 50
     assert mapped.equals(decode._json_columns(data, r, spec))
     assert mapped.column("k").to_pylist() == list(range(50))
+
+
+def _flink_lines(delete_key_only: bool) -> bytes:
+    """Lines as Flink writes a changelog with its JSON format's defaults (Jackson: no spaces; SQL timestamps;
+    DECIMAL as a number without trailing zeros), a ``-D`` with its whole row or its key only."""
+    lines = []
+    for i in range(40):
+        stamp = dt.datetime(2026, 1, 9, 9, 58, 40) + dt.timedelta(microseconds=i * 104_350)
+        row = {
+            "k": i,
+            "s": f"s{i}",
+            "i": i * 7,
+            "t": i - 20,
+            "b": i % 2 == 0,
+            "f": i / 8,
+            "d": i / 3,
+            "dec": decimal.Decimal(i * 2500) if i % 5 == 0 else decimal.Decimal(i * 250) / 1000,
+            "day": stamp.date().isoformat(),
+            "tm": flink_fraction(stamp.time().isoformat()),
+            "ts": flink_timestamp(stamp),
+            "tz": flink_timestamp(stamp) + "Z",
+            "c": "ab",
+            "nn": i,
+        }
+        op = ["+I", "-U", "+U", "-D"][i % 4]
+        if op == "-D" and delete_key_only:
+            row = {"k": row["k"], "s": row["s"]}
+        body = ",".join(
+            f'"{k}":{flink_decimal(v) if isinstance(v, decimal.Decimal) else json.dumps(v)}'
+            for k, v in row.items()
+        )
+        lines.append(f'{{"op":"{op}","data":{{{body}}}}}')
+    return ("\n".join(lines) + "\n").encode()
+
+
+@pytest.mark.parametrize("delete_key_only", [False, True], ids=["delete-whole-row", "delete-key-only"])
+def test_flink_default_json_is_decoded_column_wise_as_the_per_message_path_decodes_it(
+    tmp_path, delete_key_only
+):
+    spec = _spec(False)
+    data = _flink_lines(delete_key_only)
+    assert b"E+" in data and b'"2026-01-09 09:58:40.10435"' in data  # what the test is about
+    r = decode.Range(0, "unused", "changelog-json", 0, len(data), 1)
+    assert decode._json_columns(data, r, spec) is not None
+    fast = _decode(tmp_path, data, spec, True, 1)
+    slow = _decode(tmp_path, data, spec, False, 1)
+    assert fast[0] == slow[0] == "ok"
+    assert fast[1].equals(slow[1]) and fast[2:] == slow[2:]
+    # exact, never through a binary float: 0.1 + 0.2 as doubles would not give 0.3
+    decoded = dict(zip(fast[1].column("k").to_pylist(), fast[1].column("dec").to_pylist(), strict=True))
+    assert decoded[5] == decimal.Decimal("12500.000") and decoded[1] == decimal.Decimal("0.250")
+    assert decoded[33] == decimal.Decimal("8.250")
+
+
+@pytest.mark.parametrize("text", ['"1e+-1"', '"5E+-0"', '"' + "0" * 1000 + '1.5"', '"' + "0" * 997 + '1.5"'])
+def test_decimal_text_the_json_reader_takes_and_the_per_line_path_does_not_is_left_to_it(tmp_path, text):
+    """pyarrow's reader converts these strings to a DECIMAL; the per-line path refuses all but the last (a
+    text of exactly MAX_NUMBER_TEXT characters): the range must be decoded line by line, with its error."""
+    spec = _spec(False)
+    data = f'{{"op":"+I","data":{{"k":1,"s":"a","nn":1,"dec":{text}}}}}\n'.encode()
+    fast = _decode(tmp_path, data, spec, True, 1)
+    slow = _decode(tmp_path, data, spec, False, 1)
+    assert fast[0] == slow[0] and (fast[0] == "error") == (len(text) != 1002)
+    if fast[0] == "error":
+        assert fast == slow

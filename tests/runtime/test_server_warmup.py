@@ -228,3 +228,66 @@ def test_a_failing_or_hanging_warm_dbt_build_is_reported_and_the_schema_still_dr
     assert code is None and time.monotonic() - started < 10
     assert any("dbt build stopped after 1s" in m for m in messages)
     assert dropped == [WARM_DBT_SCHEMA] * 2
+
+
+def test_warm_kept_rows_keeps_every_tables_files_so_the_first_apply_reads_none(tmp_path, monkeypatch):
+    """The endpoint's start reads the tables' data and delete files into the rows its applies keep: the first
+    batch after it merges on read without opening a data or delete file (it only writes its own)."""
+    import pyarrow.parquet as pq
+
+    from changelake.engine import buckets
+    from tests.helpers import sparkless_lake
+
+    lake = sparkless_lake(tmp_path)
+    spec = {
+        "name": "w.t",
+        "columns": [{"name": "k", "type": "INT"}, {"name": "v", "type": "STRING"}],
+        "primary_key": ["k"],
+        "options": {"bucket.num": 2, "write-only": "true"},
+    }
+    (tmp_path / "tables" / "w.t.yaml").write_text(
+        json.dumps(spec)
+    )  # the endpoint serves the spec files' tables
+    lake.create_table(spec)
+    lake.apply("w.t", [{"op": "+I", "data": {"k": k, "v": "a"}} for k in range(400)], batch_id=1)
+    lake.apply("w.t", [{"op": "+U", "data": {"k": k, "v": "b"}} for k in range(0, 400, 7)], batch_id=2)
+    table = lake.storage.pk_table(lake.spec("w.t"))
+    files = lake.storage.table_files(table)
+    assert any(f.is_delete for f in files) and sum(not f.is_delete for f in files) >= 2
+    buckets.STORED_ROWS.clear()  # as in a freshly started endpoint
+    messages: list[str] = []
+    warmup.warm_kept_rows(lake, messages.append).join(timeout=60)
+    schema = buckets.row_schema(lake.spec("w.t"))
+    assert all(
+        buckets.STORED_ROWS.get_deletes(f.path) is not None
+        if f.is_delete
+        else buckets.STORED_ROWS.holds(f.path, schema)
+        for f in files
+    )
+    assert messages and f"{len(files)} table file(s) kept" in messages[-1]
+    opened: list[str] = []
+    real = pq.ParquetFile
+
+    def parquet_file(source, *args, **kwargs):
+        opened.append(str(getattr(source, "path", source)))
+        return real(source, *args, **kwargs)
+
+    monkeypatch.setattr(pq, "ParquetFile", parquet_file)
+    monkeypatch.setattr(buckets, "read_position_deletes", lambda _s: opened.append("deletes") or {})
+    lake.apply("w.t", [{"op": "+U", "data": {"k": 3, "v": "c"}}], batch_id=3)
+    assert opened == [] and lake.lookup("w.t", {"k": 3}) == [{"k": 3, "v": "c"}]
+
+
+def test_warm_kept_rows_reports_a_table_it_cannot_read_and_goes_on(tmp_path):
+    lake = SimpleNamespace(
+        specs=lambda: {"a.broken": None, "b.fine": None},
+        spec=lambda name: (_ for _ in ()).throw(RuntimeError("no such file")) if name == "a.broken" else name,
+        storage=SimpleNamespace(
+            pk_table=lambda _spec: SimpleNamespace(io=SimpleNamespace(properties={})),
+            table_files=lambda _table: [],
+        ),
+    )
+    messages: list[str] = []
+    warmup.warm_kept_rows(lake, messages.append).join(timeout=10)
+    assert "a.broken's files not kept (RuntimeError: no such file)" in messages[0]
+    assert messages[-1].startswith("[server] warm-up: 0 table file(s) kept")

@@ -92,3 +92,26 @@ def test_a_dropped_table_is_gone_and_the_cache_is_bounded(catalogs):
     b.drop_table(("ns", "t"))
     with pytest.raises(NoSuchTableError):
         a.load_table(("ns", "t"))
+
+
+def test_a_sqlite_catalog_runs_in_write_ahead_log_mode_and_read_only_readers_see_its_commits(tmp_path):
+    """Storage puts a SQLite catalog's file in WAL mode (one log sync a commit, not a journal's and the file's);
+    a read-only connection, as the fast reader opens the file, sees a commit made after it opened."""
+    import sqlite3
+
+    from changelake import ChangeLake
+    from changelake.config import load_settings
+    from changelake.storage.iceberg import Storage
+
+    settings = load_settings(home=tmp_path, tables_dir=tmp_path)
+    db = settings.catalog_uri[len("sqlite:///") :]
+    Storage(settings).catalog  # noqa: B018 - opening it is what sets the mode
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    reader = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    before = reader.execute("select count(*) from iceberg_tables").fetchone()[0]
+    lake = ChangeLake(settings=settings, spark=object(), progress=lambda _m: None)
+    lake.create_table({"name": "w.t", "columns": [{"name": "k", "type": "INT"}], "primary_key": ["k"]})
+    assert (
+        reader.execute("select count(*) from iceberg_tables").fetchone()[0] == before + 2
+    )  # and __changelog

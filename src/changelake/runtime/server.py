@@ -46,7 +46,7 @@ from changelake.identifiers import quote
 from changelake.runtime import endpoint_auth
 from changelake.runtime.applyservice import ApplyService
 from changelake.runtime.endpoint import Endpoint
-from changelake.runtime.warmup import warm_dbt, warm_python_workers, warm_sql
+from changelake.runtime.warmup import warm_dbt, warm_kept_rows, warm_python_workers, warm_sql
 from changelake.spec import TableSpec
 from changelake.storage.iceberg import Storage, TableState
 
@@ -411,6 +411,7 @@ class Server:
 
         self.apply_service = ApplyService(settings, lake_for, log=self.progress)
         self.apply_service.start()
+        warm_kept_rows(lake, self.progress)  # in a thread: the first batch merges as the later ones do
         views = sorted(_views(refresher))
         warm_sql(spark, views, server_dir(self.settings) / "warm-up", self.progress)
         warm_dbt(

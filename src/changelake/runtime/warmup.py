@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -25,6 +26,41 @@ def _import_engine(batches):
     lazy_zip_invalidation()
 
     yield from batches
+
+
+def warm_kept_rows(lake, progress: Callable[[str], None] = print) -> threading.Thread:
+    """Start reading every table's current data and delete files into the rows this process keeps for its
+    applies (:func:`changelake.engine.buckets.keep_files`), in a thread: the first batch the endpoint applies
+    after its start then merges as fast as the ones after it, which find the files the batch before them read
+    or wrote. Tables whose files do not fit are left to their first batch; a table that cannot be read is
+    reported and skipped."""
+
+    def run() -> None:
+        import changelake.engine.apply
+        import changelake.inputs.decode  # noqa: F401 - the first apply's imports, paid here
+        from changelake.engine.buckets import keep_files
+
+        started, read = time.monotonic(), 0
+        for name in sorted(lake.specs()):
+            try:
+                spec = lake.spec(name)
+                table = lake.storage.pk_table(spec)
+                files = lake.storage.table_files(table)
+                read += keep_files(
+                    spec,
+                    dict(table.io.properties),
+                    [f.path for f in files if not f.is_delete],
+                    [f.path for f in files if f.is_delete],
+                )
+            except Exception as e:  # noqa: BLE001 - a warm-up never fails the endpoint
+                progress(f"[server] warm-up: {name}'s files not kept ({type(e).__name__}: {e})")
+        progress(
+            f"[server] warm-up: {read} table file(s) kept for applies in {time.monotonic() - started:.1f}s"
+        )
+
+    thread = threading.Thread(target=run, name="changelake-warm-kept-rows", daemon=True)
+    thread.start()
+    return thread
 
 
 def warm_python_workers(spark, slots: int) -> None:

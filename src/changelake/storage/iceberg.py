@@ -90,6 +90,22 @@ def _open_catalog(name: str, props: dict[str, str]) -> Catalog:
     raise AssertionError("unreachable")
 
 
+def _write_ahead_log(catalog: Catalog) -> None:
+    """Put a SQLite catalog's file in write-ahead-log mode (the mode stays with the file). A commit then syncs
+    the log once, as durably (``synchronous`` stays FULL), instead of syncing a rollback journal and the
+    database file: 23 ms a commit on this project's VMs, 5 ms in WAL mode, and a batch commits its PK table
+    and its changelog table. Readers, the fast reader's read-only connections included, see every commit; a
+    reader no longer blocks a writer. A file another connection holds in a transaction keeps its mode until a
+    later open."""
+    from sqlalchemy.exc import OperationalError
+
+    try:
+        with catalog.engine.connect() as conn:  # type: ignore[attr-defined]
+            conn.exec_driver_sql("PRAGMA journal_mode=WAL")
+    except OperationalError:
+        pass  # locked by another connection: the next open tries again
+
+
 METADATA_CACHE_ENTRIES = 64
 
 #: The live files of a snapshot, per (table uuid, snapshot id): a snapshot never changes. Bounded by the
@@ -164,7 +180,10 @@ class Storage:
                 Path(s.catalog_uri[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
                 if s.warehouse.startswith("file://"):
                     Path(s.warehouse[len("file://") :]).mkdir(parents=True, exist_ok=True)
-            self._catalog = _cache_metadata(_open_catalog(s.catalog_name, props))
+            catalog = _open_catalog(s.catalog_name, props)
+            if s.catalog_type == "sql" and s.catalog_uri.startswith("sqlite:"):
+                _write_ahead_log(catalog)
+            self._catalog = _cache_metadata(catalog)
         return self._catalog
 
     # --- schemas ---------------------------------------------------------------------------------------

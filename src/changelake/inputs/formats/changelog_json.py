@@ -24,7 +24,7 @@ from changelake.inputs.formats.base import (
     only_fields,
     plain_row,
 )
-from changelake.types import INT_RANGES
+from changelake.types import INT_RANGES, MAX_NUMBER_TEXT
 
 if TYPE_CHECKING:
     import numpy as np
@@ -67,25 +67,33 @@ class ChangelogJson(JsonLinesFormat):
     def columns(
         self, data: bytes | memoryview, first_line: int, spec: TableSpec
     ) -> tuple[np.ndarray, pa.Array, list[pa.Array]] | None:
-        """Plain changelog JSON lines decoded column-wise: pyarrow's JSON reader, then Arrow kernels.
+        """Changelog JSON lines decoded column-wise: pyarrow's JSON reader, then Arrow kernels.
 
-        Only values whose per-line decoding is certain to give the same storage value take this path; a range
-        with anything else (a bad record, a duplicate key, a NaN literal, a decimal written as a number, a
-        zone offset, a lone carriage return, ...) returns None and is decoded line by line, so every error
-        and dead letter is the per-line path's own."""
+        Every encoding Flink's JSON format writes takes this path: timestamps in its SQL
+        (``2026-01-09 09:58:40.695699``, the default) or ISO-8601 form, with 0 to 6 fraction digits, and
+        ``Z`` for a TIMESTAMP_LTZ; DECIMAL as a JSON number (the default, in scientific notation where
+        Jackson writes a BigDecimal so: ``1.2E+3``) or as a string; TIME with or without a fraction; a
+        ``-D`` with the whole row or its key only. Only values whose per-line decoding is certain to give
+        the same storage value take it; a range with anything else (a bad record, a duplicate key, a NaN
+        literal, a decimal that needs rounding, a zone offset, a lone carriage return, ...) returns None and
+        is decoded line by line, so every error and dead letter is the per-line path's own."""
         import pyarrow as pa
         import pyarrow.compute as pc
         import pyarrow.json as pj
 
         from changelake.inputs.records import ColumnRules
 
-        line_numbers = object_lines(data, first_line)
-        if line_numbers is None:
+        decimals = any(c.type.name == "DECIMAL" for c in spec.columns)
+        lines = _object_lines(data, first_line, plus_minus=decimals)
+        if lines is None:
             return None
+        line_numbers, longest, plus_minus = lines
         if not len(line_numbers):
             return line_numbers, pa.array([], pa.string()), []
         if ColumnRules(spec).checks:
             return None  # float keys and bitmaps have rules of their own: the per-line path checks them
+        if decimals and (plus_minus or _long_text(data, longest)):
+            return None  # a DECIMAL's text pyarrow's reader might take and the per-line path refuse
         converters = []
         fields = []
         for column in spec.columns:
@@ -134,22 +142,45 @@ class ChangelogJson(JsonLinesFormat):
 # --- column-wise ------------------------------------------------------------------------------------------
 _DATE_TEXT = r"[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])"
 _CLOCK_TEXT = r"([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]"
-_STAMP_TEXT = _DATE_TEXT + "T" + _CLOCK_TEXT + r"(\.[0-9]{1,6})?"
+# ISO-8601's "T" or the SQL form's space (Flink's JSON format writes either, SQL by default), and at most
+# six fraction digits: what pyarrow's cast to microseconds reads as the per-line path does.
+_STAMP_TEXT = _DATE_TEXT + "[T ]" + _CLOCK_TEXT + r"(\.[0-9]{1,6})?"
+_TIME_WIDTH = len("00:00:00.000000")
 
 
 def object_lines(data: bytes | memoryview, first_line: int) -> np.ndarray | None:
     """The line number of every non-blank line, if each is one ``{...}`` (a carriage return only before a
     newline, the text valid UTF-8); else None. ``data`` may be a view of a memory-mapped file: nothing here
     copies it."""
+    lines = _object_lines(data, first_line)
+    return None if lines is None else lines[0]
+
+
+def _object_lines(
+    data: bytes | memoryview, first_line: int, plus_minus: bool = False
+) -> tuple[np.ndarray, int, bool] | None:
+    """:func:`object_lines`, the length of the longest line in bytes, and (``plus_minus``: looked for in the
+    same pass) whether the bytes ``+-`` are anywhere.
+
+    pyarrow's JSON reader converts a JSON number or string to a DECIMAL from its text, exactly, with the
+    per-line path's grammar (sign, digits, fraction, exponent) but two differences: it takes an exponent
+    written ``e+-5``, and text of any length (the per-line path refuses numeric text over MAX_NUMBER_TEXT
+    characters). A JSON number has neither, so a range of a table with a DECIMAL column whose bytes hold
+    ``+-`` or a text that long (:func:`_long_text`) is left to the per-line path."""
     import numpy as np
     import pyarrow as pa
 
     raw = np.frombuffer(data, np.uint8)
     if not len(raw):
-        return np.zeros(0, np.int64)
-    # One pass finds the newlines and any carriage return: both are among the bytes below 14.
-    controls = np.flatnonzero(raw < 14)
+        return np.zeros(0, np.int64), 0, False
+    # One pass finds the newlines and any carriage return (both among the bytes below 14), and the "+"s.
+    controls = np.flatnonzero((raw < 14) | (raw == ord("+")) if plus_minus else raw < 14)
     kinds = raw[controls]
+    if plus_minus:
+        plus = controls[kinds == ord("+")]
+        plus_minus = bool(len(plus)) and bool((raw[np.minimum(plus + 1, len(raw) - 1)] == ord("-")).any())
+        controls = controls[kinds != ord("+")]
+        kinds = raw[controls]
     newlines = controls[kinds == 10]
     returns = controls[kinds == 13]
     if (
@@ -174,7 +205,19 @@ def object_lines(data: bytes | memoryview, first_line: int) -> np.ndarray | None
             ).validate(full=True)
         except pa.ArrowInvalid:
             return None
-    return filled.astype(np.int64) + first_line
+    return filled.astype(np.int64) + first_line, int((ends - starts).max()), plus_minus
+
+
+def _long_text(data: bytes | memoryview, longest: int) -> bool:
+    """Whether a JSON string in the range may be longer than MAX_NUMBER_TEXT characters: a decimal text
+    pyarrow's reader takes has no quote inside, so it is at least as long as a gap between two quotes (only
+    looked for when a line is that long)."""
+    import numpy as np
+
+    if longest <= MAX_NUMBER_TEXT:
+        return False
+    quotes = np.flatnonzero(np.frombuffer(data, np.uint8) == ord('"'))
+    return len(quotes) > 1 and int(np.diff(quotes).max()) > MAX_NUMBER_TEXT
 
 
 def _json_converter(dtype):
@@ -224,34 +267,30 @@ def _json_converter(dtype):
 
         return pa.string(), text
     if name == "DECIMAL":
-        precision, scale = dtype.precision, dtype.scale
-
-        whole = f"0*[0-9]{{1,{precision - scale}}}" if precision > scale else "0+"
-        fraction = rf"(\.[0-9]{{1,{scale}}})?" if scale else ""
-        # Digits that fit without rounding (rounding HALF_UP, and refusals, are the per-message path's).
-        fits = f"^-?{whole}{fraction}$"
-
-        def decimal_text(a: pa.Array) -> pa.Array | None:
-            values = a.drop_null()
-            if len(values):
-                if pc.max(pc.utf8_length(values)).as_py() > 100:
-                    return None
-                if not pc.all(pc.match_substring_regex(values, fits)).as_py():
-                    return None
+        # A JSON number (Flink's default) or a numeric string: pyarrow's reader converts either from its text,
+        # exactly (never through a binary float), at the column's scale, and refuses a value that would need
+        # rounding (HALF_UP rounding is the per-line path's) or more than 38 digits. Parsed at precision 38,
+        # the cast to the column's own precision refuses what does not fit it, as the per-line path does.
+        def decimal_value(a: pa.Array) -> pa.Array | None:
             return a.cast(storage)
 
-        return pa.string(), decimal_text
+        return pa.decimal128(38, dtype.scale), decimal_value
     if name == "DATE":
         return pa.string(), _temporal_converter(_DATE_TEXT, pa.date32())
     if name == "TIME":
-
+        # Stored as HH:MM:SS.ffffff; Flink writes HH:mm:ss and a fraction only when it is not zero.
         def clock(a: pa.Array) -> pa.Array | None:
             values = a.drop_null()
             if (
                 len(values)
-                and not pc.all(pc.match_substring_regex(values, rf"^{_CLOCK_TEXT}\.[0-9]{{6}}$")).as_py()
+                and not pc.all(pc.match_substring_regex(values, rf"^{_CLOCK_TEXT}(\.[0-9]{{1,6}})?$")).as_py()
             ):
                 return None
+            if len(values) and pc.min(pc.utf8_length(values)).as_py() < _TIME_WIDTH:
+                whole = pc.equal(pc.utf8_length(a), 8)
+                a = pc.utf8_rpad(
+                    pc.if_else(whole, pc.binary_join_element_wise(a, ".", ""), a), _TIME_WIDTH, "0"
+                )
             return a
 
         return pa.string(), clock
