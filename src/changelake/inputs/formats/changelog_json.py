@@ -242,8 +242,10 @@ def _json_converter(dtype):
 
         return pa.string(), decimal_text
     if name == "DATE":
-        return pa.string(), _temporal_converter(_DATE_TEXT, pa.date32())
+        return pa.string(), _temporal_converter(_DATE_TEXT, pa.date32(), None)
     if name == "TIME":
+        # TIME(p) keeps min(p, 3) fraction digits (types.truncate_time_micros): the rest become zeros.
+        kept = min(dtype.precision or 0, 3)
 
         def clock(a: pa.Array) -> pa.Array | None:
             values = a.drop_null()
@@ -252,7 +254,7 @@ def _json_converter(dtype):
                 and not pc.all(pc.match_substring_regex(values, rf"^{_CLOCK_TEXT}\.[0-9]{{6}}$")).as_py()
             ):
                 return None
-            return a
+            return pc.utf8_replace_slice(a, 9 + kept, 15, "0" * (6 - kept)) if kept < 6 else a
 
         return pa.string(), clock
     if name in ("TIMESTAMP", "TIMESTAMP_LTZ") and storage in (
@@ -260,11 +262,11 @@ def _json_converter(dtype):
         pa.timestamp("us", tz="UTC"),
     ):
         zone = "Z?" if name == "TIMESTAMP_LTZ" else ""
-        return pa.string(), _temporal_converter(_STAMP_TEXT + zone, storage)
+        return pa.string(), _temporal_converter(_STAMP_TEXT + zone, storage, dtype)
     return None, None
 
 
-def _temporal_converter(pattern: str, storage: pa.DataType):
+def _temporal_converter(pattern: str, storage: pa.DataType, dtype):
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -283,6 +285,10 @@ def _temporal_converter(pattern: str, storage: pa.DataType):
         text = pc.replace_substring_regex(a, "Z$", "") if zoned else a
         parse = pa.timestamp("us") if pa.types.is_timestamp(storage) else storage
         out = text.cast(parse)
+        if dtype is not None:
+            out, _ = dtype.truncate_timestamps(
+                out
+            )  # the declared precision (microseconds never leave the range)
         return out.cast(storage) if parse != storage else out
 
     return convert
