@@ -123,6 +123,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     a.add_argument("--format", dest="fmt", help="input format (default: by table source / file extension)")
     a.add_argument("--target-columns", help="partial update of these comma-separated columns (with --file)")
+    a.add_argument(
+        "--merge-mode",
+        choices=("default", "overwrite"),
+        type=str.lower,
+        help="overwrite: bypass the merge engine, rows replaced as given (Fluss's MergeMode; with --file)",
+    )
     a.add_argument("--up-to", type=int, help="apply pending landed batches up to this number only")
     a.add_argument(
         "--from-batch",
@@ -237,6 +243,13 @@ def _parser() -> argparse.ArgumentParser:
         help="a retried statement with this key is a no-op (statement i of several: KEY#i)",
     )
     sq.add_argument("--batch-id", type=int, help="apply the (single) statement as this batch id")
+    sq.add_argument(
+        "--merge-mode",
+        choices=("default", "overwrite"),
+        type=str.lower,
+        help="overwrite: every statement bypasses the merge engine (as the statement option "
+        "/*+ OPTIONS('merge-mode'='overwrite') */ after the table name)",
+    )
     sq.add_argument("--json", action="store_true", help=_JSON_HELP)
 
     st = sub.add_parser(
@@ -608,9 +621,15 @@ def _apply(lake, args: argparse.Namespace) -> dict[str, Any]:
                 fmt=args.fmt,
                 target_columns=_target_columns(args),
                 writer=args.writer,
+                merge_mode=args.merge_mode,
             )
         ]
     else:
+        if args.merge_mode not in (None, "default"):
+            raise ChangelakeError(
+                "apply --merge-mode applies to one batch: give --file (a landed batch names its merge mode "
+                "in <batch_id>.manifest.json)"
+            )
         results = lake.apply_pending(args.table, up_to=args.up_to, from_batch=args.from_batch)
     return _report_applied([dataclasses.asdict(r) for r in results], args)
 
@@ -636,6 +655,7 @@ def _apply_on_endpoint(args: argparse.Namespace) -> list[dict[str, Any]] | None:
         "writer": args.writer,
         "fmt": args.fmt,
         "target_columns": _target_columns(args),
+        "merge_mode": args.merge_mode,
         "up_to": args.up_to,
         "from_batch": args.from_batch,
     }
@@ -678,7 +698,7 @@ def _sql(args: argparse.Namespace) -> dict[str, Any]:
         from changelake.api import ChangeLake
 
         lake = ChangeLake(home=args.home, tables_dir=args.tables, spark_master=args.master)
-        results = [r.to_dict() for r in lake.sql(text, args.idempotency_key, args.batch_id)]
+        results = [r.to_dict() for r in lake.sql(text, args.idempotency_key, args.batch_id, args.merge_mode)]
     for r in results:
         print(describe(r), flush=True)
     return {"statements": results}
@@ -692,7 +712,12 @@ def _sql_on_endpoint(args: argparse.Namespace, text: str) -> list[dict[str, Any]
     settings = load_settings(home=args.home, tables_dir=args.tables)
     if not settings.spark_remote or len(text.encode()) > applyservice.MAX_STATEMENT_BYTES:
         return None
-    request = {"statement": text, "idempotency_key": args.idempotency_key, "batch_id": args.batch_id}
+    request = {
+        "statement": text,
+        "idempotency_key": args.idempotency_key,
+        "batch_id": args.batch_id,
+        "merge_mode": args.merge_mode,
+    }
     return _on_endpoint(settings, "sql", request)
 
 

@@ -25,7 +25,7 @@ from typing import Any
 import yaml
 
 from changelake.aggregate_signatures import AGGREGATE_SIGNATURES, DEFAULT_FUNCTION, retract_refused
-from changelake.errors import SpecError, java_list, short_repr
+from changelake.errors import SpecError, WriteRefusedError, java_list, short_repr
 from changelake.identifiers import check_column_name, check_table_name, derived_names, split_table_name
 from changelake.source_options import SourceOptions, parse_source
 from changelake.types import INT_RANGES, NANOS_SUFFIX, DataType, parse_type
@@ -33,6 +33,22 @@ from changelake.types import INT_RANGES, NANOS_SUFFIX, DataType, parse_type
 DELETE_BEHAVIORS = ("allow", "ignore", "disable")
 CHANGELOG_IMAGES = ("full", "wal")
 MERGE_ENGINES = ("first_row", "versioned", "aggregation")
+#: Fluss's ``MergeMode``: how a write meets the table's merge engine (docs/semantics.md §4.5). ``default``
+#: merges through it; ``overwrite`` bypasses it and replaces rows as given (engine/merge.py OverwriteMerger).
+MERGE_MODES = ("default", "overwrite")
+
+
+def merge_mode_of(value: str | None) -> str | None:
+    """A merge mode as given by a user (any case): None for the default mode, ``"overwrite"``; refused otherwise."""
+    if value is None:
+        return None
+    mode = str(value).strip().lower()
+    if mode not in MERGE_MODES:
+        raise WriteRefusedError(
+            f"Unknown merge mode {short_repr(value)}; expected one of {java_list(m.upper() for m in MERGE_MODES)}."
+        )
+    return None if mode == "default" else mode
+
 
 # Options accepted for Fluss compatibility that do not change changelake's behaviour.
 _PASSTHROUGH_OPTIONS = {

@@ -777,11 +777,13 @@ def truncate_ticks(ticks, unit_digits: int, precision: int):
     fraction = ticks % per_second  # numpy's % floors: 0 <= fraction < per_second
     keep = fraction * 10 ** (9 - unit_digits) < 10**precision
     if precision <= 3:
-        millis = ticks // 10 ** (unit_digits - 3)
+        per_milli = 10 ** (unit_digits - 3)
+        millis = ticks // per_milli  # floored first (TimestampData's milliseconds), then cut toward 1970
         step = 10 ** (3 - precision)
-        toward_zero = np.where(millis < 0, -((-millis) // step), millis // step)
-        cut = toward_zero * step * 10 ** (unit_digits - 3)
-        underflow = np.zeros(len(ticks), bool)  # toward 1970: never beyond the value
+        cut_millis = np.where(millis < 0, -((-millis) // step), millis // step) * step
+        underflow = cut_millis < -(-np.iinfo(np.int64).min // per_milli)  # below the smallest int64 of ticks
+        with np.errstate(over="ignore"):
+            cut = cut_millis * per_milli
     else:
         rest = fraction % 10 ** (unit_digits - precision)
         underflow = ticks < np.iinfo(np.int64).min + rest

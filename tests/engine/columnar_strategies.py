@@ -243,6 +243,7 @@ class Case:
     # Where the Arrow inputs are cut into chunks (the Spark path hands over multi-chunk tables).
     stored_cuts: tuple[int, ...] = ()
     record_cuts: tuple[int, ...] = ()
+    merge_mode: str | None = None  # "overwrite": the batch bypasses the merge engine
 
     @cached_property
     def spec(self) -> TableSpec:
@@ -266,6 +267,7 @@ class Case:
         lines = [
             "spec: " + json.dumps(self.spec_dict, ensure_ascii=False),
             f"target_columns: {self.target_columns!r}",
+            f"merge_mode: {self.merge_mode!r}",
             f"id_ranges: {self.id_ranges!r}",
             f"Arrow chunks cut at: stored {list(self.stored_cuts)}, records {list(self.record_cuts)}",
             f"columns: {list(self.spec.column_names)}",

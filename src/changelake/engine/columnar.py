@@ -69,21 +69,22 @@ def merge_records(
     records: pa.Table,
     target_columns: list[str] | None = None,
     id_ranges: list[tuple[int, int]] | None = None,
+    merge_mode: str | None = None,
 ) -> MergeResult:
     """Apply ``records`` (``_seq``, ``_op``, columns; applied in ``_seq`` order) to a bucket's ``stored`` rows.
 
     Equal to :func:`changelake.engine.merge.apply_sequential` over the same rows and records: rows, changelog (types,
     images, order), counts, remaining ids, and the same :class:`WriteRefusedError` where that one raises.
     """
-    return _BucketMerge(spec, stored, records, target_columns, id_ranges).run()
+    return _BucketMerge(spec, stored, records, target_columns, id_ranges, merge_mode).run()
 
 
 class _BucketMerge:
-    def __init__(self, spec, stored, records, target_columns, id_ranges):
+    def __init__(self, spec, stored, records, target_columns, id_ranges, merge_mode=None):
         self.spec = spec
         # The merger is only asked for its configuration (engine flags, target indexes): one rule source. It
         # never allocates ids (its allocator has none).
-        self.m = merge.merger_for(spec, target_columns, merge.IdAllocator([], 0, ""))
+        self.m = merge.merger_for(spec, target_columns, merge.IdAllocator([], 0, ""), merge_mode)
         self.schema = value_schema(spec)
         self.names = list(spec.column_names)
         self.key_index = list(self.m.key_index)
