@@ -152,8 +152,8 @@ class RowMerger:
         return tuple(None if i in self.target and i not in self.key_index else v for i, v in enumerate(old))
 
     def retract(self, old, row):
-        """The row after retracting ``row`` from ``old`` (None: a key with no row yet). Only a retraction
-        table's merger (:class:`AggregationMerger`) is asked."""
+        """The row after retracting ``row`` from the stored row ``old``. Only a retraction table's merger
+        (:class:`AggregationMerger`) is asked."""
         raise NotImplementedError(f"the {self.spec.merge_engine} merge engine does not retract")
 
     def _insert(self, rows: dict, key: Row, row) -> list[Change]:
@@ -168,11 +168,15 @@ class RowMerger:
         return [("+U" if self.wal_shortcut else "+I", row)]
 
     def _retract(self, rows: dict, key: Row, row) -> list[Change]:
-        """A retraction: the key's row with the record's values taken back, logged as any update (``-U``/``+U``),
-        or, for a key with no row yet, stored and logged ``+I`` (docs/semantics.md §4.7)."""
+        """A retraction: the key's row with the record's values taken back, logged as any update (``-U``/``+U``).
+        A retraction for a key with no row changes nothing and logs nothing: the key stays absent, as in Fluss's
+        retraction pull request (``KvTablet``: "Retract on non-existent key ... ignoring") and in what Paimon
+        reads (a lone retraction is its own merge result, which ``DropDeleteReader`` drops), docs/semantics.md
+        §4.7."""
         old = rows.get(key)
         if old is None:
-            return self._insert(rows, key, self.retract(None, row))
+            self.counts.ignored += 1
+            return []
         merged = self.retract(old, row)
         rows[key] = merged
         self.counts.updated += 1
@@ -290,9 +294,7 @@ class AggregationMerger(RowMerger):
         )
 
     def retract(self, old, row):
-        # As merge, with each column's retraction; a key with no row yet retracts from nulls (§4.7).
-        if old is None:
-            old = (None,) * len(self.functions)
+        # As merge, with each column's retraction (§4.7).
         t = self.target
         return tuple(
             row[i] if fn is None else fn(old[i], row[i]) if t is None or i in t else old[i]
