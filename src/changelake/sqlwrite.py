@@ -483,10 +483,6 @@ def _plan_delete(
 ) -> WritePlan:
     name = spec.full_name
     _check_row_level(spec, merge_mode)
-    if spec.options.get("table.delete.behavior") == "disable" and merge_mode is None:
-        raise WriteRefusedError(
-            f"Table {name} has delete behavior set to 'disable' which does not support DELETE statements."
-        )
     _only_args(tree, "DELETE", {"this", "where"})
     key = _key_condition(tree, spec, "DELETE")
     if NO_MATCH in key.values():
@@ -542,12 +538,20 @@ def _engine_name(spec: TableSpec) -> str:
 
 
 def _check_row_level(spec: TableSpec, merge_mode: str | None = None) -> None:
-    """``FlinkTableSink.validateUpdatableAndDeletable``: DELETE and UPDATE only on tables without a merge engine
-    (an overwrite statement bypasses the engine)."""
-    if spec.merge_engine is not None and merge_mode is None:
+    """``FlinkTableSink.validateUpdatableAndDeletable`` (Fluss 0.9.1), for DELETE and UPDATE alike: only on tables
+    without a merge engine, and not on a ``table.delete.behavior: disable`` table (0.9.1 refuses UPDATE there
+    too, in the words it uses for DELETE). An overwrite statement bypasses the engine and takes deletes."""
+    if merge_mode is not None:
+        return
+    if spec.merge_engine is not None:
         raise WriteRefusedError(
             f"Table {spec.full_name} uses the '{_engine_name(spec)}' merge engine which does not support DELETE "
             "or UPDATE statements."
+        )
+    if spec.options.get("table.delete.behavior") == "disable":
+        raise WriteRefusedError(
+            f"Table {spec.full_name} has delete behavior set to 'disable' which does not support DELETE "
+            "statements."
         )
 
 

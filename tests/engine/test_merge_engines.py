@@ -258,14 +258,15 @@ def test_aggregation_deletes_ignore_by_default_and_remove_whole_row_with_allow()
     [
         (
             [("c", "INT")],
-            {"fields.c.agg": "sum"},
-            "Aggregation function is only supported for aggregation merge engine table, but column 'c' has "
-            "aggregation function 'sum'.",
-        ),
-        (
-            [("c", "INT")],
             {"table.merge-engine": "aggregation", "fields.k.agg": "sum"},
-            "Cannot set aggregation function for primary key column 'k'.",
+            "Cannot set aggregation function for primary key column 'k'. Primary key columns automatically use "
+            "'primary-key' aggregation.",
+        ),
+        (  # Fluss's Schema refuses it whatever the engine, before any option of the table is looked at
+            [("c", "INT")],
+            {"table.merge-engine": "versioned", "fields.k.agg": "sum", "table.kv.format": "nope"},
+            "Cannot set aggregation function for primary key column 'k'. Primary key columns automatically use "
+            "'primary-key' aggregation.",
         ),
         (
             [("c", "STRING")],
