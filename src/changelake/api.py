@@ -668,6 +668,21 @@ class ChangeLake:
             )
         return reports
 
+    def repair(self, table: str | None = None, on_collision: str = "refuse") -> list:
+        """Bring a table's (or every existing table's) stored rows to their columns' declared precision, keys
+        included, in one commit per table (docs/semantics.md §15): rows written before changelake enforced it.
+        Keys that become equal are refused unless ``on_collision`` is ``"first"`` or ``"last"`` (the row that
+        stays, by the stored key before the cut). No Spark. A
+        :class:`~changelake.engine.repair.Repair` per table."""
+        from changelake.engine.repair import repair_table
+
+        names = (
+            [table]
+            if table is not None
+            else [n for n, s in sorted(self.specs().items()) if self.storage.exists(s)]
+        )
+        return [repair_table(self.storage, self.spec(n), on_collision, self.progress) for n in names]
+
     def dead_letters(self, table: str, batch_id: int | None = None) -> list[dict[str, Any]]:
         """Quarantined records of a table (``on-bad-record: quarantine``): batch, file, line, field, reason,
         raw text — read from the dead-letter files the committed batches name."""

@@ -232,6 +232,18 @@ def _parser() -> argparse.ArgumentParser:
     cp.add_argument("--full", action="store_true", help="rewrite every partition with delta or delete files")
     cp.add_argument("--json", action="store_true", help=_JSON_HELP)
 
+    rp = sub.add_parser(
+        "repair", help="bring stored rows to their columns' declared precision, keys included (one commit)"
+    )
+    rp.add_argument("table", nargs="*", help="namespace.table (default: every table that exists)")
+    rp.add_argument(
+        "--on-collision",
+        choices=("refuse", "first", "last"),
+        default="refuse",
+        help="keys that become equal: refuse (default), or keep the first/last by the stored key",
+    )
+    rp.add_argument("--json", action="store_true", help=_JSON_HELP)
+
     sq = sub.add_parser(
         "sql",
         help="INSERT INTO / UPDATE / DELETE FROM statements on PK tables, each one exactly-once batch",
@@ -461,6 +473,8 @@ def _run(args: argparse.Namespace) -> tuple[int, Any]:
         return 0, _maintain(lake, args)
     if args.command == "stream":
         return _stream(lake, args), None
+    if args.command == "repair":
+        return 0, _repair(lake, args)
     raise AssertionError(args.command)
 
 
@@ -500,6 +514,21 @@ def _stream(lake, args: argparse.Namespace) -> int:
             time.sleep(min(0.2, max(0.0, tick + every - time.monotonic())))
     _to_stderr(f"[stream] {args.table}: stopped")
     return 0
+
+
+def _repair(lake, args: argparse.Namespace) -> dict[str, Any]:
+    """``repair``: what was done per table, as text and as ``{"tables": [...]}``."""
+    reports = []
+    for table in args.table or [None]:
+        reports += lake.repair(table, on_collision=args.on_collision)
+    documents = [r.to_dict() for r in reports]
+    for d in documents:
+        print(
+            f"{d['table']}: {d['rows_changed']} of {d['rows']} row(s) cut to their declared precision "
+            f"({d['keys_changed']} key(s), {d['rows_dropped']} dropped)"
+            + "".join(f"\n  note: {n}" for n in d["notes"])
+        )
+    return {"tables": documents}
 
 
 def _maintain(lake, args: argparse.Namespace) -> dict[str, Any]:

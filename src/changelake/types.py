@@ -575,6 +575,30 @@ class DataType:
         out = pa.array(cut, pa.int64(), mask=nulls | underflow).cast(array.type)
         return out, problems
 
+    def normalize_stored(self, array) -> Any:
+        """A storage-typed Arrow array cut to the declared precision (docs/semantics.md §15): what a value written
+        before changelake enforced precision becomes when a compaction (non-key columns) or ``changelake
+        repair`` (every column) rewrites it. TIMESTAMP/TIMESTAMP_LTZ by :func:`truncate_nanos`, TIME by
+        :func:`truncate_time_micros`; other types already hold their declared precision. A value that would
+        leave the 64-bit nanosecond range is left as it is."""
+        import numpy as np
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        if isinstance(array, pa.ChunkedArray):
+            array = array.combine_chunks() if array.num_chunks else pa.array([], self.arrow_type())
+        if self.name == "TIME":
+            kept = min(self.precision or 0, 3)
+            return pc.utf8_replace_slice(array, 9 + kept, 15, "0" * (6 - kept)) if kept < 6 else array
+        if self.name not in ("TIMESTAMP", "TIMESTAMP_LTZ") or len(array) == array.null_count:
+            return array
+        if not self.is_nanos:
+            return self.truncate_timestamps(array)[0]
+        nulls = array.is_null().to_numpy(zero_copy_only=False)
+        ticks = array.fill_null(0).to_numpy()
+        cut, underflow = truncate_ticks(ticks, 9, self.precision or 0)
+        return pa.array(np.where(underflow, ticks, cut), pa.int64(), mask=nulls)
+
     def _nanos_from_arrow(self, array) -> tuple[Any, list[tuple[int, str]]]:
         """Arrow timestamps of any unit (or dates) as exact nanoseconds since the epoch (int64); a value that
         overflows nanoseconds is refused with the JSON path's words. A zone-less timestamp is taken as UTC

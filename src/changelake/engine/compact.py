@@ -12,6 +12,10 @@ size. Per partition (Paimon's vocabulary, documented defaults in docs/configurat
   ``compaction.max-size-amplification-percent`` of the rows in the bucket files (50%), or when asked: every
   bucket of the partition is rewritten as one file sorted by key, and no delta or delete file is left.
 
+The rows a compaction rewrites leave it at their columns' declared precision (:func:`at_declared_precision`:
+values stored before changelake enforced it are cut), keys excepted: ``changelake repair`` (engine/repair.py)
+rewrites those.
+
 A compaction is one optimistic Iceberg commit (``replace``) on the snapshot it read, carrying the table's
 state (the last batch's summary) so that state stays in the latest snapshot. A batch committed meanwhile makes
 it fail: its files are removed and the next run tries again (a batch's commit, conversely, re-checks the files
@@ -232,6 +236,7 @@ def _rewrite_partition(
         rows = pa.concat_tables(parts) if parts else None
         if rows is None or not rows.num_rows:
             return None, 0
+        rows = at_declared_precision(spec, rows, keys=False)
         rows = rows.take(pc.sort_indices(rows, sort_keys=[(k, "ascending") for k in spec.primary_key]))
         path = f"{ctx.out_dir}/data/bucket-{bucket:04d}-{uuid.uuid4().hex}-000.parquet"
         buckets.write_file(io, path, rows, buckets.data_dictionary(spec), ctx)
@@ -267,6 +272,7 @@ def _merge_deltas(
         parts.append(rows if mask is None else rows.filter(pa.array(mask)))
     rows = pa.concat_tables(parts) if parts else None
     if rows is not None and rows.num_rows:
+        rows = at_declared_precision(spec, rows, keys=False)
         order = [("_bucket", "ascending")] + [(k, "ascending") for k in spec.primary_key]
         rows = rows.take(pc.sort_indices(rows, sort_keys=order))
         path = f"{ctx.out_dir}/data/delta-{uuid.uuid4().hex}.parquet"
@@ -286,6 +292,21 @@ def _merge_deltas(
     with io.open_output(path) as sink:
         buckets.write_position_deletes(sink, table, ctx.delta_compression)
     return paths, (path, buckets.delete_stats(table), staying[named[0]])
+
+
+def at_declared_precision(spec: TableSpec, rows: pa.Table, keys: bool) -> pa.Table:
+    """``rows`` with their values cut to their columns' declared precision (``DataType.normalize_stored``): rows
+    stored before changelake enforced it (docs/semantics.md §15). A compaction rewrites the other columns only
+    (``keys`` False): a key column's value names its row, its bucket and partition, and only ``changelake
+    repair`` changes it, explicitly."""
+    for column in spec.columns:
+        if column.type.name not in ("TIME", "TIMESTAMP", "TIMESTAMP_LTZ") or (
+            not keys and column.name in spec.primary_key
+        ):
+            continue
+        index = rows.schema.get_field_index(column.name)
+        rows = rows.set_column(index, rows.field(index), column.type.normalize_stored(rows.column(index)))
+    return rows
 
 
 def due_tier(files: list[TableFile], trigger: int) -> list[TableFile]:
