@@ -11,6 +11,7 @@ import json
 import pytest
 import yaml
 
+from changelake import evolution
 from changelake.errors import ChangelakeError, SpecError
 from changelake.spec import TableSpec
 from changelake.storage.iceberg import CHANGELOG_SUFFIX
@@ -502,3 +503,23 @@ def test_an_applier_with_a_stale_spec_refuses_to_rewrite_a_bucket_holding_newer_
     for keep_rows in (False, True):  # a bucket task reads the file (never kept rows of another process)
         with pytest.raises(ChangelakeError, match=r"has columns \['note'\] that the spec in use lacks"):
             read_stored(stale, TaskIO({}), [str(path)], keep_rows=keep_rows)
+
+
+def test_a_time_column_stored_without_its_precision_takes_the_spec_files():
+    """changelake stored every TIME(p) as a bare TIME before it kept TIME's precision (issue 46)."""
+    import json
+
+    spec = TableSpec.from_dict(
+        {"name": "e.t", "columns": [{"name": "k", "type": "INT"}, {"name": "at", "type": "TIME(3)"}],
+         "primary_key": ["k"]}
+    )  # fmt: skip
+    legacy = {
+        **spec.to_dict(),
+        "columns": [{"name": "k", "type": "INT", "nullable": False}, {"name": "at", "type": "TIME"}],
+    }
+    stored = evolution.stored_spec(json.dumps(legacy), "e.t", spec)
+    assert str(stored.column("at").type) == "TIME(3)" and not evolution.plan(stored, spec)
+    assert str(evolution.stored_spec(json.dumps(legacy), "e.t").column("at").type) == "TIME(0)"
+    current = {**legacy, "columns": [legacy["columns"][0], {"name": "at", "type": "TIME(0)"}]}
+    with pytest.raises(SpecError, match=r"type TIME\(0\) -> TIME\(3\)"):
+        evolution.plan(evolution.stored_spec(json.dumps(current), "e.t", spec), spec)  # a real change
