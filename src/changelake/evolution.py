@@ -204,8 +204,9 @@ def stored_spec(stored_json: str, table: str, file_spec: TableSpec | None = None
     if file_spec is not None and isinstance(data, dict) and isinstance(data.get("columns"), list):
         declared = {c.name: c.type for c in file_spec.columns}
         for column in data["columns"]:
-            if isinstance(column, dict) and str(column.get("type")).strip().upper() == "TIME":
-                wanted = declared.get(column.get("name"))
+            name = column.get("name") if isinstance(column, dict) else None
+            if isinstance(name, str) and str(column.get("type")).strip().upper() == "TIME":
+                wanted = declared.get(name)
                 if wanted is not None and wanted.name == "TIME":
                     column["type"] = str(wanted)
     return TableSpec.from_dict(data, origin=f"the spec stored with table {table}")

@@ -117,6 +117,8 @@ def dialect() -> Any:
     from sqlglot import exp
     from sqlglot import parser as base
     from sqlglot.dialects.spark import Spark
+    from sqlglot.generators.spark import SparkGenerator
+    from sqlglot.parsers.spark import SparkParser
     from sqlglot.tokens import TokenType
 
     class FlinkWrites(Spark):
@@ -126,7 +128,7 @@ def dialect() -> Any:
             # Flink's TIMESTAMP has no time zone (Spark's has one); BYTES is VARBINARY of the largest length.
             KEYWORDS = {**Spark.Tokenizer.KEYWORDS, "TIMESTAMP": TokenType.TIMESTAMP, "BYTES": TokenType.BLOB}
 
-        class Parser(Spark.Parser):
+        class Parser(SparkParser):
             def _parse_types(
                 self, check_func=False, schema=False, allow_identifiers=True, with_collation=False
             ):
@@ -139,7 +141,7 @@ def dialect() -> Any:
                     with_collation=with_collation,
                 )
 
-        class Generator(Spark.Generator):
+        class Generator(SparkGenerator):
             def datatype_sql(self, expression: exp.DataType) -> str:
                 # Flink's names with their precision or length (a statement's canonical text must tell
                 # TIMESTAMP(3) from TIMESTAMP(6) and TIME from TIMESTAMP).
@@ -383,9 +385,9 @@ def _static_partition(target: exp.Table, spec: TableSpec) -> dict[str, Any]:
             value = exp.Literal.string(str(value.this))
         # A partition spec's value is converted to the column's type (Flink reads partition values as text).
         literal = _literal(value, "PARTITION")
-        target = sqltypes.of_column(spec.column(column).type)
+        column_type = sqltypes.of_column(spec.column(column).type)
         try:
-            converted = sqltypes.cast(literal, target, explicit=True)
+            converted = sqltypes.cast(literal, column_type, explicit=True)
         except WriteRefusedError as e:
             raise WriteRefusedError(f"PARTITION ({column} = {_short(value)}): {e}") from None
         static[column] = _written(converted, spec, column, "PARTITION")

@@ -835,18 +835,18 @@ class _AggColumn:
                 value[j], null[j] = None, True
         if refused is not None and refused.any():
             null = null.copy()
-            for j in np.flatnonzero(refused):
-                stored = None if old_null[j] else old[j].item()
-                given = None if new_null[j] else new[j].item()
+            for k in np.flatnonzero(refused).tolist():
+                stored = None if old_null[k] else old[k].item()
+                given = None if new_null[k] else new[k].item()
                 try:
                     scalar(stored, given)
                 except WriteRefusedError as e:
-                    self.bm.failures.append((int(self.bm.seq[r[j]]), self.i, str(e)))
+                    self.bm.failures.append((int(self.bm.seq[r[k]]), self.i, str(e)))
                 else:
                     raise AssertionError(
                         f"the array fold refuses {stored!r}, {given!r}; the one-record merge not"
                     )
-                null[j] = True
+                null[k] = True
         self.computed.append((value, null))
         return np.arange(start, start + len(r))
 

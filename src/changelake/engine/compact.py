@@ -137,7 +137,7 @@ def compact_table(
     if not plans:
         return out
     started = time.monotonic()
-    ctx = _context(storage, spec, table)
+    ctx = rewrite_context(storage, spec, table)
     io = TaskIO(ctx.io_properties)
     written: list[str] = []
     added_deletes: list[tuple[str, dict, TableFile]] = []
@@ -160,8 +160,8 @@ def compact_table(
             storage.to_delete_file(table, path, stats, io.size(path), ref.data_file.partition)
             for path, stats, ref in added_deletes
         ]
-        props = {**_state(snapshot), summary.OPERATION: "compact"}
-        table_props = _maintained({"compacted_full": out.full, "compacted_minor": out.minor})
+        props = {**carried_state(snapshot), summary.OPERATION: "compact"}
+        table_props = maintained_property({"compacted_full": out.full, "compacted_minor": out.minor})
         fault("before-compaction-commit")
         out.committed = storage.commit_files(
             table, added, described, removed, props, Operation.REPLACE, table_props
@@ -184,17 +184,20 @@ def compact_table(
     return out
 
 
-def _maintained(what: dict) -> dict[str, str]:
-    """The table property saying when maintenance last changed the table, and what it did."""
+def maintained_property(what: dict) -> dict[str, str]:
+    """The table property saying when maintenance last changed the table, and what it did (a compaction's, a
+    repair's)."""
     return {summary.MAINTENANCE: json.dumps({"at_ms": int(time.time() * 1000), **what}, sort_keys=True)}
 
 
-def _state(snapshot) -> dict[str, str]:
-    """The changelake properties of a snapshot: the table's state a compaction's snapshot carries on."""
+def carried_state(snapshot) -> dict[str, str]:
+    """The changelake properties of a snapshot: the table's state a compaction's (or a repair's) snapshot
+    carries on."""
     return {k: v for k, v in summary.properties(snapshot).items() if k.startswith(summary.PREFIX)}
 
 
-def _context(storage: Storage, spec: TableSpec, table) -> BucketContext:
+def rewrite_context(storage: Storage, spec: TableSpec, table) -> BucketContext:
+    """What reading and writing a table's bucket files outside a batch needs (a compaction, a repair)."""
     codec, level = buckets.compression_of(dict(table.properties))
     return BucketContext(
         spec=spec,
@@ -366,7 +369,7 @@ def compact_changelog(
             rows = rows.take(pc.sort_indices(rows, sort_keys=[(c, "ascending") for c in order]))
             path = f"{table.location()}/data/compact-{uuid.uuid4().hex[:12]}/changelog-{uuid.uuid4().hex}.parquet"
             codec, level = buckets.compression_of(dict(table.properties))
-            ctx = _context(storage, spec, table)
+            ctx = rewrite_context(storage, spec, table)
             meta = [*spec.partition_keys, "_change_type", "_batch_id", "_bucket", "_commit_timestamp"]
             from dataclasses import replace
 
@@ -374,9 +377,11 @@ def compact_changelog(
             written.append(path)
             out.rows_written = rows.num_rows
         removed = gone | {f.path for f in merge}
-        props = {**_state(snapshot), summary.OPERATION: "compact"}
+        props = {**carried_state(snapshot), summary.OPERATION: "compact"}
         kept = [f.batches[0] for f in files if f.path not in gone and f.batches is not None]
-        table_props = _maintained({"changelog_files_removed": len(old), "changelog_files_merged": len(merge)})
+        table_props = maintained_property(
+            {"changelog_files_removed": len(old), "changelog_files_merged": len(merge)}
+        )
         if old:  # readers say which batches' changelog is gone
             table_props[summary.LOG_START_BATCH] = str(
                 min(kept) if kept else summary.last_batch_of(props) + 1

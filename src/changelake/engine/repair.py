@@ -31,7 +31,12 @@ from pyiceberg.table.snapshots import Operation
 from changelake.bucketing.columns import bucket_ids
 from changelake.engine import buckets
 from changelake.engine.buckets import BucketTask, SourceFile
-from changelake.engine.compact import _context, _maintained, _state, at_declared_precision
+from changelake.engine.compact import (
+    at_declared_precision,
+    carried_state,
+    maintained_property,
+    rewrite_context,
+)
 from changelake.errors import ChangelakeError
 from changelake.spec import TableSpec
 from changelake.storage import summary
@@ -80,7 +85,7 @@ def repair_table(
     if not files:
         out.notes.append("no rows: nothing to repair")
         return out
-    ctx = _context(storage, spec, table)
+    ctx = rewrite_context(storage, spec, table)
     io = TaskIO(ctx.io_properties)
     stored = _live_rows(spec, files, ctx, io)
     out.rows = stored.num_rows
@@ -107,9 +112,12 @@ def repair_table(
         written = _write(spec, rows, ctx, io)
         added = storage.to_data_files(table, written)
         removed = {f.path for f in files}
-        props = {**_state(snapshot), summary.OPERATION: "compact"}  # carries the state, commits no batch
+        props = {
+            **carried_state(snapshot),
+            summary.OPERATION: "compact",
+        }  # carries the state, commits no batch
         what = {"repaired_rows": out.rows_changed, "repaired_keys": out.keys_changed, "dropped": dropped}
-        storage.commit_files(table, added, [], removed, props, Operation.OVERWRITE, _maintained(what))
+        storage.commit_files(table, added, [], removed, props, Operation.OVERWRITE, maintained_property(what))
     except (CommitFailedException, ValidationException):
         delete_files(table.io, written)
         raise ChangelakeError(
