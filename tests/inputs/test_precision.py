@@ -353,3 +353,52 @@ def test_avro_message_by_message_and_column_wise(tmp_path, type_text, logical):
         == decode_range(tmp_path, data, table_spec, False)
         == want
     )
+
+
+# --- what the cut values mean for keys, versions, aggregates, lookups and the changelog ----------------------------
+def test_the_issues_cases_through_the_api(tmp_path):
+    """A TIMESTAMP(0) key written as .1 and .9 is one key; a TIMESTAMP(3) version .123900 ties with a later
+    .123100 (the later row wins); max compares cut values; a lookup's key is cut too; the changelog carries
+    the cut values."""
+    from tests.helpers import sparkless_lake
+
+    lake = sparkless_lake(tmp_path)
+    keyed = {
+        "name": "p.keyed",
+        "columns": [{"name": "k", "type": "TIMESTAMP(0)"}, {"name": "v", "type": "STRING"}],
+        "primary_key": ["k"],
+    }
+    versioned = {
+        "name": "p.versioned",
+        "columns": [
+            {"name": "k", "type": "INT"},
+            {"name": "ver", "type": "TIMESTAMP(3)"},
+            {"name": "v", "type": "STRING"},
+        ],
+        "primary_key": ["k"],
+        "options": {"table.merge-engine": "versioned", "table.merge-engine.versioned.ver-column": "ver"},
+    }
+    latest = {
+        "name": "p.latest",
+        "columns": [{"name": "k", "type": "INT"}, {"name": "at", "type": "TIMESTAMP_LTZ(1)"}],
+        "primary_key": ["k"],
+        "options": {"table.merge-engine": "aggregation", "fields.at.agg": "max"},
+    }
+    for table in (keyed, versioned, latest):
+        lake.create_table(table)
+    lake.apply("p.keyed", [{"op": "+I", "data": {"k": "2024-01-01T00:00:00.1", "v": "a"}},
+                           {"op": "+I", "data": {"k": "2024-01-01T00:00:00.9", "v": "b"}}])  # fmt: skip
+    assert lake.rows_arrow("p.keyed").to_pylist() == [{"k": dt.datetime(2024, 1, 1), "v": "b"}]
+    assert [r["_change_type"] for r in lake.changelog_arrow("p.keyed").to_pylist()] == ["+I", "-U", "+U"]
+    assert lake.lookup("p.keyed", {"k": "2024-01-01T00:00:00.5"}) == [
+        {"k": dt.datetime(2024, 1, 1), "v": "b"}
+    ]
+    lake.apply("p.versioned", [{"op": "+I", "data": {"k": 1, "ver": "2024-01-01T00:00:00.123900", "v": "first"}},
+                               {"op": "+I", "data": {"k": 1, "ver": "2024-01-01T00:00:00.123100", "v": "later"}}])  # fmt: skip
+    assert lake.rows_arrow("p.versioned").to_pylist() == [
+        {"k": 1, "ver": dt.datetime(2024, 1, 1, 0, 0, 0, 123000), "v": "later"}
+    ]
+    lake.apply("p.latest", [{"op": "+I", "data": {"k": 1, "at": "2024-01-01T00:00:00.19Z"}},
+                            {"op": "+I", "data": {"k": 1, "at": "2024-01-01T00:00:00.11Z"}}])  # fmt: skip
+    changelog = lake.changelog_arrow("p.latest").to_pylist()
+    assert [r["at"] for r in changelog] == [dt.datetime(2024, 1, 1, 0, 0, 0, 100000, tzinfo=dt.UTC)] * 3
