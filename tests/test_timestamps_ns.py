@@ -550,7 +550,7 @@ def test_aggregation_functions_keep_nanoseconds(lake):
     for f in functions:
         columns += [
             {"name": f"{f}_ts", "type": "TIMESTAMP(9)"},
-            {"name": f"{f}_at", "type": "TIMESTAMP_LTZ(7)"},
+            {"name": f"{f}_at", "type": "TIMESTAMP_LTZ(9)"},  # a (7) would cut these nanoseconds away
         ]
         options |= {f"fields.{f}_ts.agg": f, f"fields.{f}_at.agg": f}
     lake.create_table({"name": "t.agg", "columns": columns, "primary_key": ["id"], "options": options})
