@@ -161,7 +161,8 @@ def test_sql_statement_option_and_cli(tmp_path):
     assert (update.status, delete.status) == ("applied", "applied")
     assert lake.rows_arrow("s.t").to_pylist() == [{"k": 1, "n": 1, "v": "a"}]
     (insert,) = lake.sql("INSERT INTO s.t VALUES (1, 7, 'x')", merge_mode="overwrite")
-    assert lake.rows_arrow("s.t").to_pylist() == [{"k": 1, "n": 7, "v": "x"}] and insert.batch_id == 4
+    assert lake.rows_arrow("s.t").to_pylist() == [{"k": 1, "n": 7, "v": "x"}]
+    assert (insert.batch_id, insert.writer_seq) == (4, 4)
     with pytest.raises(WriteRefusedError, match="contradicts the merge mode"):
         lake.sql(
             "INSERT INTO s.t /*+ OPTIONS('merge-mode'='overwrite') */ VALUES (1, 7, 'x')",
@@ -183,7 +184,8 @@ def test_sql_statement_option_and_cli(tmp_path):
     batch = tmp_path / "fix.jsonl"
     batch.write_text(json.dumps({"op": "+I", "data": {"k": 1, "n": 2, "v": "z"}}) + "\n")
     subprocess.run(
-        [*cli, "apply", "s.t", "--file", str(batch), "--batch-id", "6", "--merge-mode", "OVERWRITE"],
+        [*cli, "apply", "s.t", "--file", str(batch), "--batch-id", "1", "--writer", "fixes",
+         "--merge-mode", "OVERWRITE"],
         capture_output=True, text=True, env=env, check=True,
     )  # fmt: skip
     assert lake.rows_arrow("s.t").to_pylist() == [{"k": 1, "n": 2, "v": "z"}]
