@@ -24,7 +24,7 @@ README_MAX_LINES = 160
 SEMANTICS_SECTIONS = [
     "1", "1.1", "1.2", "2", "2.1", "2.2", "3", "3.1", "3.2", "3.3", "3.4",
     "4", "4.1", "4.2", "4.3", "4.4", "4.5", "4.6", "4.7", "5", "5.1", "5.2",
-    "6", "7", "8", "9", "10", "11", "12", "13", "14",
+    "6", "7", "8", "9", "10", "11", "12", "13", "14", "15", "16",
 ]  # fmt: skip
 #: Where code that may cite the semantics or read CHANGELAKE_* variables lives (text files only).
 CODE_DIRS = ("src", "tests", "spark_apps", "dags", "infra", "dbt_project", "expectations", "benchmarks")

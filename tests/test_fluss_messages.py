@@ -206,3 +206,80 @@ def test_an_unknown_aggregate_parameter_lists_the_supported_ones_as_java_prints_
     assert message.endswith(
         "Parameter 'sep' is not supported for aggregation function 'listagg'. Supported parameters: [delimiter]"
     ), message
+
+
+# --- issue 46: Fluss 0.9.1's words for log tables and key functions; Paimon's option family ---------------------
+LOG_TABLE = {"name": "test_db_1.log", "columns": [{"name": "a", "type": "INT"}, {"name": "b", "type": "INT"}]}
+
+
+@pytest.mark.parametrize(
+    ("options", "words"),
+    [
+        ({"auto-increment.fields": "b"}, "Auto increment column can only be used in primary-key table."),
+        ({"table.merge-engine": "first_row"}, "Merge engine is only supported in primary key table."),
+        (
+            {"table.delete.behavior": "ignore"},
+            "The 'table.delete.behavior' configuration is only supported for primary key tables.",
+        ),
+        (
+            {"aggregation.remove-record-on-delete": "true"},
+            "The 'table.delete.behavior' configuration is only supported for primary key tables.",
+        ),
+        ({}, "a changelake table needs a primary_key (log tables are not supported)"),
+        (  # Fluss's Schema checks the auto-increment column before the server validates the options
+            {"auto-increment.fields": "b", "table.merge-engine": "first_row"},
+            "Auto increment column can only be used in primary-key table.",
+        ),
+    ],
+)
+def test_log_tables_are_refused_in_fluss_words_for_what_fluss_refuses_them(options, words):
+    with pytest.raises(SpecError) as err:
+        TableSpec.from_dict({**LOG_TABLE, "options": options})
+    assert str(err.value).endswith(words)
+
+
+def test_a_function_of_a_table_without_the_aggregation_engine_is_kept_unused_as_fluss_0_9_1():
+    t = spec(options={"fields.d.agg": "sum", "fields.d.listagg.delimiter": ";"})  # not even a valid pair
+    assert t.merge_engine is None and t.options["fields.d.agg"] == "sum"
+
+
+def test_paimons_ignore_update_before_drops_update_befores_of_a_retraction_table():
+    from changelake.engine.merge import apply_sequential, check_batch_ops
+
+    def retraction_table(**options):
+        return TableSpec.from_dict(
+            {
+                "name": "t.r",
+                "columns": [{"name": "k", "type": "INT"}, {"name": "v", "type": "BIGINT"}],
+                "primary_key": ["k"],
+                "options": {"table.merge-engine": "aggregation", "table.agg.retract": "true",
+                            "fields.v.agg": "sum", **options},
+            }
+        )  # fmt: skip
+
+    records = [("+I", (1, 10)), ("-U", (1, 4)), ("+U", (1, 6)), ("-D", (1, 6))]
+    rows: dict = {}
+    _, counts = apply_sequential(retraction_table(**{"ignore-update-before": "TRUE"}), rows, records)
+    assert rows == {(1,): (1, 10)} and counts.dropped_update_before == 1  # the -D still retracts
+    assert (
+        check_batch_ops(retraction_table(**{"ignore-update-before": "true"}), {"-U": 3}).dropped_update_before
+        == 3
+    )
+    rows = {}
+    apply_sequential(retraction_table(**{"ignore-update-before": "false"}), rows, records)
+    assert rows == {(1,): (1, 6)}
+    with pytest.raises(SpecError, match="Could not parse value 'maybe' for key 'ignore-update-before'"):
+        retraction_table(**{"ignore-update-before": "maybe"})
+
+
+@pytest.mark.parametrize("name", ["aggregation.remove-record-on-delete", "table.agg.remove-record-on-delete"])
+def test_remove_record_on_delete_conflicts_with_ignore_retract_as_paimon_says(name):
+    options = {"table.merge-engine": "aggregation", "table.agg.retract": "true", "fields.d.agg": "last_value",
+               "fields.d.ignore-retract": "true", name: "true"}  # fmt: skip
+    with pytest.raises(SpecError) as err:
+        spec(options=options)
+    assert str(err.value).endswith(
+        f"{name} and fields.d.ignore-retract have conflicting behavior so should not be enabled at the same time."
+    )
+    spec(options={**options, name: "false"})  # no removal: no conflict
+    spec(options={**options, name: "true", "fields.d.ignore-retract": "false"})

@@ -34,6 +34,7 @@ def ns(text: str, offset_minutes: int = 0) -> int:
 
 TS = "2026-01-01T12:00:00.123456789"
 TS_NS = ns(TS)
+T7_NS = TS_NS - 89  # TS in a TIMESTAMP(7) column: cut to seven fraction digits
 COLUMNS = [
     {"name": "id", "type": "BIGINT"},
     {"name": "ts", "type": "TIMESTAMP(9)"},
@@ -79,7 +80,7 @@ def decoded(batch) -> list[tuple]:
         ("TIMESTAMP_LTZ(9)", "2026-01-01T17:30:00.123456789+05:30", TS_NS),
         ("TIMESTAMP_LTZ(9)", "2026-01-01T04:00:00.123456789-08:00", TS_NS),
         ("TIMESTAMP_LTZ(9)", "2026-01-02T01:00:00.123456789+1300", TS_NS),
-        ("TIMESTAMP_LTZ(7)", "2262-04-12T00:47:16.854775807+01:00", 2**63 - 1),
+        ("TIMESTAMP_LTZ(7)", "2262-04-12T00:47:16.854775807+01:00", 2**63 - 8),  # cut to 7 digits
     ],
 )
 def test_text_decodes_to_exact_nanoseconds(type_text, value, expected):
@@ -116,15 +117,17 @@ def test_any_text_decodes_or_is_refused_with_a_reason(text):
             assert isinstance(value, int) and -(2**63) <= value < 2**63
 
 
-def test_fraction_digits_beyond_the_precision_are_kept_as_fluss_does():
-    """Fluss stores the nanos it is given whatever p (millis + nano-of-milli, ns Arrow log for p 7..9);
-    Flink's timestamp formats read at most 9 fraction digits."""
-    assert parse_type("TIMESTAMP(7)").decode_json("2026-01-01 12:00:00.123456789") == TS_NS
-    assert parse_type("TIMESTAMP_LTZ(8)").decode_json(TS + "Z") == TS_NS
+def test_fraction_digits_beyond_the_precision_are_cut_as_flinks_cast_cuts_them():
+    """A value enters a TIMESTAMP(p) column as Flink's cast to TIMESTAMP(p) leaves it (DateTimeUtils.truncate):
+    digits after the p-th are dropped, never rounded; Flink's formats read at most 9 fraction digits."""
+    assert parse_type("TIMESTAMP(7)").decode_json("2026-01-01 12:00:00.123456789") == T7_NS
+    assert parse_type("TIMESTAMP_LTZ(8)").decode_json(TS + "Z") == TS_NS - 9
+    assert parse_type("TIMESTAMP(9)").decode_json(TS) == TS_NS
     with pytest.raises(ValueError, match=r"has 10 fraction digits; TIMESTAMP\(9\) holds at most 9"):
         parse_type("TIMESTAMP(9)").decode_json("2026-01-01 12:00:00.1234567891")
-    # Precision 0..6 keeps today's microseconds.
     assert parse_type("TIMESTAMP(6)").decode_json(TS) == dt.datetime(2026, 1, 1, 12, 0, 0, 123456)
+    assert parse_type("TIMESTAMP(3)").decode_json(TS) == dt.datetime(2026, 1, 1, 12, 0, 0, 123000)
+    assert parse_type("TIMESTAMP(0)").decode_json(TS) == dt.datetime(2026, 1, 1, 12, 0, 0)
 
 
 @pytest.mark.parametrize(
@@ -145,7 +148,7 @@ def test_values_a_nanosecond_timestamp_cannot_hold_are_refused(type_text, value,
 
 # --- every input format -----------------------------------------------------------------------------------
 ROW = {"id": 1, "ts": "2026-01-01 12:00:00.123456789", "at": "2026-01-01T14:00:00.123456789+02:00", "t7": TS}
-EXPECTED = [("+I", 1, TS_NS, TS_NS, TS_NS)]
+EXPECTED = [("+I", 1, TS_NS, TS_NS, T7_NS)]
 _NANO_SCHEMA = {
     "fields": [
         {
@@ -229,8 +232,8 @@ def test_parquet_landing_converts_every_timestamp_unit_exactly(tmp_path):
     path = tmp_path / "1.parquet"
     pq.write_table(table, path)
     assert decoded(read_batch([path], spec())) == [
-        ("+I", 1, TS_NS, TS_NS, TS_NS),
-        ("+I", 2, -1, 0, -1),
+        ("+I", 1, TS_NS, TS_NS, T7_NS),
+        ("+I", 2, -1, 0, -100),  # 23:59:59.999999999 cut to seven digits (below the millisecond: floored)
         ("+I", 3, None, 86_400, None),
     ]
     seconds = tmp_path / "2.parquet"
@@ -547,7 +550,7 @@ def test_aggregation_functions_keep_nanoseconds(lake):
     for f in functions:
         columns += [
             {"name": f"{f}_ts", "type": "TIMESTAMP(9)"},
-            {"name": f"{f}_at", "type": "TIMESTAMP_LTZ(7)"},
+            {"name": f"{f}_at", "type": "TIMESTAMP_LTZ(9)"},  # a (7) would cut these nanoseconds away
         ]
         options |= {f"fields.{f}_ts.agg": f, f"fields.{f}_at.agg": f}
     lake.create_table({"name": "t.agg", "columns": columns, "primary_key": ["id"], "options": options})

@@ -172,6 +172,7 @@ class ChangeLake:
         fmt: str | None = None,
         target_columns: list[str] | None = None,
         writer: str = API,
+        merge_mode: str | None = None,
     ) -> BatchResult:
         """Apply one batch exactly once: a list of changelog records, a DataFrame, or a ``file``.
 
@@ -192,10 +193,21 @@ class ChangeLake:
         from an archive, say), as landing it as ``N.<ext>`` would.
 
         ``target_columns`` makes the batch a partial update: only those columns (which must include the
-        primary key) are written.
+        primary key) are written. ``merge_mode="overwrite"`` (Fluss's ``MergeMode.OVERWRITE``) bypasses the
+        table's merge engine: rows are replaced as given and deletes applied (docs/semantics.md §4.5), the way
+        to correct an aggregation, first_row or versioned table.
         """
         spec = self._ensure(table)
-        return self._apply_as(spec, check_writer_name(writer), batch_id, records, file, fmt, target_columns)
+        return self._apply_as(
+            spec,
+            check_writer_name(writer),
+            batch_id,
+            records,
+            file,
+            fmt,
+            target_columns,
+            merge_mode=merge_mode,
+        )
 
     def _landed_path(self, file: str | Path | ObjectPath) -> LandedPath:
         """A file to apply: an object (``s3://…``, in the settings' object store) or a local path."""
@@ -222,22 +234,31 @@ class ChangeLake:
         target_columns: list[str] | None = None,
         name: str | None = None,
         based_on: int | None = None,
+        merge_mode: str | None = None,
     ) -> BatchResult:
         """:meth:`apply` as number ``seq`` (None: the next) of ``writer``; ``name`` names the staged records'
         file (SQL statements: their idempotency key); ``based_on`` the table batch the records were planned on
-        (:meth:`changelake.engine.apply.Applier.apply_files`)."""
+        (:meth:`changelake.engine.apply.Applier.apply_files`); ``merge_mode`` the batch's merge mode."""
         if seq is None:
             seq = Storage.writer_positions(self.storage.pk_table(spec)).get(writer, 0) + 1
         position = WriterPosition(writer, seq)
         if file is not None:
             path = self._landed_path(file)
-            return self.applier.apply_files(spec, position, [path], fmt, target_columns, based_on)
+            return self.applier.apply_files(
+                spec, position, [path], fmt, target_columns, based_on, merge_mode=merge_mode
+            )
         if records is None:
             raise ChangelakeError("apply() needs records, a DataFrame or file=")
         with self._staged_records(spec, records, name) as staged:
             fmt = "changelog-parquet" if staged.suffix == ".parquet" else "changelog-json"
             return self.applier.apply_files(
-                _own_records(spec, fmt), position, [staged], fmt, target_columns, based_on
+                _own_records(spec, fmt),
+                position,
+                [staged],
+                fmt,
+                target_columns,
+                based_on,
+                merge_mode=merge_mode,
             )
 
     @writes_private
@@ -269,7 +290,11 @@ class ChangeLake:
 
     @writes_private
     def sql(
-        self, statements: str, idempotency_key: str | None = None, batch_id: int | None = None
+        self,
+        statements: str,
+        idempotency_key: str | None = None,
+        batch_id: int | None = None,
+        merge_mode: str | None = None,
     ) -> list[SqlResult]:
         """Run Flink-style write statements (docs/sql-writes.md): ``INSERT INTO t [(cols)] VALUES …`` or
         ``… SELECT … FROM s [WHERE …]``, ``UPDATE t SET … WHERE <pk> = …``, ``DELETE FROM t WHERE <pk> = …``.
@@ -279,8 +304,11 @@ class ChangeLake:
         rest (those before it stay applied). ``idempotency_key`` makes a retried statement a no-op: the
         batch that applied it under that key is found in the table's batch history and reported as
         ``already-applied`` (with several statements, statement *i* uses ``<key>#<i>``). ``batch_id`` (one
-        statement only) applies it as that batch, exactly once like any batch id. Refusals raise
-        :class:`~changelake.errors.WriteRefusedError` with Fluss's words; nothing is written then.
+        statement only) applies it as that batch, exactly once like any batch id. ``merge_mode="overwrite"``
+        writes every statement in Fluss's overwrite merge mode, as the statement option
+        ``/*+ OPTIONS('merge-mode'='overwrite') */`` after a statement's table name does for that statement
+        (docs/sql-writes.md). Refusals raise :class:`~changelake.errors.WriteRefusedError` with Fluss's words;
+        nothing is written then.
         """
         from changelake import sqlwrite
 
@@ -294,21 +322,27 @@ class ChangeLake:
             key = idempotency_key
             if key is not None and len(trees) > 1:
                 key = f"{key}#{number}"
-            results.append(self._sql_statement(tree, key, batch_id))
+            results.append(self._sql_statement(tree, key, batch_id, merge_mode))
         return results
 
-    def _sql_statement(self, tree: Any, key: str | None, batch_id: int | None) -> SqlResult:
+    def _sql_statement(
+        self, tree: Any, key: str | None, batch_id: int | None, merge_mode: str | None = None
+    ) -> SqlResult:
         """One statement as one batch of the table's ``sql`` writer: find it applied under ``key``, else plan it
         on the table's current state and apply it as the writer's next batch (planned again if another
         statement took that number first). Its records are applied after everything the table took before,
-        in the statement's order: no ordering field or quarantine of the table's landed input applies."""
+        in the statement's order: no ordering field or quarantine of the table's landed input applies.
+        ``merge_mode`` is the call's mode; the statement's own option wins."""
         from changelake import sqlwrite
 
         text = sqlwrite.statement_text(tree)
         table = sqlwrite.target_table(tree, self._known_tables)
         spec = self._ensure(table)
         kind = type(tree).__name__.lower()
-        digest = hashlib.sha256(text.encode()).hexdigest()[:20]
+        merge_mode = sqlwrite.statement_merge_mode(tree, merge_mode)
+        # The merge mode is part of what a statement writes: a retry in another mode is another statement.
+        written = text if merge_mode is None else f"{text}\n-- merge mode: {merge_mode}"
+        digest = hashlib.sha256(written.encode()).hexdigest()[:20]
         key_prefix = None if key is None else f"sql-{hashlib.sha256(key.encode()).hexdigest()[:20]}-"
         for _attempt in range(MAX_INSERT_ATTEMPTS):
             pk = self.storage.pk_table(spec)
@@ -327,6 +361,7 @@ class ChangeLake:
                 read_rows=lambda s: self.reader.rows_arrow(s.full_name),
                 known=self._known_tables,
                 spec_of=self.spec,
+                merge_mode=merge_mode,
             )
             if not plan.records:
                 return sqlwrite.SqlResult(
@@ -342,6 +377,7 @@ class ChangeLake:
                     target_columns=plan.target_columns,
                     name=name,
                     based_on=state.last_batch if plan.reads_target else None,
+                    merge_mode=plan.merge_mode,
                 )
             except PlannedOnOldState:
                 self.progress(
@@ -665,6 +701,21 @@ class ChangeLake:
             )
         return reports
 
+    def repair(self, table: str | None = None, on_collision: str = "refuse") -> list:
+        """Bring a table's (or every existing table's) stored rows to their columns' declared precision, keys
+        included, in one commit per table (docs/semantics.md §15): rows written before changelake enforced it.
+        Keys that become equal are refused unless ``on_collision`` is ``"first"`` or ``"last"`` (the row that
+        stays, by the stored key before the cut). No Spark. A
+        :class:`~changelake.engine.repair.Repair` per table."""
+        from changelake.engine.repair import repair_table
+
+        names = (
+            [table]
+            if table is not None
+            else [n for n, s in sorted(self.specs().items()) if self.storage.exists(s)]
+        )
+        return [repair_table(self.storage, self.spec(n), on_collision, self.progress) for n in names]
+
     def dead_letters(self, table: str, batch_id: int | None = None) -> list[dict[str, Any]]:
         """Quarantined records of a table (``on-bad-record: quarantine``): batch, file, line, field, reason,
         raw text — read from the dead-letter files the committed batches name."""
@@ -747,13 +798,15 @@ class ChangeLake:
                 paths = [directory / name for name in how["files"]]
                 batch_spec = _as_applied(spec, how, batch_id)
                 fmt, target_columns = how.get("format"), how.get("target_columns")
+                merge_mode = how.get("merge_mode")
             else:
                 # Committed before batches recorded how they were read: the landed file, today's source.
                 path = landing.batches.get(batch_id)
                 if path is None:
                     continue
                 paths, batch_spec, fmt, target_columns = [path], spec, None, read_manifest(path)
-            _verify(spec, batch_id, paths, batch_spec, fmt, target_columns, summary.checksum)
+                merge_mode = None
+            _verify(spec, batch_id, paths, batch_spec, fmt, target_columns, summary.checksum, merge_mode)
             parts.append(_project(_batch_input(batch_id, paths, batch_spec, fmt), spec))
         return pa.concat_tables(parts) if parts else _input_schema(spec).empty_table()
 
@@ -814,9 +867,10 @@ def _verify(
     fmt: str | None,
     target_columns: list[str] | None,
     checksum: str | None,
+    merge_mode: str | None = None,
 ) -> None:
     """Refuse landed files that are not the ones batch ``batch_id`` committed (the checksum the apply
-    computed: contents, format and target columns)."""
+    computed: contents, format, target columns and merge mode)."""
     from changelake.inputs.decode import plan_batch
 
     names = ", ".join(str(p) for p in paths)
@@ -826,7 +880,7 @@ def _verify(
             f"{spec.full_name}: landed file {missing[0]} of batch {batch_id} is missing; the batch was "
             "committed from it, and its input cannot be shown without it (restore the file)"
         )
-    if plan_batch(paths, batch_spec, fmt, target_columns).checksum != checksum:
+    if plan_batch(paths, batch_spec, fmt, target_columns, merge_mode).checksum != checksum:
         raise ChangelakeError(
             f"{spec.full_name}: landed file {names} of batch {batch_id} changed since the batch was committed "
             f"(its checksum is not the committed {str(checksum)[:12]}…); the input view shows what each batch "

@@ -128,6 +128,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     a.add_argument("--format", dest="fmt", help="input format (default: by table source / file extension)")
     a.add_argument("--target-columns", help="partial update of these comma-separated columns (with --file)")
+    a.add_argument(
+        "--merge-mode",
+        choices=("default", "overwrite"),
+        type=str.lower,
+        help="overwrite: bypass the merge engine, rows replaced as given (Fluss's MergeMode; with --file)",
+    )
     a.add_argument("--up-to", type=int, help="apply pending landed batches up to this number only")
     a.add_argument(
         "--from-batch",
@@ -231,6 +237,18 @@ def _parser() -> argparse.ArgumentParser:
     cp.add_argument("--full", action="store_true", help="rewrite every partition with delta or delete files")
     cp.add_argument("--json", action="store_true", help=_JSON_HELP)
 
+    rp = sub.add_parser(
+        "repair", help="bring stored rows to their columns' declared precision, keys included (one commit)"
+    )
+    rp.add_argument("table", nargs="*", help="namespace.table (default: every table that exists)")
+    rp.add_argument(
+        "--on-collision",
+        choices=("refuse", "first", "last"),
+        default="refuse",
+        help="keys that become equal: refuse (default), or keep the first/last by the stored key",
+    )
+    rp.add_argument("--json", action="store_true", help=_JSON_HELP)
+
     sq = sub.add_parser(
         "sql",
         help="INSERT INTO / UPDATE / DELETE FROM statements on PK tables, each one exactly-once batch",
@@ -242,6 +260,13 @@ def _parser() -> argparse.ArgumentParser:
         help="a retried statement with this key is a no-op (statement i of several: KEY#i)",
     )
     sq.add_argument("--batch-id", type=int, help="apply the (single) statement as this batch id")
+    sq.add_argument(
+        "--merge-mode",
+        choices=("default", "overwrite"),
+        type=str.lower,
+        help="overwrite: every statement bypasses the merge engine (as the statement option "
+        "/*+ OPTIONS('merge-mode'='overwrite') */ after the table name)",
+    )
     sq.add_argument("--json", action="store_true", help=_JSON_HELP)
 
     st = sub.add_parser(
@@ -453,6 +478,8 @@ def _run(args: argparse.Namespace) -> tuple[int, Any]:
         return 0, _maintain(lake, args)
     if args.command == "stream":
         return _stream(lake, args), None
+    if args.command == "repair":
+        return 0, _repair(lake, args)
     raise AssertionError(args.command)
 
 
@@ -492,6 +519,21 @@ def _stream(lake, args: argparse.Namespace) -> int:
             time.sleep(min(0.2, max(0.0, tick + every - time.monotonic())))
     _to_stderr(f"[stream] {args.table}: stopped")
     return 0
+
+
+def _repair(lake, args: argparse.Namespace) -> dict[str, Any]:
+    """``repair``: what was done per table, as text and as ``{"tables": [...]}``."""
+    reports = []
+    for table in args.table or [None]:
+        reports += lake.repair(table, on_collision=args.on_collision)
+    documents = [r.to_dict() for r in reports]
+    for d in documents:
+        print(
+            f"{d['table']}: {d['rows_changed']} of {d['rows']} row(s) cut to their declared precision "
+            f"({d['keys_changed']} key(s), {d['rows_dropped']} dropped)"
+            + "".join(f"\n  note: {n}" for n in d["notes"])
+        )
+    return {"tables": documents}
 
 
 def _maintain(lake, args: argparse.Namespace) -> dict[str, Any]:
@@ -613,9 +655,15 @@ def _apply(lake, args: argparse.Namespace) -> dict[str, Any]:
                 fmt=args.fmt,
                 target_columns=_target_columns(args),
                 writer=args.writer,
+                merge_mode=args.merge_mode,
             )
         ]
     else:
+        if args.merge_mode not in (None, "default"):
+            raise ChangelakeError(
+                "apply --merge-mode applies to one batch: give --file (a landed batch names its merge mode "
+                "in <batch_id>.manifest.json)"
+            )
         results = lake.apply_pending(args.table, up_to=args.up_to, from_batch=args.from_batch)
     return _report_applied([dataclasses.asdict(r) for r in results], args)
 
@@ -648,6 +696,7 @@ def _apply_on_endpoint(args: argparse.Namespace) -> list[dict[str, Any]] | None:
         "writer": args.writer,
         "fmt": args.fmt,
         "target_columns": _target_columns(args),
+        "merge_mode": args.merge_mode,
         "up_to": args.up_to,
         "from_batch": args.from_batch,
     }
@@ -690,7 +739,7 @@ def _sql(args: argparse.Namespace) -> dict[str, Any]:
         from changelake.api import ChangeLake
 
         lake = ChangeLake(home=args.home, tables_dir=args.tables, spark_master=args.master)
-        results = [r.to_dict() for r in lake.sql(text, args.idempotency_key, args.batch_id)]
+        results = [r.to_dict() for r in lake.sql(text, args.idempotency_key, args.batch_id, args.merge_mode)]
     for r in results:
         print(describe(r), flush=True)
     return {"statements": results}
@@ -704,7 +753,12 @@ def _sql_on_endpoint(args: argparse.Namespace, text: str) -> list[dict[str, Any]
     settings = load_settings(home=args.home, tables_dir=args.tables)
     if not settings.spark_remote or len(text.encode()) > applyservice.MAX_STATEMENT_BYTES:
         return None
-    request = {"statement": text, "idempotency_key": args.idempotency_key, "batch_id": args.batch_id}
+    request = {
+        "statement": text,
+        "idempotency_key": args.idempotency_key,
+        "batch_id": args.batch_id,
+        "merge_mode": args.merge_mode,
+    }
     return _on_endpoint(settings, "sql", request)
 
 

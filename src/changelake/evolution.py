@@ -192,12 +192,23 @@ def _value(value: str | None) -> str:
     return "(unset)" if value is None else f"'{value}'"
 
 
-def stored_spec(stored_json: str, table: str) -> TableSpec:
-    """Parse the spec JSON stored with a table (validated like a spec file)."""
+def stored_spec(stored_json: str, table: str, file_spec: TableSpec | None = None) -> TableSpec:
+    """Parse the spec JSON stored with a table (validated like a spec file).
+
+    Before changelake kept a TIME column's precision it stored every TIME(p) as a bare ``TIME``: such a stored
+    column takes the precision ``file_spec`` declares for it (otherwise TIME is TIME(0), as in Flink)."""
     try:
         data = json.loads(stored_json)
     except json.JSONDecodeError as e:
         raise ChangelakeError(f"Table {table}: its stored spec is not valid JSON ({e})") from None
+    if file_spec is not None and isinstance(data, dict) and isinstance(data.get("columns"), list):
+        declared = {c.name: c.type for c in file_spec.columns}
+        for column in data["columns"]:
+            name = column.get("name") if isinstance(column, dict) else None
+            if isinstance(name, str) and str(column.get("type")).strip().upper() == "TIME":
+                wanted = declared.get(name)
+                if wanted is not None and wanted.name == "TIME":
+                    column["type"] = str(wanted)
     return TableSpec.from_dict(data, origin=f"the spec stored with table {table}")
 
 
@@ -216,7 +227,7 @@ def resolve(table: str, file_spec: TableSpec | None, stored_json: str | None) ->
     when there is no file. A file that differs in layout is not used for reads (:func:`plan` refuses it when
     the table is opened for writing)."""
     if stored_json:
-        return with_sections(stored_spec(stored_json, table), file_spec)
+        return with_sections(stored_spec(stored_json, table, file_spec), file_spec)
     if file_spec is None:
         raise unknown_table(table, "not in the catalog and no spec file")
     return file_spec
@@ -227,7 +238,7 @@ def difference_note(table: str, file_spec: TableSpec | None, stored_json: str | 
     else None."""
     if file_spec is None or not stored_json:
         return None
-    stored = stored_spec(stored_json, table)
+    stored = stored_spec(stored_json, table, file_spec)
     try:
         pending = plan(stored, file_spec)
     except SpecError as e:

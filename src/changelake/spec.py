@@ -25,7 +25,7 @@ from typing import Any
 import yaml
 
 from changelake.aggregate_signatures import AGGREGATE_SIGNATURES, DEFAULT_FUNCTION, retract_refused
-from changelake.errors import SpecError, java_list, short_repr
+from changelake.errors import SpecError, WriteRefusedError, java_list, short_repr
 from changelake.identifiers import check_column_name, check_table_name, derived_names, split_table_name
 from changelake.source_options import SourceOptions, parse_source
 from changelake.types import INT_RANGES, NANOS_SUFFIX, DataType, parse_type
@@ -33,6 +33,22 @@ from changelake.types import INT_RANGES, NANOS_SUFFIX, DataType, parse_type
 DELETE_BEHAVIORS = ("allow", "ignore", "disable")
 CHANGELOG_IMAGES = ("full", "wal")
 MERGE_ENGINES = ("first_row", "versioned", "aggregation")
+#: Fluss's ``MergeMode``: how a write meets the table's merge engine (docs/semantics.md §4.5). ``default``
+#: merges through it; ``overwrite`` bypasses it and replaces rows as given (engine/merge.py OverwriteMerger).
+MERGE_MODES = ("default", "overwrite")
+
+
+def merge_mode_of(value: str | None) -> str | None:
+    """A merge mode as given by a user (any case): None for the default mode, ``"overwrite"``; refused otherwise."""
+    if value is None:
+        return None
+    mode = str(value).strip().lower()
+    if mode not in MERGE_MODES:
+        raise WriteRefusedError(
+            f"Unknown merge mode {short_repr(value)}; expected one of {java_list(m.upper() for m in MERGE_MODES)}."
+        )
+    return None if mode == "default" else mode
+
 
 # Options accepted for Fluss compatibility that do not change changelake's behaviour.
 _PASSTHROUGH_OPTIONS = {
@@ -66,7 +82,6 @@ _FLUSS_TABLE_OPTIONS: dict[str, tuple[str, ...] | str] = {
     "table.auto-partition.time-zone": "string",
     "table.auto-partition.num-precreate": "int",
     "table.auto-partition.num-retention": "int",
-    "table.statistics.columns": "string",
 }
 #: Merge-on-read or copy-on-write (Iceberg's ``write.*.mode`` values).
 WRITE_MODES = ("merge-on-read", "copy-on-write")
@@ -113,6 +128,7 @@ _KNOWN_OPTIONS = {
     "table.merge-engine",
     "sink.ignore-delete",
     "table.agg.retract",
+    "ignore-update-before",  # Paimon's: -U records are dropped, never retracted (docs/semantics.md §13)
     *_PASSTHROUGH_OPTIONS,
     *_FLUSS_TABLE_OPTIONS,
     *_STORAGE_OPTIONS,
@@ -230,17 +246,23 @@ class TableSpec:
         return self.options.get(f"fields.{column}.ignore-retract") == "true"
 
     @property
+    def ignore_update_before(self) -> bool:
+        """Paimon's ``ignore-update-before``: ``-U`` records are dropped before the table (``RowKindFilter``)."""
+        return self.options.get("ignore-update-before") == "true"
+
+    @property
     def retracts_update_before(self) -> bool:
         """Whether ``-U`` records retract (else they are dropped): a retraction table, unless
-        ``sink.ignore-delete`` drops them before the table, as a Flink sink does."""
-        return self.agg_retract and not self.ignore_delete
+        ``sink.ignore-delete`` (Paimon's ``ignore-delete``) or Paimon's ``ignore-update-before`` drops them before
+        the table, as a Flink sink and Paimon's ``RowKindFilter`` do."""
+        return self.agg_retract and not self.ignore_delete and not self.ignore_update_before
 
     @property
     def retracts_delete(self) -> bool:
         """Whether ``-D`` records retract: a retraction table with no explicit ``table.delete.behavior`` (an
         explicit one keeps its meaning: ``allow`` -- remove-record-on-delete -- removes the row, ``ignore`` drops
         the delete, ``disable`` refuses it) and no ``sink.ignore-delete``."""
-        return self.retracts_update_before and "table.delete.behavior" not in self.options
+        return self.agg_retract and not self.ignore_delete and "table.delete.behavior" not in self.options
 
     @property
     def changelog_image(self) -> str:
@@ -552,6 +574,20 @@ def _key_list(data: dict[str, Any], key: str) -> tuple[str, ...]:
 _DIGITS = re.compile(r"[0-9]{1,10}")
 
 
+def _refuse_log_table(data: dict[str, Any]) -> None:
+    """A spec without a primary key is a Fluss log table, which changelake does not keep. What Fluss 0.9.1 refuses
+    such a table for comes first, in Fluss's order and words: an auto-increment column (``Schema``'s check), a
+    merge engine and a delete behaviour (``TableDescriptorValidation.checkMergeEngine``/``checkDeleteBehavior``)."""
+    options = _normalize_options(data.get("options") or {})
+    if options.get("auto-increment.fields"):
+        raise SpecError("Auto increment column can only be used in primary-key table.")
+    if "table.merge-engine" in options:
+        raise SpecError("Merge engine is only supported in primary key table.")
+    if "table.delete.behavior" in options:
+        raise SpecError("The 'table.delete.behavior' configuration is only supported for primary key tables.")
+    raise SpecError("a changelake table needs a primary_key (log tables are not supported)")
+
+
 def _normalize_options(raw: Any) -> dict[str, str]:
     """Lower-case enum values, map the seed documents' option names to Fluss's (docs/semantics.md §13)."""
     if not isinstance(raw, dict):
@@ -595,9 +631,36 @@ def _normalize_options(raw: Any) -> dict[str, str]:
                 raise SpecError(f"Option '{key}' must be true or false, got '{value}'")
             if value.lower() == "true" or not retract:
                 put("table.delete.behavior", "allow" if value.lower() == "true" else "disable", key)
+            if value.lower() == "true":
+                _refuse_ignore_retract_with(key, opts)
         else:
             put(key, value)
     return out
+
+
+def _check_key_functions(options: dict[str, str], primary_key: tuple[str, ...]) -> None:
+    """Fluss's ``Schema`` refuses an aggregate function on a primary-key column whatever the merge engine, as the
+    schema is built: before any table option is validated."""
+    for key in options:
+        column = (
+            key[len("fields.") : -len(".agg")] if key.startswith("fields.") and key.endswith(".agg") else None
+        )
+        if column in primary_key:
+            raise SpecError(
+                f"Cannot set aggregation function for primary key column '{column}'. Primary key columns "
+                "automatically use 'primary-key' aggregation."
+            )
+
+
+def _refuse_ignore_retract_with(remove_record_on_delete: str, opts: dict[str, str]) -> None:
+    """Paimon's ``FieldAggregatorFactory`` refuses remove-record-on-delete together with a column's
+    ``ignore-retract`` (changelake takes both of its names for the first, docs/semantics.md §13)."""
+    for key, value in opts.items():
+        if key.startswith("fields.") and key.endswith(".ignore-retract") and value.lower() == "true":
+            raise SpecError(
+                f"{remove_record_on_delete} and {key} have conflicting behavior so should not be enabled at the "
+                "same time."
+            )
 
 
 def _build(data: dict[str, Any]) -> TableSpec:
@@ -635,7 +698,7 @@ def _build(data: dict[str, Any]) -> TableSpec:
 
     primary_key = _key_list(data, "primary_key")
     if not primary_key:
-        raise SpecError("a changelake table needs a primary_key (log tables are not supported)")
+        _refuse_log_table(data)
     for k in primary_key:
         if k not in names:
             raise SpecError(f"Primary key column '{k}' does not exist in the schema {names}")
@@ -663,6 +726,7 @@ def _build(data: dict[str, Any]) -> TableSpec:
         )
 
     options = _normalize_options(data.get("options") or {})
+    _check_key_functions(options, primary_key)
     bucket_key = _key_list(data, "bucket_key")
     if "bucket.key" in options:
         from_option = tuple(k.strip() for k in options.pop("bucket.key").split(",") if k.strip())
@@ -754,6 +818,7 @@ def _validate_options(
         ("table.changelog.image", CHANGELOG_IMAGES),
         ("sink.ignore-delete", ("true", "false")),
         ("table.agg.retract", ("true", "false")),
+        ("ignore-update-before", ("true", "false")),
         ("table.merge-engine", MERGE_ENGINES),
     )
     for key, choices in enums:
@@ -919,11 +984,6 @@ def _validate_fluss_table_options(options: dict[str, str], partition_keys: tuple
             "Option 'table.auto-partition.enabled' = true is not supported by changelake: a partition is created "
             "when its first row is written and is never expired by time (set it to false or remove it)."
         )
-    if "table.statistics.columns" in options:
-        raise SpecError(
-            "Statistics columns are not supported for primary key tables. Please remove the "
-            "'table.statistics.columns' property."
-        )
 
 
 def _validate_auto_increment(
@@ -1068,15 +1128,10 @@ def _validate_engine(options: dict[str, str], columns: list[Column], primary_key
     for key in [k for k in options if k.startswith("fields.") and k.endswith(".agg")]:
         column = key[len("fields.") : -len(".agg")]
         fn = options[key].strip().lower().replace("-", "_")
+        if engine != "aggregation":
+            continue  # Fluss 0.9.1 keeps a function of a table without the aggregation engine, unused (§16)
         if column not in types:
             raise SpecError(f"Option '{key}': column '{column}' does not exist in the schema {list(types)}")
-        if engine != "aggregation":
-            raise SpecError(
-                "Aggregation function is only supported for aggregation merge engine table, but column "
-                f"'{column}' has aggregation function '{fn}'."
-            )
-        if column in primary_key:
-            raise SpecError(f"Cannot set aggregation function for primary key column '{column}'.")
         if not fn:
             raise SpecError(f"Empty aggregation function name for column '{column}'")
         function = AGGREGATE_SIGNATURES.get(fn)
@@ -1095,6 +1150,8 @@ def _validate_engine(options: dict[str, str], columns: list[Column], primary_key
         functions[column] = fn
     _validate_retract(options, types, primary_key, functions)
     for key in [k for k in options if k.startswith("fields.") and not k.endswith((".agg", _IGNORE_RETRACT))]:
+        if engine != "aggregation":
+            continue  # unused, as its function (§16)
         parts = key.split(".")
         if len(parts) != 4 or parts[1] not in types:
             raise SpecError(

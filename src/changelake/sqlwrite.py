@@ -26,13 +26,16 @@ This module plans only; it reads rows through the callables it is given and neve
 from __future__ import annotations
 
 import base64
+import dataclasses
 import decimal
 import functools
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from changelake import sqltypes
 from changelake.errors import ChangelakeError, WriteRefusedError, java_list
 from changelake.identifiers import check_name
 
@@ -59,6 +62,9 @@ class WritePlan:
     target_columns: list[str] | None = None  # a partial update's columns
     note: str | None = None  # why there is nothing to write
     reads_target: bool = False  # planned on the table's rows (UPDATE, DELETE, INSERT … SELECT from itself)
+    merge_mode: str | None = (
+        None  # "overwrite": the statement bypasses the merge engine (docs/semantics.md §4.5)
+    )
 
 
 @dataclass
@@ -108,12 +114,51 @@ def dialect() -> Any:
     (``INSERT INTO t (cols) VALUES``, ``UPDATE … SET``, ``DELETE FROM``, backtick-quoted identifiers), but a
     Flink string is single-quoted with ``''`` as its only escape (a backslash is itself, a double quote
     starts no string), where Spark also takes ``"…"`` and backslash escapes."""
+    from sqlglot import exp
+    from sqlglot import parser as base
     from sqlglot.dialects.spark import Spark
+    from sqlglot.generators.spark import SparkGenerator
+    from sqlglot.parsers.spark import SparkParser
+    from sqlglot.tokens import TokenType
 
     class FlinkWrites(Spark):
         class Tokenizer(Spark.Tokenizer):
             QUOTES = ["'"]
             STRING_ESCAPES = ["'"]
+            # Flink's TIMESTAMP has no time zone (Spark's has one); BYTES is VARBINARY of the largest length.
+            KEYWORDS = {**Spark.Tokenizer.KEYWORDS, "TIMESTAMP": TokenType.TIMESTAMP, "BYTES": TokenType.BLOB}
+
+        class Parser(SparkParser):
+            def _parse_types(
+                self, check_func=False, schema=False, allow_identifiers=True, with_collation=False
+            ):
+                # The generic parser: Spark's drops CHAR(n)/VARCHAR(n) lengths (Spark treats them as STRING).
+                return base.Parser._parse_types(
+                    self,
+                    check_func=check_func,
+                    schema=schema,
+                    allow_identifiers=allow_identifiers,
+                    with_collation=with_collation,
+                )
+
+        class Generator(SparkGenerator):
+            def datatype_sql(self, expression: exp.DataType) -> str:
+                # Flink's names with their precision or length (a statement's canonical text must tell
+                # TIMESTAMP(3) from TIMESTAMP(6) and TIME from TIMESTAMP).
+                flink = {
+                    exp.DType.TIMESTAMP: "TIMESTAMP",
+                    exp.DType.TIMESTAMPLTZ: "TIMESTAMP_LTZ",
+                    exp.DType.TIME: "TIME",
+                    exp.DType.CHAR: "CHAR",
+                    exp.DType.VARCHAR: "VARCHAR",
+                    exp.DType.BINARY: "BINARY",
+                    exp.DType.VARBINARY: "VARBINARY",
+                    exp.DType.BLOB: "BYTES",
+                }.get(expression.this)
+                if flink is None:
+                    return super().datatype_sql(expression)
+                params = ", ".join(self.sql(e) for e in expression.expressions or [])
+                return f"{flink}({params})" if params else flink
 
     return FlinkWrites
 
@@ -150,6 +195,55 @@ def statement_text(tree: exp.Expr) -> str:
     return tree.sql(dialect=dialect())
 
 
+#: The statement options ``/*+ OPTIONS('k'='v') */`` after the table name may set (Flink's dynamic table options).
+STATEMENT_OPTIONS = ("merge-mode",)
+_OPTIONS_HINT = re.compile(r"\s*\+?\s*OPTIONS\s*\((.*)\)\s*", re.IGNORECASE | re.DOTALL)
+_OPTION_PAIR = re.compile(r"\s*'((?:[^']|'')*)'\s*=\s*'((?:[^']|'')*)'\s*(?:,|$)")
+
+
+def statement_options(tree: exp.Expr) -> dict[str, str]:
+    """The options of a statement's ``/*+ OPTIONS('k'='v', ...) */`` hint after its table name (Flink's dynamic
+    table options); only :data:`STATEMENT_OPTIONS` are taken, in Flink's words for the rest."""
+    target = tree.this
+    nodes = [target, target.this] if _is_schema(target) else [target]
+    options: dict[str, str] = {}
+    for comment in [c for node in nodes for c in (node.comments or [])]:
+        match = _OPTIONS_HINT.fullmatch(comment)
+        if match is None:
+            continue
+        body, at = match.group(1), 0
+        while at < len(body.rstrip()):
+            pair = _OPTION_PAIR.match(body, at)
+            if pair is None:
+                raise WriteRefusedError(f"cannot read the statement option hint OPTIONS({body.strip()})")
+            key, value = (g.replace("''", "'") for g in pair.groups())
+            options[key] = value
+            at = pair.end()
+    unknown = sorted(set(options) - set(STATEMENT_OPTIONS))
+    if unknown:
+        raise WriteRefusedError(
+            "Unsupported options found for the statement.\n\nUnsupported options:\n\n"
+            + "\n".join(unknown)
+            + "\n\nSupported options:\n\n"
+            + "\n".join(STATEMENT_OPTIONS)
+        )
+    return options
+
+
+def statement_merge_mode(tree: exp.Expr, given: str | None = None) -> str | None:
+    """The merge mode a statement writes in: its ``'merge-mode'`` option, else ``given`` (the caller's, for every
+    statement); None for the default mode. Both, differing, are refused."""
+    from changelake.spec import merge_mode_of
+
+    stated = statement_options(tree).get("merge-mode")
+    mode, other = merge_mode_of(stated), merge_mode_of(given)
+    if stated is not None and given is not None and mode != other:
+        raise WriteRefusedError(
+            f"the statement's option 'merge-mode'='{stated}' contradicts the merge mode '{given}' it is run with"
+        )
+    return mode if stated is not None else other
+
+
 def target_table(tree: exp.Expr, known: Callable[[], list[str]]) -> str:
     """The ``namespace.table`` a statement writes to (``known`` lists the tables, for an unqualified name)."""
     return _table_name(tree.this if not _is_schema(tree.this) else tree.this.this, known)
@@ -163,19 +257,27 @@ def plan(
     read_rows: ReadRows,
     known: Callable[[], list[str]],
     spec_of: Callable[[str], TableSpec],
+    merge_mode: str | None = None,
 ) -> WritePlan:
     """The records ``tree`` (an INSERT, UPDATE or DELETE of ``spec``'s table) writes; a refusal raises
     WriteRefusedError with Fluss's words. ``lookup`` gives a key's stored row (UPDATE), ``read_rows`` a
-    table's current rows and ``spec_of`` its spec (INSERT … SELECT)."""
+    table's current rows and ``spec_of`` its spec (INSERT … SELECT). ``merge_mode`` (with the statement's own
+    option, :func:`statement_merge_mode`) is the mode it writes in: in the overwrite mode the merge engine is
+    bypassed, so the checks that exist because of an engine (row-level statements, partial inserts, a
+    ``disable`` delete behaviour) do not apply."""
     from sqlglot import exp
 
+    mode = statement_merge_mode(tree, merge_mode)
     if isinstance(tree, exp.Insert):
-        return _plan_insert(tree, spec, read_rows, known, spec_of)
-    if isinstance(tree, exp.Delete):
-        return _plan_delete(tree, spec, lookup)
-    if isinstance(tree, exp.Update):
-        return _plan_update(tree, spec, lookup)
-    raise WriteRefusedError(f"not an INSERT, UPDATE or DELETE: {_short(tree)}")
+        written = _plan_insert(tree, spec, read_rows, known, spec_of, mode)
+    elif isinstance(tree, exp.Delete):
+        written = _plan_delete(tree, spec, lookup, mode)
+    elif isinstance(tree, exp.Update):
+        written = _plan_update(tree, spec, lookup, mode)
+    else:
+        raise WriteRefusedError(f"not an INSERT, UPDATE or DELETE: {_short(tree)}")
+    written.merge_mode = mode
+    return written
 
 
 def _plan_insert(
@@ -184,6 +286,7 @@ def _plan_insert(
     read_rows: ReadRows,
     known: Callable[[], list[str]],
     spec_of: Callable[[str], TableSpec],
+    merge_mode: str | None = None,
 ) -> WritePlan:
     from sqlglot import exp
 
@@ -219,7 +322,7 @@ def _plan_insert(
     writes = listed if listed is not None else [c for c in columns if c not in static]
     partial = listed is not None and len(listed) + len(static) != len(columns)
     if partial:
-        _check_partial_insert(spec, [*writes, *static])
+        _check_partial_insert(spec, [*writes, *static], merge_mode)
     source = tree.expression
     if isinstance(source, exp.Values):
         rows = [_tuple_values(row) for row in source.expressions]
@@ -231,13 +334,17 @@ def _plan_insert(
         raise WriteRefusedError(
             f"{name}: expected VALUES or a query as the rows to write; got {_short(source)}"
         )
-    records = []
-    for number, row in enumerate(rows, start=1):
+    for row in rows:
         if len(row) != len(writes):
             raise _arity_error(name, len(row), writes)
+    typed = [[_literal(node, f"row {number}") for node in row] for number, row in enumerate(rows, start=1)]
+    if typed:
+        _check_sink_types(spec, writes, _row_types(typed))
+    records = []
+    for number, row_values in enumerate(typed, start=1):
         data = {
-            column: _typed(node, spec, column, f"row {number}")
-            for column, node in zip(writes, row, strict=True)
+            column: _written(value, spec, column, f"row {number}")
+            for column, value in zip(writes, row_values, strict=True)
         }
         data.update(static)
         _check_not_null(spec, data, number)
@@ -276,7 +383,14 @@ def _static_partition(target: exp.Table, spec: TableSpec) -> dict[str, Any]:
             and spec.column(column).type.name in ("STRING", "CHAR")
         ):
             value = exp.Literal.string(str(value.this))
-        static[column] = _typed(value, spec, column, "PARTITION")
+        # A partition spec's value is converted to the column's type (Flink reads partition values as text).
+        literal = _literal(value, "PARTITION")
+        column_type = sqltypes.of_column(spec.column(column).type)
+        try:
+            converted = sqltypes.cast(literal, column_type, explicit=True)
+        except WriteRefusedError as e:
+            raise WriteRefusedError(f"PARTITION ({column} = {_short(value)}): {e}") from None
+        static[column] = _written(converted, spec, column, "PARTITION")
     return static
 
 
@@ -326,12 +440,16 @@ def _plan_insert_select(
             outputs.append(("literal", node))
     if len(outputs) != len(writes):
         raise _arity_error(name, len(outputs), writes)
-    # Literals are typed (and refused) before any row is read.
-    literals = {
-        i: _typed(node, spec, writes[i], "the SELECT list")
-        for i, (what, node) in enumerate(outputs)
-        if what == "literal"
+    # Literals are typed, and every output checked against its column, before any row is read.
+    typed = {
+        i: _literal(node, "the SELECT list") for i, (what, node) in enumerate(outputs) if what == "literal"
     }
+    types = [
+        typed[i].type if what == "literal" else sqltypes.of_column(source_spec.column(item).type)
+        for i, (what, item) in enumerate(outputs)
+    ]
+    _check_sink_types(spec, writes, types)
+    literals = {i: _written(v, spec, writes[i], "the SELECT list") for i, v in typed.items()}
     rows = read_rows(source_spec)
     where = select.args.get("where")
     if where is not None:
@@ -347,7 +465,13 @@ def _plan_insert_select(
             if what == "literal":
                 data[column] = literals[i]
             else:
-                data[column] = _stored_as_json(spec, column, values[item][number], f"source row {number + 1}")
+                source = source_spec.column(item).type
+                stored = source.decode_json(
+                    _stored_as_json(source_spec, item, values[item][number], "source row")
+                )
+                data[column] = _written(
+                    sqltypes.of_stored(source, stored), spec, column, f"source row {number + 1}"
+                )
         data.update(static)
         _check_not_null(spec, data, number + 1)
         records.append({"op": "+I", "data": data})
@@ -356,25 +480,27 @@ def _plan_insert_select(
     return WritePlan("insert", name, records, target, note, reads_target=source_spec.full_name == name)
 
 
-def _plan_delete(tree: exp.Delete, spec: TableSpec, lookup: Lookup) -> WritePlan:
+def _plan_delete(
+    tree: exp.Delete, spec: TableSpec, lookup: Lookup, merge_mode: str | None = None
+) -> WritePlan:
     name = spec.full_name
-    _check_row_level(spec)
-    if spec.options.get("table.delete.behavior") == "disable":
-        raise WriteRefusedError(
-            f"Table {name} has delete behavior set to 'disable' which does not support DELETE statements."
-        )
+    _check_row_level(spec, merge_mode)
     _only_args(tree, "DELETE", {"this", "where"})
     key = _key_condition(tree, spec, "DELETE")
+    if NO_MATCH in key.values():
+        return WritePlan("delete", name, note=f"no row of {name} can have the key the WHERE names")
     if lookup(spec, key) is None:  # as an UPDATE of a missing key: nothing to write, and said so
         return WritePlan("delete", name, note=f"no row of {name} has the key {key}", reads_target=True)
     return WritePlan("delete", name, [{"op": "-D", "data": key}], reads_target=True)
 
 
-def _plan_update(tree: exp.Update, spec: TableSpec, lookup: Lookup) -> WritePlan:
+def _plan_update(
+    tree: exp.Update, spec: TableSpec, lookup: Lookup, merge_mode: str | None = None
+) -> WritePlan:
     from sqlglot import exp
 
     name = spec.full_name
-    _check_row_level(spec)
+    _check_row_level(spec, merge_mode)
     _only_args(tree, "UPDATE", {"this", "expressions", "where"})
     qualifiers = _qualifiers(tree.this, spec)
     assignments: dict[str, Any] = {}
@@ -393,8 +519,12 @@ def _plan_update(tree: exp.Update, spec: TableSpec, lookup: Lookup) -> WritePlan
             f"Updates to primary keys are not supported, primaryKeys ({java_list(spec.primary_key)}), "
             f"updatedColumns ({java_list(updated)})"
         )
-    values = {c: _typed(node, spec, c, "SET") for c, node in assignments.items()}
+    typed = {c: _literal(node, "SET") for c, node in assignments.items()}
+    _check_sink_types(spec, list(typed), [v.type for v in typed.values()])
+    values = {c: _written(v, spec, c, "SET") for c, v in typed.items()}
     key = _key_condition(tree, spec, "UPDATE")
+    if NO_MATCH in key.values():
+        return WritePlan("update", name, note=f"no row of {name} can have the key the WHERE names")
     stored = lookup(spec, key)
     if stored is None:
         return WritePlan("update", name, note=f"no row of {name} has the key {key}", reads_target=True)
@@ -409,18 +539,28 @@ def _engine_name(spec: TableSpec) -> str:
     return str(spec.merge_engine).upper()
 
 
-def _check_row_level(spec: TableSpec) -> None:
-    """``FlinkTableSink.validateUpdatable``: DELETE and UPDATE only on tables without a merge engine."""
+def _check_row_level(spec: TableSpec, merge_mode: str | None = None) -> None:
+    """``FlinkTableSink.validateUpdatableAndDeletable`` (Fluss 0.9.1), for DELETE and UPDATE alike: only on tables
+    without a merge engine, and not on a ``table.delete.behavior: disable`` table (0.9.1 refuses UPDATE there
+    too, in the words it uses for DELETE). An overwrite statement bypasses the engine and takes deletes."""
+    if merge_mode is not None:
+        return
     if spec.merge_engine is not None:
         raise WriteRefusedError(
             f"Table {spec.full_name} uses the '{_engine_name(spec)}' merge engine which does not support DELETE "
             "or UPDATE statements."
         )
+    if spec.options.get("table.delete.behavior") == "disable":
+        raise WriteRefusedError(
+            f"Table {spec.full_name} has delete behavior set to 'disable' which does not support DELETE "
+            "statements."
+        )
 
 
-def _check_partial_insert(spec: TableSpec, listed: list[str]) -> None:
-    """``FlinkTableSink.getSinkRuntimeProvider``'s checks of an INSERT with fewer columns than the table."""
-    if spec.merge_engine is not None and spec.merge_engine != "aggregation":
+def _check_partial_insert(spec: TableSpec, listed: list[str], merge_mode: str | None = None) -> None:
+    """``FlinkTableSink.getSinkRuntimeProvider``'s checks of an INSERT with fewer columns than the table (an
+    overwrite statement bypasses the engine: any engine takes it)."""
+    if spec.merge_engine is not None and spec.merge_engine != "aggregation" and merge_mode is None:
         raise WriteRefusedError(
             f"Table {spec.full_name} uses the '{_engine_name(spec)}' merge engine which does not support "
             "partial updates. Please make sure the number of specified columns in INSERT INTO matches columns "
@@ -471,10 +611,34 @@ def _key_condition(tree: exp.Expr, spec: TableSpec, kind: str) -> dict[str, Any]
         name = _column(column, spec, qualifiers)
         if name not in spec.primary_key or name in key:
             raise refused
-        key[name] = _typed(value, spec, name, "WHERE")
+        key[name] = _compared(value, spec, name, "WHERE")
         if key[name] is None:
             raise refused  # `pk = NULL` is never true: Flink does not push it down either
     return {c: key[c] for c in spec.primary_key}
+
+
+#: A WHERE literal that no value of its column equals (its column's type cannot hold it exactly).
+NO_MATCH = object()
+
+
+def _compared(node: Any, spec: TableSpec, column: str, where: str) -> Any:
+    """A literal compared with ``column``: Flink compares values of types one of which casts implicitly to the
+    other (else Calcite's refusal); the literal as a value of the column's type, or :data:`NO_MATCH` when that
+    type cannot hold it exactly (``k = 1.5`` on an INT key, ``ts = TIMESTAMP '… .1239'`` on a TIMESTAMP(3) key:
+    no stored value equals it)."""
+    value = _literal(node, where)
+    c = spec.column(column)
+    target = sqltypes.of_column(c.type)
+    if not sqltypes.comparable(value.type, target):
+        raise WriteRefusedError(
+            f"{where}: Cannot apply '=' to arguments of type '<{target.root}> = <{value.type}>' (column '{column}')"
+        )
+    if value.value is None:
+        return None
+    exact = sqltypes.cast(value, target, explicit=True)
+    if exact.value is None or sqltypes.cast(exact, value.type, explicit=True).value != value.value:
+        return NO_MATCH
+    return _written(exact, spec, column, where)
 
 
 def _check_not_null(spec: TableSpec, data: dict[str, Any], number: int) -> None:
@@ -613,105 +777,95 @@ def _plain_select(select: exp.Select) -> bool:
     )
 
 
-def _typed(node: Any, spec: TableSpec, column: str, where: str) -> Any:
-    """The JSON value (as the changelog-json reader takes it) a literal writes to ``column``; refused unless
-    it is a literal of the column's type (Flink does not cast a string into a number column, nor back)."""
-    from sqlglot import exp
-
-    c = spec.column(column)
-    n = c.type.name
-    original = node
-    if isinstance(node, exp.Cast | exp.TryCast):  # DATE '…', TIMESTAMP '…', CAST(literal AS type)
-        node = node.this
-    negative = False
-    if isinstance(node, exp.Neg):
-        negative, node = True, node.this
-    value: Any
-    if isinstance(node, exp.Null):
-        value = None
-    elif isinstance(node, exp.Boolean) and not negative:
-        value = bool(node.this)
-    elif isinstance(node, exp.Literal) and not node.is_string:
-        text = ("-" if negative else "") + str(node.this)
-        value = _number(text, c.type.name, column, where, original)
-    elif isinstance(node, exp.Literal) and not negative:
-        value = str(node.this)
-        if n not in (
-            "CHAR",
-            "STRING",
-            "DATE",
-            "TIME",
-            "TIMESTAMP",
-            "TIMESTAMP_LTZ",
-            "DECIMAL",
-            "FLOAT",
-            "DOUBLE",
-        ):
-            raise _type_error(column, c.type, original, where)
-        if n in ("DECIMAL", "FLOAT", "DOUBLE") and not isinstance(original, exp.Cast | exp.TryCast):
-            raise _type_error(
-                column, c.type, original, where
-            )  # '1.5' into a number column: not without a CAST
-        if n in ("FLOAT", "DOUBLE") and value not in _special_floats():
-            value = _number(value, n, column, where, original)
-    elif isinstance(node, exp.HexString) and not negative:
-        if n not in ("BINARY", "BYTES"):
-            raise _type_error(column, c.type, original, where)
-        try:
-            value = base64.b64encode(bytes.fromhex(str(node.this))).decode()
-        except ValueError:
-            raise WriteRefusedError(f"{where}: {_short(original)} is not a hex literal") from None
-    else:
-        raise WriteRefusedError(
-            f"{where}: the value for column '{column}' must be a literal (a number, 'text', TRUE/FALSE, NULL, "
-            f"X'hex', DATE/TIME/TIMESTAMP '...'); got {_short(original)}"
-        )
-    if value is not None:
-        if isinstance(value, bool) != (n == "BOOLEAN"):
-            raise _type_error(column, c.type, original, where)
-        try:
-            c.type.decode_json(value)
-        except (ValueError, ArithmeticError) as e:
-            raise WriteRefusedError(
-                f"{where}: {_short(original)} for column '{column}' ({c.type}): {e}"
-            ) from None
-    return value
-
-
-def _special_floats() -> dict[str, float]:
-    from changelake.types import SPECIAL_FLOATS
-
-    return SPECIAL_FLOATS
-
-
-def _number(text: str, type_name: str, column: str, where: str, node: Any) -> Any:
-    """A number literal as the JSON value of a column: int (integer types), the exact text (DECIMAL), float."""
+def _literal(node: Any, where: str) -> sqltypes.Value:
+    """A literal's Flink type and value (:func:`changelake.sqltypes.literal`); refused naming ``where``."""
     try:
-        number = decimal.Decimal(text)
-    except decimal.InvalidOperation:
-        raise WriteRefusedError(f"{where}: {text!r} is not a number (column '{column}')") from None
-    if type_name in ("TINYINT", "SMALLINT", "INT", "BIGINT"):
-        if not number.is_finite() or number != number.to_integral_value() or abs(number.adjusted()) > 40:
+        return sqltypes.literal(node)
+    except WriteRefusedError as e:
+        if str(e).startswith("not a literal"):
             raise WriteRefusedError(
-                f"{where}: {_short(node)} is not an integer for column '{column}' ({type_name})"
-            )
-        return int(number)
-    if type_name == "DECIMAL":
-        return text
-    if type_name in ("FLOAT", "DOUBLE"):
-        value = float(number)
-        if math.isinf(value):
-            raise WriteRefusedError(
-                f"{where}: {_short(node)} is out of range for column '{column}' ({type_name})"
-            )
-        return value
-    raise _type_error(column, type_name, node, where)
+                f"{where}: a value must be a literal (a number, 'text', TRUE/FALSE, NULL, X'hex', "
+                f"DATE/TIME/TIMESTAMP '...', CAST(literal AS type)); got {_short(node)}"
+            ) from None
+        raise WriteRefusedError(f"{where}: {e}") from None
 
 
-def _type_error(column: str, dtype: Any, node: Any, where: str) -> WriteRefusedError:
-    return WriteRefusedError(
-        f"{where}: {_short(node)} cannot be written to column '{column}' of type {dtype} (no implicit cast)"
-    )
+def _written(value: sqltypes.Value, spec: TableSpec, column: str, where: str) -> Any:
+    """The JSON value (as the changelog-json reader takes it) a typed value writes to ``column``, after Flink's
+    implicit cast to the column's type (the caller checked that Flink allows it); the column's own rules
+    (ranges, CHAR length) apply as to any input."""
+    c = spec.column(column)
+    cast = sqltypes.cast(value, sqltypes.of_column(c.type), explicit=False)
+    data = sqltypes.json_value(cast, c.type)
+    if data is not None:
+        try:
+            c.type.decode_json(data)
+        except (ValueError, ArithmeticError) as e:
+            raise WriteRefusedError(f"{where}: {data!r} for column '{column}' ({c.type}): {e}") from None
+    return data
+
+
+def _typed(node: Any, spec: TableSpec, column: str, where: str) -> Any:
+    """The JSON value a literal writes to ``column`` by Flink's typing and implicit cast, refused in Flink's
+    words where the literal's type does not cast implicitly to the column's (one value: its own schema)."""
+    value = _literal(node, where)
+    _check_sink_types(spec, [column], [value.type])
+    return _written(value, spec, column, where)
+
+
+def _check_sink_types(spec: TableSpec, columns: list[str], types: list[sqltypes.SqlType]) -> None:
+    """Flink's ``DynamicSinkUtils.validateSchemaAndApplyImplicitCast``: every value's type must cast implicitly
+    to its column's, else the statement is refused with Flink's message (the query schema in the written
+    columns' order, the sink schema of those columns)."""
+    sink = [sqltypes.of_column(spec.column(c).type) for c in columns]
+    for i, (column, source, target) in enumerate(zip(columns, types, sink, strict=True)):
+        if not sqltypes.supports_cast(source, target, explicit=False):
+            query_schema = ", ".join(f"EXPR${j}: {t}" for j, t in enumerate(types))
+            sink_schema = ", ".join(f"{c}: {t}" for c, t in zip(columns, sink, strict=True))
+            raise WriteRefusedError(
+                f"Column types of query result and sink for '{spec.full_name}' do not match.\n"
+                f"Cause: Incompatible types for sink column '{column}' at position {i}.\n\n"
+                f"Query schema: [{query_schema}]\n"
+                f"Sink schema:  [{sink_schema}]"
+            )
+
+
+def _row_types(rows: list[list[sqltypes.Value]]) -> list[sqltypes.SqlType]:
+    """The type of each column of a VALUES list: the one type every row's value casts to implicitly (Calcite's
+    least restrictive type: INT and BIGINT give BIGINT, CHAR(1) and CHAR(3) CHAR(3), NULL takes the other's);
+    values of no common type are refused as Calcite refuses them."""
+    out = []
+    for column in zip(*[[v.type for v in row] for row in rows], strict=True):
+        known = [t for t in column if t.root != "NULL"]
+        if not known:
+            out.append(sqltypes.NULL_TYPE)
+            continue
+        widest = known[0]
+        for t in known[1:]:
+            if sqltypes.supports_cast(widest, t, explicit=False) and not sqltypes.supports_cast(
+                t, widest, explicit=False
+            ):
+                widest = t
+            elif t.root == widest.root:
+                widest = _wider(widest, t)
+            elif not sqltypes.supports_cast(t, widest, explicit=False):
+                raise WriteRefusedError(
+                    f"Values passed to VALUES operator must have compatible types ({widest} and {t})"
+                )
+        nullable = len(known) < len(column) or any(t.nullable for t in known)
+        out.append(dataclasses.replace(widest, nullable=nullable))
+    return out
+
+
+def _wider(a: sqltypes.SqlType, b: sqltypes.SqlType) -> sqltypes.SqlType:
+    """Two types of one root: the larger precision (length); for DECIMAL the digits of both sides."""
+    if a.root == "DECIMAL":
+        scale = max(a.scale or 0, b.scale or 0)
+        whole = max((a.precision or 0) - (a.scale or 0), (b.precision or 0) - (b.scale or 0))
+        return dataclasses.replace(a, precision=min(38, whole + scale), scale=scale)
+    if a.precision is None or b.precision is None:
+        return a
+    return a if a.precision >= b.precision else b
 
 
 def _stored_as_json(spec: TableSpec, column: str, value: Any, where: str) -> Any:
@@ -806,7 +960,12 @@ def _scalar(node: Any, spec: TableSpec, column: str) -> pa.Scalar:
     """A literal typed by ``column`` (its stored value) as an Arrow scalar of the read's column type."""
     import pyarrow as pa
 
-    value = _typed(node, spec, column, "WHERE")
+    value = _compared(node, spec, column, "WHERE")
+    if value is NO_MATCH:
+        raise WriteRefusedError(
+            f"WHERE: {_short(node)} is not a value of column '{column}' ({spec.column(column).type}); compare "
+            "it with a literal of the column's type"
+        )
     stored = spec.column(column).type.decode_json(value)
     view_type = spec.column(column).type.view_arrow_type()
     return pa.scalar(stored, view_type)

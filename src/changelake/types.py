@@ -7,9 +7,9 @@ spec type           Iceberg / Spark       note
 ==================  ====================  ==================================================================
 TINYINT, SMALLINT   int                   Iceberg has no 8/16-bit ints; values are range-checked on input
 CHAR(n), STRING     string                CHAR values longer than n are refused
-TIME                string                ``HH:MM:SS.ffffff`` (fixed width, so it sorts); Spark 4.1 cannot
-                                          write TIME to Parquet
-TIMESTAMP(0..6)     timestamp             microseconds (digits beyond the sixth are dropped)
+TIME(p)             string                ``HH:MM:SS.ffffff`` (fixed width, so it sorts; at most three
+                                          digits are not zero); Spark 4.1 cannot write TIME to Parquet
+TIMESTAMP(0..6)     timestamp             microseconds
 TIMESTAMP_LTZ(0..6) timestamptz           an instant, kept in UTC, microseconds
 TIMESTAMP(7..9)     long                  exact: nanoseconds since 1970-01-01 00:00:00 (see below)
 TIMESTAMP_LTZ(7..9) long                  exact: nanoseconds since 1970-01-01 00:00:00 UTC
@@ -22,9 +22,15 @@ the value is a 64-bit count of nanoseconds (Iceberg ``long``, the field's doc sa
 spec). It covers 1677-09-21 00:12:43.145224192 to 2262-04-11 23:47:16.854775807; values outside are refused.
 Python storage values are ints; reads without Spark return Arrow ``timestamp[ns]`` (``pandas.Timestamp``
 values); Spark views show the TIMESTAMP floored to microseconds plus ``<column>__nanos`` (the exact long, see
-:meth:`DataType.view_spark_columns`). A value with more fraction digits than p (up to 9) is kept whole, as Fluss
-stores the nanos it is given whatever the precision; more than 9 digits are refused (Flink's timestamp formats
-parse at most 9).
+:meth:`DataType.view_spark_columns`). More than 9 fraction digits are refused (Flink's timestamp formats parse
+at most 9).
+
+Declared precision (docs/semantics.md §15): every value is cut to its column's precision where it enters, on
+every input path, as Flink's cast to the column's type cuts it: TIMESTAMP(p)/TIMESTAMP_LTZ(p) by
+:func:`truncate_nanos` (Flink's ``DateTimeUtils.truncate``), TIME(p) to ``min(p, 3)`` digits
+(:func:`truncate_time_micros`: Flink and Fluss hold a TIME in milliseconds), DECIMAL(p,s) rounded HALF_UP to the
+scale (Fluss's ``Decimal.fromBigDecimal``). Keys, versions, aggregates, lookups and the changelog then only ever
+see cut values.
 
 Decoding (one set of rules for every input path: :meth:`DataType.decode_json` for JSON values,
 :meth:`DataType.from_arrow` for Parquet columns, which decodes strings with ``decode_json`` and checks the
@@ -74,7 +80,6 @@ _SIMPLE = {
     "STRING",
     "BYTES",
     "DATE",
-    "TIME",
 }
 # Storage of each spec type (see the module docstring); DECIMAL keeps its precision and scale.
 _STORAGE_KIND = {
@@ -341,47 +346,55 @@ class DataType:
         n = self.name
         if not isinstance(value, str):
             raise ValueError(f"expected an ISO-8601 string for {self}, got {short_repr(value)}")
-        # Python's datetime holds microseconds: for precision 7..9 the fraction is read apart, exactly.
-        text, fraction = _split_fraction(value, self) if self.is_nanos else (value, None)
-        try:
-            if n == "DATE":
-                return dt.date.fromisoformat(value)
-            if n == "TIME":
+        if n in ("DATE", "TIME"):
+            try:
+                if n == "DATE":
+                    return dt.date.fromisoformat(value)
                 t = dt.time.fromisoformat(value)
-                if t.tzinfo is not None:
-                    raise ValueError(f"{short_repr(value)} has a time zone; TIME is zone-less")
-                return format_time(t)
+            except ValueError:
+                raise ValueError(f"{short_repr(value)} is not an ISO-8601 {n.lower()}") from None
+            if t.tzinfo is not None:
+                raise ValueError(f"{short_repr(value)} has a time zone; TIME is zone-less")
+            micros = ((t.hour * 60 + t.minute) * 60 + t.second) * 1_000_000 + t.microsecond
+            return format_time(time_from_micros(truncate_time_micros(micros, self.precision or 0)))
+        # Python's datetime holds microseconds: the fraction is read apart, exactly, so the declared precision
+        # is applied to the value as given (Flink's truncation looks at all nine digits).
+        text, fraction = _split_fraction(value, self)
+        try:
             parsed = dt.datetime.fromisoformat(text.replace("Z", "+00:00") if text.endswith("Z") else text)
-        except ValueError as e:
-            if "time zone" in str(e):
-                raise
+        except ValueError:
             raise ValueError(f"{short_repr(value)} is not an ISO-8601 {n.lower()}") from None
         if n == "TIMESTAMP":
             if parsed.tzinfo is not None:
                 raise ValueError(
                     f"{short_repr(value)} has a time zone; TIMESTAMP is zone-less (use TIMESTAMP_LTZ)"
                 )
-            return parsed if fraction is None else self._nanos(value, parsed - _EPOCH, fraction)
-        # TIMESTAMP_LTZ: an instant; a zone-less value is taken as UTC.
-        if fraction is not None:
+            since_epoch = parsed - _EPOCH
+        else:  # TIMESTAMP_LTZ: an instant; a zone-less value is taken as UTC.
             aware = parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=dt.UTC)
-            return self._nanos(value, aware - _EPOCH_UTC, fraction)
-        if parsed.tzinfo is None:
-            return parsed.replace(tzinfo=dt.UTC)
-        try:
-            return parsed.astimezone(dt.UTC)
-        except OverflowError:
-            raise ValueError(
-                f"{short_repr(value)} is out of range for TIMESTAMP_LTZ (0001-01-01 to 9999-12-31 UTC)"
-            ) from None
-
-    def _nanos(self, value: str, since_epoch: dt.timedelta, fraction: str) -> int:
-        """Nanoseconds since the epoch of a parsed value (whole seconds) and its fraction digits, range-checked."""
+            since_epoch = aware - _EPOCH_UTC
         seconds = since_epoch.days * 86_400 + since_epoch.seconds
         nanos = seconds * 1_000_000_000 + since_epoch.microseconds * 1_000 + int(fraction.ljust(9, "0"))
-        if not NANOS_MIN <= nanos <= NANOS_MAX:
-            raise ValueError(f"{short_repr(value)} is out of range for {self} ({self._nanos_range()})")
-        return nanos
+        return self.stored_instant(truncate_nanos(nanos, self.precision or 0), value)
+
+    def stored_instant(self, nanos: int, shown: Any = None) -> Any:
+        """The storage value of a TIMESTAMP/TIMESTAMP_LTZ instant given as nanoseconds since the epoch (in UTC for
+        TIMESTAMP_LTZ), already cut to the declared precision: the nanoseconds for precision 7..9, else a
+        ``datetime`` of its microseconds (zone-less, or UTC). ValueError, naming ``shown``, when the type's range
+        does not hold it."""
+        shown = short_repr(shown if shown is not None else f"{nanos} nanoseconds since 1970")
+        if self.is_nanos:
+            if not NANOS_MIN <= nanos <= NANOS_MAX:
+                raise ValueError(f"{shown} is out of range for {self} ({self._nanos_range()})")
+            return nanos
+        ltz = self.name == "TIMESTAMP_LTZ"
+        try:
+            return (_EPOCH_UTC if ltz else _EPOCH) + dt.timedelta(microseconds=nanos // 1_000)
+        except OverflowError:
+            zone = " UTC" if ltz else ""
+            raise ValueError(
+                f"{shown} is out of range for {self.name} (0001-01-01 to 9999-12-31{zone})"
+            ) from None
 
     def _nanos_range(self) -> str:
         zone = " UTC" if self.name == "TIMESTAMP_LTZ" else ""
@@ -514,11 +527,14 @@ class DataType:
             return self._from_python(array)
         if self.name == "DECIMAL" and not _exact_decimal_cast(t, self):
             return self._from_python(array)  # rounding HALF_UP to the scale, or a float's shortest text
+        problems: dict[int, str] = {}
+        if pa.types.is_timestamp(t):
+            array, problems = self.truncate_timestamps(array)
         if self.is_nanos:
-            return self._nanos_from_arrow(array)
+            cast, more = self._nanos_from_arrow(array)
+            return cast, sorted({**dict(more), **problems}.items())
         if pa.types.is_timestamp(t) and t.unit == "ns":
             array = pc.floor_temporal(array, 1, "microsecond")  # precision <= 6 keeps microseconds, as JSON
-        problems: dict[int, str] = {}
         try:
             cast = array.cast(target, safe=True)
         except pa.ArrowInvalid:
@@ -538,6 +554,50 @@ class DataType:
         if problems:
             cast = _null_at(cast, problems)
         return cast, sorted(problems.items())
+
+    def truncate_timestamps(self, array) -> tuple[Any, dict[int, str]]:
+        """An Arrow timestamp array (any unit or zone) cut to this type's precision (:func:`truncate_nanos`, in
+        the array's own unit, so every digit it holds counts), and the rows whose cut value leaves the 64-bit
+        range (set to null). The same array when the unit holds no more digits than the precision."""
+        import numpy as np
+        import pyarrow as pa
+
+        digits = UNIT_DIGITS[array.type.unit]
+        if (self.precision or 0) >= digits or len(array) == array.null_count:
+            return array, {}
+        ticks = array.cast(pa.int64())
+        nulls = ticks.is_null().to_numpy(zero_copy_only=False)
+        cut, underflow = truncate_ticks(ticks.fill_null(0).to_numpy(), digits, self.precision or 0)
+        problems = {
+            int(row): f"{_arrow_text(array[int(row)])} is out of range for {self} once cut to its precision"
+            for row in np.flatnonzero(underflow & ~nulls)
+        }
+        out = pa.array(cut, pa.int64(), mask=nulls | underflow).cast(array.type)
+        return out, problems
+
+    def normalize_stored(self, array) -> Any:
+        """A storage-typed Arrow array cut to the declared precision (docs/semantics.md §15): what a value written
+        before changelake enforced precision becomes when a compaction (non-key columns) or ``changelake
+        repair`` (every column) rewrites it. TIMESTAMP/TIMESTAMP_LTZ by :func:`truncate_nanos`, TIME by
+        :func:`truncate_time_micros`; other types already hold their declared precision. A value that would
+        leave the 64-bit nanosecond range is left as it is."""
+        import numpy as np
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        if isinstance(array, pa.ChunkedArray):
+            array = array.combine_chunks() if array.num_chunks else pa.array([], self.arrow_type())
+        if self.name == "TIME":
+            kept = min(self.precision or 0, 3)
+            return pc.utf8_replace_slice(array, 9 + kept, 15, "0" * (6 - kept)) if kept < 6 else array
+        if self.name not in ("TIMESTAMP", "TIMESTAMP_LTZ") or len(array) == array.null_count:
+            return array
+        if not self.is_nanos:
+            return self.truncate_timestamps(array)[0]
+        nulls = array.is_null().to_numpy(zero_copy_only=False)
+        ticks = array.fill_null(0).to_numpy()
+        cut, underflow = truncate_ticks(ticks, 9, self.precision or 0)
+        return pa.array(np.where(underflow, ticks, cut), pa.int64(), mask=nulls)
 
     def _nanos_from_arrow(self, array) -> tuple[Any, list[tuple[int, str]]]:
         """Arrow timestamps of any unit (or dates) as exact nanoseconds since the epoch (int64); a value that
@@ -624,7 +684,8 @@ class DataType:
         return pa.array(out, self.arrow_type()), problems
 
     def _time_from_arrow(self, array) -> tuple[Any, list[tuple[int, str]]]:
-        """Arrow time32/time64 values as ``HH:MM:SS.ffffff`` (sub-microsecond digits are truncated)."""
+        """Arrow time32/time64 values as ``HH:MM:SS.ffffff``, cut to the declared precision
+        (:func:`truncate_time_micros`)."""
         import pyarrow as pa
 
         per_second = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}[array.type.unit]
@@ -634,6 +695,8 @@ class DataType:
             if micros is not None and not 0 <= micros < MICROS_PER_DAY:
                 problems.append((row, f"{ticks} {array.type.unit} is not a time of day (0 to 24 h)"))
                 micros = None
+            if micros is not None:
+                micros = truncate_time_micros(micros, self.precision or 0)
             out.append(None if micros is None else format_time(time_from_micros(micros)))
         return pa.array(out, pa.string()), problems
 
@@ -699,6 +762,66 @@ def _split_fraction(value: str, dtype: DataType) -> tuple[str, str]:
             f"{short_repr(value)} has {len(digits)} fraction digits; {dtype} holds at most 9 (nanoseconds)"
         )
     return value[: m.start(1)] + value[m.end(2) :], digits
+
+
+#: Digits of the fraction of a second each Arrow time unit holds.
+UNIT_DIGITS = {"s": 0, "ms": 3, "us": 6, "ns": 9}
+
+
+def truncate_nanos(nanos: int, precision: int) -> int:
+    """An instant (nanoseconds since the epoch, in UTC for TIMESTAMP_LTZ) cut to ``precision`` fraction digits
+    as Flink's cast to TIMESTAMP(p) cuts it (``DateTimeUtils.truncate(TimestampData, int)``, see
+    docs/semantics.md §15): digits are dropped, never rounded; for p <= 3 on the epoch milliseconds with Java's
+    integer division, so before 1970 the cut goes toward 1970 (``zeroLastDigits``); and a value whose
+    nano-of-second has at most p digits as a number (below 10^p ns) is kept whole, as Flink's shortcut
+    (``Integer.toString(nano).length() <= precision``) keeps it."""
+    if precision >= 9:
+        return nanos
+    nano_of_second = nanos % 1_000_000_000
+    if nano_of_second < 10**precision:
+        return nanos
+    millis, nano_of_milli = divmod(nanos, 1_000_000)
+    if precision <= 3:
+        step = 10 ** (3 - precision)
+        toward_zero = -(-millis // step) if millis < 0 else millis // step
+        return toward_zero * step * 1_000_000
+    step = 10 ** (9 - precision)
+    return millis * 1_000_000 + nano_of_milli // step * step
+
+
+def truncate_ticks(ticks, unit_digits: int, precision: int):
+    """:func:`truncate_nanos` over a numpy int64 array of ticks of 10^-``unit_digits`` s since the epoch (an
+    Arrow timestamp's unit); returns the cut ticks and a mask of those that leave int64 (only ticks within a
+    second of the smallest nanosecond timestamp can)."""
+    import numpy as np
+
+    if precision >= unit_digits:
+        return ticks, np.zeros(len(ticks), bool)
+    per_second = 10**unit_digits
+    fraction = ticks % per_second  # numpy's % floors: 0 <= fraction < per_second
+    keep = fraction * 10 ** (9 - unit_digits) < 10**precision
+    if precision <= 3:
+        per_milli = 10 ** (unit_digits - 3)
+        millis = ticks // per_milli  # floored first (TimestampData's milliseconds), then cut toward 1970
+        step = 10 ** (3 - precision)
+        cut_millis = np.where(millis < 0, -((-millis) // step), millis // step) * step
+        underflow = cut_millis < -(-np.iinfo(np.int64).min // per_milli)  # below the smallest int64 of ticks
+        with np.errstate(over="ignore"):
+            cut = cut_millis * per_milli
+    else:
+        rest = fraction % 10 ** (unit_digits - precision)
+        underflow = ticks < np.iinfo(np.int64).min + rest
+        with np.errstate(over="ignore"):
+            cut = ticks - rest
+    return np.where(keep, ticks, cut), underflow & ~keep
+
+
+def truncate_time_micros(micros: int, precision: int) -> int:
+    """A time of day (microseconds after midnight) cut to TIME(p): Flink and Fluss hold a TIME as milliseconds of
+    the day (``toInternal(LocalTime)``: ``getNano() / 1_000_000``), so at most three digits stay, and a cast to
+    TIME(p < 3) drops the rest (docs/semantics.md §15). Never rounded."""
+    step = 10 ** (6 - min(precision, 3))
+    return micros - micros % step
 
 
 def format_timestamp_nanos(nanos: int, ltz: bool = False) -> str:
@@ -870,10 +993,11 @@ def parse_type(text: object, column: str = "?") -> DataType:
                 f"Column '{column}': DECIMAL precision must be 1..38 and scale 0..precision, got {text}"
             )
         return DataType(name, p, s)
-    if name in ("TIMESTAMP", "TIMESTAMP_LTZ"):
-        p = 6 if p is None else p
-        if not 0 <= p <= 9:
-            raise SpecError(f"Column '{column}': {name} precision must be 0..9, got {p}")
+    if name in ("TIMESTAMP", "TIMESTAMP_LTZ", "TIME"):
+        # Flink's defaults: TIMESTAMP(6), TIME(0) (docs/semantics.md §15).
+        p = (0 if name == "TIME" else 6) if p is None else p
+        if not 0 <= p <= 9 or s is not None:
+            raise SpecError(f"Column '{column}': {name} precision must be 0..9, got {text}")
         return DataType(name, p)
     if name in ("CHAR", "BINARY"):
         if p is None:
@@ -881,7 +1005,7 @@ def parse_type(text: object, column: str = "?") -> DataType:
         if not 1 <= p <= _MAX_LENGTH:
             raise SpecError(f"Column '{column}': {name} length must be 1..{_MAX_LENGTH}, got {p}")
         return DataType(name, p)
-    if name in _SIMPLE and s is None and (p is None or name == "TIME"):
+    if name in _SIMPLE and s is None and p is None:
         return DataType(name)
     if name in ("ARRAY", "MAP", "ROW", "MULTISET"):
         raise SpecError(f"Column '{column}': nested type {name} is not supported by changelake tables")

@@ -21,7 +21,9 @@ from hypothesis import strategies as st
 from pyroaring import BitMap, BitMap64
 
 from changelake.spec import TableSpec
-from changelake.types import format_time, parse_type
+from changelake.types import NANOS_MAX, NANOS_MIN, format_time, parse_type, truncate_nanos
+
+YEAR_1_NANOS, YEAR_9999_NANOS = -62_135_596_800 * 10**9, 253_402_300_800 * 10**9 - 1
 
 F32_MAX = 3.4028234663852886e38
 F32_TINY = 1.401298464324817e-45  # the smallest float32 denormal
@@ -45,7 +47,12 @@ SUM_TYPES = (
     "DECIMAL(18,4)",
     "DECIMAL(38,10)",
 )
-ORDERED_TYPES = ("CHAR(3)", "STRING", *SUM_TYPES, "DATE", "TIME", "TIMESTAMP(6)", "TIMESTAMP_LTZ(3)")
+# Every precision class of the temporal types: TIME(0) and TIME(3); TIMESTAMP(0), (3), (6) in microseconds;
+# TIMESTAMP(7..9) and TIMESTAMP_LTZ(7..9) in nanoseconds (values at their declared precision, as decoded).
+ORDERED_TYPES = (
+    "CHAR(3)", "STRING", *SUM_TYPES, "DATE", "TIME", "TIME(3)", "TIMESTAMP(0)", "TIMESTAMP(6)", "TIMESTAMP(9)",
+    "TIMESTAMP_LTZ(3)", "TIMESTAMP_LTZ(7)",
+)  # fmt: skip
 ANY_TYPES = (*ORDERED_TYPES, "BOOLEAN", "BYTES", "BINARY(4)", "TIMESTAMP(3)", "TIMESTAMP_LTZ(6)")
 
 #: The aggregate functions, grouped as the tests split them, with the column types each accepts.
@@ -132,6 +139,13 @@ VERSION_POOLS: dict[str, tuple] = {
         dt.datetime(2024, 5, 1, 12, 0, tzinfo=dt.UTC),
         dt.datetime(9999, 12, 31, 23, 59, 59, 999000, tzinfo=dt.UTC),
     ),
+    "TIMESTAMP(0)": (  # whole seconds: what decoding left of .1 and .9 ties
+        dt.datetime(1, 1, 1),
+        dt.datetime(1970, 1, 1),
+        dt.datetime(1970, 1, 1, 0, 0, 1),
+        dt.datetime(2024, 5, 1, 12, 0),
+    ),
+    "TIMESTAMP_LTZ(9)": (-(2**63), -1, 0, 1, 2**63 - 1),  # nanoseconds since the epoch
 }
 OPS = ("+I", "+I", "+U", "+U", "-U", "-D", "-D")
 DELIMITERS = (";", "||", "é", " ")
@@ -181,21 +195,17 @@ def value_strategy(type_text: str) -> st.SearchStrategy:
         edges = [dt.date(1970, 1, 1), dt.date.min, dt.date.max, dt.date(2024, 2, 29)]
         return st.one_of(st.sampled_from(edges), st.dates())
     if t.name == "TIME":
+        # As decoded: cut to the declared precision (types.truncate_time_micros through decode_json).
         return st.one_of(st.sampled_from([dt.time(0), dt.time(23, 59, 59, 999999)]), st.times()).map(
-            format_time
+            lambda v: t.decode_json(format_time(v))
         )
     if t.name in ("TIMESTAMP", "TIMESTAMP_LTZ"):
-        zone = dt.UTC if t.name == "TIMESTAMP_LTZ" else None
-        edges = [
-            dt.datetime(1970, 1, 1),
-            dt.datetime.min,
-            dt.datetime.max,
-            dt.datetime(2024, 1, 1, 0, 0, 0, 1),
-        ]
-        return st.one_of(
-            st.sampled_from([e.replace(tzinfo=zone) for e in edges]),
-            st.datetimes(timezones=st.just(zone) if zone else st.none()),
-        )
+        # Nanoseconds since the epoch, cut to the declared precision and held as the column stores them.
+        lo, hi = (NANOS_MIN, NANOS_MAX) if t.is_nanos else (YEAR_1_NANOS, YEAR_9999_NANOS)
+        edges = [0, -1, 1, lo, hi, 1_704_067_200_000_000_001, -1_500_000_000, 999_999_999]
+        nanos = st.one_of(st.sampled_from(edges), st.integers(lo, hi), st.integers(-(10**10), 10**10))
+        cut = nanos.map(lambda n: truncate_nanos(n, t.precision or 0)).filter(lambda n: lo <= n <= hi)
+        return cut.map(t.stored_instant)
     raise AssertionError(type_text)
 
 
@@ -243,6 +253,7 @@ class Case:
     # Where the Arrow inputs are cut into chunks (the Spark path hands over multi-chunk tables).
     stored_cuts: tuple[int, ...] = ()
     record_cuts: tuple[int, ...] = ()
+    merge_mode: str | None = None  # "overwrite": the batch bypasses the merge engine
 
     @cached_property
     def spec(self) -> TableSpec:
@@ -266,6 +277,7 @@ class Case:
         lines = [
             "spec: " + json.dumps(self.spec_dict, ensure_ascii=False),
             f"target_columns: {self.target_columns!r}",
+            f"merge_mode: {self.merge_mode!r}",
             f"id_ranges: {self.id_ranges!r}",
             f"Arrow chunks cut at: stored {list(self.stored_cuts)}, records {list(self.record_cuts)}",
             f"columns: {list(self.spec.column_names)}",

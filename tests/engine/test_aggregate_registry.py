@@ -19,7 +19,7 @@ from pyroaring import BitMap, BitMap64
 from changelake.aggregate_signatures import DEFAULT_FUNCTION
 from changelake.engine import merge
 from changelake.engine.aggregates import AGGREGATE_FUNCTIONS, of_column, scalar_fold
-from changelake.errors import SpecError
+from changelake.errors import SpecError, WriteRefusedError
 from changelake.spec import MERGE_ENGINES, Column, TableSpec, fluss_type_text
 from changelake.types import INT_RANGES, parse_type
 from tests.engine.columnar_strategies import AGG_ALL, Case
@@ -150,9 +150,9 @@ def test_every_merge_engine_has_its_merger():
 
 
 @pytest.mark.parametrize("name", list(INT_RANGES))
-def test_integer_ranges_are_javas_and_sums_wrap_at_them(name):
-    """One range per integer type: Java's (numpy's fixed-width integers), checked on input and wrapped by the
-    aggregate functions."""
+def test_integer_ranges_are_javas_and_sums_refuse_to_leave_them(name):
+    """One range per integer type: Java's (numpy's fixed-width integers), checked on input and kept by the
+    aggregate functions, which refuse a result beyond it (Paimon's exact arithmetic) instead of wrapping."""
     lo, hi = INT_RANGES[name]
     java = np.iinfo({"TINYINT": np.int8, "SMALLINT": np.int16, "INT": np.int32, "BIGINT": np.int64}[name])
     assert (lo, hi) == (int(java.min), int(java.max))
@@ -162,8 +162,10 @@ def test_integer_ranges_are_javas_and_sums_wrap_at_them(name):
         column_type.check_integer(hi + 1)
     total = scalar_fold(aggregation_spec(name, {"fields.c.agg": "sum"}), "c")
     product = scalar_fold(aggregation_spec(name, {"fields.c.agg": "product"}), "c")
-    assert total(hi, 1) == lo and total(lo, -1) == hi
-    assert product(lo, -1) == lo  # Java: MIN_VALUE * -1 overflows back to MIN_VALUE
+    assert total(hi - 1, 1) == hi and total(lo + 1, -1) == lo and product(lo, 1) == lo
+    for fold, a, b in ((total, hi, 1), (total, lo, -1), (product, lo, -1)):
+        with pytest.raises(WriteRefusedError, match="overflow"):
+            fold(a, b)
 
 
 # --- both merges of every entry, over every column type it accepts ------------------------------------------

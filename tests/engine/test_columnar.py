@@ -96,14 +96,14 @@ def reference(case: Case) -> Expected | WriteRefusedError:
 
     rows, ids = start()
     try:
-        log, counts = apply_sequential(spec, rows, records, case.target_columns, ids)
+        log, counts = apply_sequential(spec, rows, records, case.target_columns, ids, case.merge_mode)
     except WriteRefusedError as e:
         return e
     # Which record emitted which change: the same reference once per record, from the same start.
     one_rows, one_ids = start()
     attributed, total = [], BatchCounts()
     for seq, record in zip(seqs, records, strict=True):
-        changes, c = apply_sequential(spec, one_rows, [record], case.target_columns, one_ids)
+        changes, c = apply_sequential(spec, one_rows, [record], case.target_columns, one_ids, case.merge_mode)
         attributed += [(seq, sub, change_type, *image) for sub, (change_type, image) in enumerate(changes)]
         total = BatchCounts(**{f: getattr(total, f) + getattr(c, f) for f in c.as_dict()})
     assert total == counts and canonical([(ct, *img) for ct, img in log]) == canonical(
@@ -183,7 +183,9 @@ def check(case: Case) -> None:
     expected = reference(case)
     stored, records = case.stored_table(), case.records_table()
     try:
-        got = columnar.merge_records(case.spec, stored, records, case.target_columns, case.id_ranges)
+        got = columnar.merge_records(
+            case.spec, stored, records, case.target_columns, case.id_ranges, case.merge_mode
+        )
     except Exception as e:
         same = (
             isinstance(expected, WriteRefusedError)
@@ -370,6 +372,31 @@ def delete_cases(draw, behavior: str) -> Case:
 def test_delete_behavior(behavior, data):
     """One delete setting over every engine it is valid for, full-row or partial writes."""
     check(data.draw(delete_cases(behavior), label="case"))
+
+
+@pytest.mark.parametrize("behavior", ["allow", "ignore", "disable", "sink.ignore-delete"])
+@given(data=st.data())
+@EXAMPLES
+def test_overwrite_merge_mode(behavior, data):
+    """Fluss's MergeMode.OVERWRITE over every engine and delete setting, full-row or partial writes, retraction
+    tables included: the engine is bypassed (last-row rules, every delete applied, nothing retracted)."""
+    case = data.draw(delete_cases(behavior), label="case")
+    if data.draw(st.booleans(), label="retraction table") and case.spec.merge_engine == "aggregation":
+        options = {**case.spec_dict["options"], "table.agg.retract": "true"}
+        for column in case.spec.column_names:
+            options[f"fields.{column}.ignore-retract"] = "true"
+        for key in case.spec.primary_key:
+            options.pop(f"fields.{key}.ignore-retract")
+        case = dataclasses.replace(case, spec_dict={**case.spec_dict, "options": options})
+    if case.target_columns is None and case.spec.merge_engine in ("first_row", "versioned"):
+        # Fluss's overwrite merger takes partial writes for every engine.
+        names = list(case.spec.column_names)
+        chosen = data.draw(st.lists(st.sampled_from(names), unique=True), label="target columns")
+        case = dataclasses.replace(
+            case,
+            target_columns=[*case.spec.primary_key, *[c for c in chosen if c not in case.spec.primary_key]],
+        )
+    check(dataclasses.replace(case, merge_mode="overwrite"))
 
 
 @st.composite

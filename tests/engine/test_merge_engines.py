@@ -3,6 +3,7 @@
 import datetime as dt
 import decimal
 import math
+import re
 
 import pytest
 from pyroaring import BitMap, BitMap64
@@ -147,11 +148,10 @@ def agg(col_type, fn, *values, **options):
     "col_type, fn, values, expected",
     [
         ("INT", "sum", [1, 2, None, 3], 6),
-        ("TINYINT", "sum", [127, 1], -128),  # Java byte arithmetic wraps
-        ("SMALLINT", "sum", [32767, 2], -32767),
-        ("INT", "sum", [2**31 - 1, 1], -(2**31)),
-        ("BIGINT", "sum", [2**63 - 1, 1], -(2**63)),
-        ("BIGINT", "product", [2**62, 4], 0),
+        ("TINYINT", "sum", [126, 1], 127),  # up to the type's bounds, exactly (beyond: refused, below)
+        ("SMALLINT", "sum", [-32767, -1], -32768),
+        ("BIGINT", "sum", [2**63 - 2, 1], 2**63 - 1),
+        ("BIGINT", "product", [2**31, -(2**32)], -(2**63)),
         ("DOUBLE", "product", [0.9, 0.8], 0.7200000000000001),  # the docs' example
         (
             "FLOAT",
@@ -187,6 +187,24 @@ def test_aggregate_functions(col_type, fn, values, expected):
     if isinstance(expected, float) and math.copysign(1.0, expected) < 0:
         assert math.copysign(1.0, result) < 0
     assert result == expected
+
+
+@pytest.mark.parametrize(
+    "col_type, fn, values, words",
+    [
+        ("TINYINT", "sum", [127, 1], "byte overflow: 127 + 1 = 128"),
+        ("SMALLINT", "sum", [32767, 2], "short overflow: 32767 + 2 = 32769"),
+        ("INT", "sum", [2**31 - 1, 1], "int overflow: 2147483647 + 1"),
+        ("BIGINT", "sum", [2**63 - 1, 1], "long overflow: 9223372036854775807 + 1"),
+        ("BIGINT", "product", [2**62, 4], "long overflow: 4611686018427387904 * 4"),
+        ("TINYINT", "product", [-128, -1], "byte overflow: -128 * -1 = 128"),
+    ],
+)
+def test_integer_overflow_refuses_the_batch_in_paimons_words(col_type, fn, values, words):
+    """Paimon 2.0's FieldSumAgg/FieldProductAgg (addExact, multiplyExact): an integer result beyond its type is
+    an ArithmeticException, never a wrap (docs/semantics.md §4.2)."""
+    with pytest.raises(WriteRefusedError, match=re.escape(f"Column 'c' ({fn}): {words}")):
+        agg(col_type, fn, *values)
 
 
 def test_max_treats_nan_as_greatest():
@@ -240,14 +258,15 @@ def test_aggregation_deletes_ignore_by_default_and_remove_whole_row_with_allow()
     [
         (
             [("c", "INT")],
-            {"fields.c.agg": "sum"},
-            "Aggregation function is only supported for aggregation merge engine table, but column 'c' has "
-            "aggregation function 'sum'.",
-        ),
-        (
-            [("c", "INT")],
             {"table.merge-engine": "aggregation", "fields.k.agg": "sum"},
-            "Cannot set aggregation function for primary key column 'k'.",
+            "Cannot set aggregation function for primary key column 'k'. Primary key columns automatically use "
+            "'primary-key' aggregation.",
+        ),
+        (  # Fluss's Schema refuses it whatever the engine, before any option of the table is looked at
+            [("c", "INT")],
+            {"table.merge-engine": "versioned", "fields.k.agg": "sum", "table.kv.format": "nope"},
+            "Cannot set aggregation function for primary key column 'k'. Primary key columns automatically use "
+            "'primary-key' aggregation.",
         ),
         (
             [("c", "STRING")],

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from changelake.engine import columnar
 from changelake.engine.merge import apply_sequential, check_batch_ops
-from changelake.errors import SpecError
+from changelake.errors import SpecError, WriteRefusedError
 from changelake.spec import TableSpec
 from tests.engine.columnar_strategies import (
     AGG_GROUPS,
@@ -105,12 +105,14 @@ def test_sum_retraction_into_a_null_sum_negates_as_paimon():
     assert rows == {(1,): (1, -2)}
 
 
-def test_retraction_for_an_unseen_key_is_kept_as_paimon_and_logged_as_insert():
+def test_a_retraction_for_an_unseen_key_changes_nothing():
+    """Fluss PR #2917's KvTablet skips it ("Retract on non-existent key"); Paimon's lone retraction is its own
+    merge result, which its reader drops (DropDeleteReader): the key stays absent, nothing is logged."""
     s = spec({"v": ("INT", "sum")})
-    rows, log, counts = run(s, [("-D", (1, 5)), ("+I", (1, 3))])
-    assert rows == {(1,): (1, -2)}
-    assert log == [("+I", (1, -5)), ("-U", (1, -5)), ("+U", (1, -2))]
-    assert (counts.inserted, counts.updated, counts.deleted, counts.dropped_update_before) == (1, 1, 0, 0)
+    rows, log, counts = run(s, [("-D", (1, 5)), ("+I", (1, 3)), ("-U", (2, 1))])
+    assert rows == {(1,): (1, 3)}
+    assert log == [("+I", (1, 3))]
+    assert (counts.inserted, counts.updated, counts.ignored, counts.dropped_update_before) == (1, 0, 2, 0)
 
 
 def test_a_row_back_to_no_contribution_is_kept_with_zeros_and_nulls():
@@ -121,15 +123,49 @@ def test_a_row_back_to_no_contribution_is_kept_with_zeros_and_nulls():
     assert counts.deleted == 0
 
 
-def test_integer_sum_retraction_wraps_as_the_add_path():
+def refused(s: TableSpec, records, rows=None) -> str:
+    """The reference and the columnar merge both refuse the batch with the same words; returns them."""
+    with pytest.raises(WriteRefusedError) as expected:
+        apply_sequential(s, dict(rows or {}), records)
+    names = list(s.column_names)
+    schema = pa.schema([pa.field(c.name, c.type.arrow_type()) for c in s.columns])
+    head = [pa.field("_seq", pa.int64()), pa.field("_op", pa.string())]
+    table = pa.Table.from_pylist(
+        [{"_seq": i, "_op": op, **dict(zip(names, row, strict=True))} for i, (op, row) in enumerate(records)],
+        schema=pa.schema(head + list(schema)),
+    )
+    stored = pa.Table.from_pylist([dict(zip(names, r, strict=True)) for r in (rows or {}).values()], schema)
+    with pytest.raises(WriteRefusedError) as got:
+        columnar.merge_records(s, stored, table)
+    assert str(got.value) == str(expected.value)
+    return str(expected.value)
+
+
+def test_integer_overflow_is_refused_in_paimons_words_on_add_retract_and_negate():
+    """Paimon 2.0's FieldSumAgg (addExact, subtractExact, negateExact; Fluss PR #2917 the same): never a wrap."""
     s = spec({"t": ("TINYINT", "sum"), "b": ("BIGINT", "sum")})
-    rows, _, _ = run(s, [("+I", (1, -128, -(2**63))), ("-U", (1, 1, 1)), ("-U", (2, -128, -(2**63)))])
-    assert rows == {(1,): (1, 127, 2**63 - 1), (2,): (2, -128, -(2**63))}  # -MIN wraps to MIN
+    assert (
+        refused(s, [("+I", (1, -128, 0)), ("-U", (1, 1, 0))])
+        == "Column 't' (sum): byte overflow: -128 - 1 = -129"
+    )
+    assert refused(s, [("+I", (1, 0, -(2**63))), ("-U", (1, 0, 1))]) == (
+        "Column 'b' (sum): long overflow: -9223372036854775808 - 1"
+    )
+    assert refused(s, [("+I", (1, None, None)), ("-U", (1, -128, None))]) == (
+        "Column 't' (sum): byte overflow: --128 = 128"  # a retraction into a null sum negates, exactly
+    )
+    assert refused(s, [("+I", (1, 0, 2**62)), ("+U", (1, 0, 2**62))]) == (
+        "Column 'b' (sum): long overflow: 4611686018427387904 + 4611686018427387904"
+    )
+    rows, _, _ = run(s, [("+I", (1, -127, -(2**63) + 1)), ("-U", (1, 1, 1))])
+    assert rows == {(1,): (1, -128, -(2**63))}  # up to the type's bounds, exactly
 
 
 def test_decimal_sum_retraction_beyond_the_precision_is_null():
     s = spec({"m": ("DECIMAL(5,2)", "sum")})
-    rows, _, _ = run(s, [("+I", (1, D("-999.99"))), ("-U", (1, D("0.01"))), ("-U", (2, D("1.50")))])
+    rows, _, _ = run(
+        s, [("+I", (1, D("-999.99"))), ("-U", (1, D("0.01"))), ("+I", (2, None)), ("-U", (2, D("1.50")))]
+    )
     assert rows == {(1,): (1, None), (2,): (2, D("-1.50"))}
 
 
@@ -143,15 +179,19 @@ def test_product_retraction_of_zero_or_from_null_is_null_and_the_next_factor_res
     s = spec({"p": ("BIGINT", "product")})
     rows, _, _ = run(
         s,
-        [("+I", (1, 0)), ("-U", (1, 0)), ("+U", (1, 6)), ("-D", (2, 3)), ("+I", (2, 4)), ("-U", (3, None))],
+        [("+I", (1, 0)), ("-U", (1, 0)), ("+U", (1, 6)), ("+I", (2, None)), ("-D", (2, 3)), ("+U", (2, 4))],
     )
-    assert rows == {(1,): (1, 6), (2,): (2, 4), (3,): (3, None)}
+    assert rows == {(1,): (1, 6), (2,): (2, 4)}
 
 
-def test_product_min_divided_by_minus_one_wraps():
-    s = spec({"p": ("SMALLINT", "product")})
-    rows, _, _ = run(s, [("+I", (1, -(2**15))), ("-U", (1, -1))])
-    assert rows == {(1,): (1, -(2**15))}
+def test_product_overflow_is_refused_on_multiply_and_divide():
+    s = spec({"p": ("SMALLINT", "product"), "q": ("INT", "product")})
+    assert refused(s, [("+I", (1, -(2**15), 1)), ("-U", (1, -1, 1))]) == (
+        "Column 'p' (product): short overflow: -32768 / -1 = 32768"  # Paimon's divideExactShort
+    )
+    assert refused(s, [("+I", (1, 1, 65536)), ("+U", (1, 1, 65536))]) == (
+        "Column 'q' (product): int overflow: 65536 * 65536"
+    )
 
 
 def test_last_value_clears_and_last_value_ignore_nulls_clears_unless_the_retraction_is_null():
@@ -165,16 +205,18 @@ def test_last_value_clears_and_last_value_ignore_nulls_clears_unless_the_retract
 
 def test_ignore_retract_keeps_a_column_that_cannot_retract():
     s = spec({"v": ("INT", "sum"), "hi": ("INT", "max")}, **{"fields.hi.ignore-retract": "true"})
-    rows, _, _ = run(s, [("+I", (1, 5, 5)), ("+U", (1, 2, 9)), ("-U", (1, 2, 9)), ("-D", (2, 1, 4))])
-    assert rows == {(1,): (1, 5, 9), (2,): (2, -1, None)}
+    rows, _, _ = run(
+        s, [("+I", (1, 5, 5)), ("+U", (1, 2, 9)), ("-U", (1, 2, 9)), ("+I", (2, 0, 4)), ("-D", (2, 1, 1))]
+    )
+    assert rows == {(1,): (1, 5, 9), (2,): (2, -1, 4)}
 
 
 def test_partial_retraction_touches_only_the_target_columns():
     s = spec({"v": ("INT", "sum"), "w": ("INT", "sum")})
     rows = {(1,): (1, 10, 10)}
     log, _ = apply_sequential(s, rows, [("-U", (1, 3, 3)), ("-U", (2, 1, 1))], target_columns=["k", "v"])
-    assert rows == {(1,): (1, 7, 10), (2,): (2, -1, None)}
-    assert log == [("-U", (1, 10, 10)), ("+U", (1, 7, 10)), ("+I", (2, -1, None))]
+    assert rows == {(1,): (1, 7, 10)}  # key 2 has no row: its retraction changes nothing
+    assert log == [("-U", (1, 10, 10)), ("+U", (1, 7, 10))]
 
 
 # --- deletes, options and the spec --------------------------------------------------------------------------
@@ -341,23 +383,19 @@ def test_partial_retractions_columnar_equals_reference(case):
 @given(case=retraction_cases("sum", auto_increment=True))
 @EXAMPLES
 def test_retractions_with_auto_increment_columnar_equals_reference(case):
-    """A retraction for a key with no row stores it: it takes an id, as a first write does, in record order."""
+    """Ids go to first writes only, in record order; a retraction for a key with no row takes none."""
     check(case)
-
-
-def _wrap(value: int, type_text: str) -> int:
-    lo, hi = INT_RANGES[type_text]
-    return (value - lo) % (hi - lo + 1) + lo
 
 
 @pytest.mark.slow  # 300 examples each: make test, not test-unit
 @given(case=retraction_cases("sum", recompute=True))
 @EXAMPLES
 def test_exact_sum_equals_recomputation_from_the_surviving_inputs(case):
-    """sum is invertible: whatever the order of additions and retractions, a key's value is the (wrapped)
-    sum of what was added less what was retracted -- null only if no value was ever given -- and a key has
-    a row once anything reached it (a retraction table never deletes). A DECIMAL sum that left its precision
-    on the way is null from there (§4.2): such a column of such a key is not compared."""
+    """sum is invertible: whatever the order of additions and retractions, a key's value is the exact sum of
+    what was added less what was retracted once the key had a row (a retraction for a key with no row changes
+    nothing; a retraction table never deletes) -- null only if no value was ever given. An integer sum that
+    would leave its type refuses the batch (never wraps); a DECIMAL sum that left its precision on the way is
+    null from there (§4.2): such a column of such a key is not compared."""
     check(case)
     expected = reference(case)
     names = list(case.spec.column_names)
@@ -365,25 +403,40 @@ def test_exact_sum_equals_recomputation_from_the_surviving_inputs(case):
     stored = {tuple(row[i] for i in key_index): row for row in case.stored}  # the stored state: one row a key
     inputs: dict[tuple, list[tuple[int, tuple]]] = {key: [(1, row)] for key, row in stored.items()}
     for _, op, row in sorted(case.records, key=lambda r: r[0]):
-        inputs.setdefault(tuple(row[i] for i in key_index), []).append((-1 if op in ("-U", "-D") else 1, row))
-    got = {tuple(r[i] for i in key_index): r for r in table_rows(expected.rows)}
-    assert set(got) == set(inputs)
+        sign = -1 if op in ("-U", "-D") else 1
+        key = tuple(row[i] for i in key_index)
+        if key in inputs or sign == 1:  # a retraction before the key has a row is dropped
+            inputs.setdefault(key, []).append((sign, row))
+    overflowed = False
+    wanted: dict[tuple, dict[int, object]] = {}
     for key, contributions in inputs.items():
         for i, column in enumerate(case.spec.columns):
             if i in key_index:
                 continue
             values = [(sign, row[i]) for sign, row in contributions if row[i] is not None]
-            if column.type.name == "DECIMAL":
+            with decimal.localcontext(prec=80):  # exact: the default 28 digits would round DECIMAL(38)
+                partial = [sum(sign * v for sign, v in values[: n + 1]) for n in range(len(values))]
                 t = column.type
-                with decimal.localcontext(prec=80):  # exact: the default 28 digits would round DECIMAL(38)
+                if t.name == "DECIMAL":
                     largest = D(10) ** (t.precision - t.scale) - D(1).scaleb(-t.scale)
-                    partial = [sum(sign * v for sign, v in values[: n + 1]) for n in range(len(values))]
+            if column.type.name == "DECIMAL":
                 if any(abs(p) > largest for p in partial):
                     continue  # overflowed on the way: null, then restarted by the next value
-                want = partial[-1] if values else None
             else:
-                want = _wrap(sum(sign * v for sign, v in values), column.type.name) if values else None
-            assert got[key][i] == want, (key, column.name, contributions)
+                lo, hi = INT_RANGES[column.type.name]
+                if any(not lo <= p <= hi for p in partial):
+                    overflowed = True
+                    continue
+            wanted.setdefault(key, {})[i] = partial[-1] if values else None
+    if isinstance(expected, WriteRefusedError):
+        assert overflowed and "overflow" in str(expected)
+        return
+    assert not overflowed
+    got = {tuple(r[i] for i in key_index): r for r in table_rows(expected.rows)}
+    assert set(got) == set(inputs)
+    for key, columns in wanted.items():
+        for i, want in columns.items():
+            assert got[key][i] == want, (key, names[i], inputs[key])
 
 
 # --- Kafka-offset dedup ----------------------------------------------------------------------------------------
@@ -438,5 +491,45 @@ def test_a_redelivered_retraction_is_not_applied_twice(dedup):
     assert source["deduplicated"] == (3 if dedup else 0)
     empty = pa.table({"k": pa.array([], pa.int32()), "v": pa.array([], pa.int64())})
     got = columnar.merge_records(s, empty, records)
-    assert got.rows.to_pylist() == [{"k": 1, "v": 0 if dedup else -120}]
-    # 20 - 20 + 7 - 7 = 0 once; the redeliveries and the already applied -D take 20 - 7 + 7 + 100 more
+    assert got.rows.to_pylist() == [{"k": 1, "v": 0 if dedup else -20}]
+    # 20 - 20 + 7 - 7 = 0 once; the redeliveries take 20 - 7 + 7 more (the already applied -D came before the
+    # key had a row: without dedup it is applied again, and changes nothing)
+
+
+_EDGES = {
+    "TINYINT": (-128, 127),
+    "SMALLINT": (-32768, 32767),
+    "INT": (-(2**31), 2**31 - 1),
+    "BIGINT": (-(2**63), 2**63 - 1),
+}
+
+
+@pytest.mark.parametrize("type_text", list(_EDGES))
+def test_every_integer_overflow_is_refused_by_both_merges(type_text):
+    """Add, subtract, negate, multiply and divide at each integer type's edges: the columnar merge refuses
+    exactly where the reference does, with its words, and computes the results just inside the range."""
+    lo, hi = _EDGES[type_text]
+    s = spec({"v": (type_text, "sum"), "p": (type_text, "product")})
+    overflowing = [
+        [("+I", (1, hi, 1)), ("+U", (1, 1, 1))],  # hi + 1
+        [("+I", (1, lo, 1)), ("+U", (1, -1, 1))],  # lo + -1
+        [("+I", (1, lo, 1)), ("-U", (1, 1, None))],  # lo - 1
+        [("+I", (1, hi, 1)), ("-U", (1, -1, None))],  # hi - -1
+        [("+I", (1, None, 1)), ("-U", (1, lo, None))],  # -lo into a null sum
+        [("+I", (1, 0, hi)), ("+U", (1, 0, 2))],  # hi * 2
+        [("+I", (1, 0, lo)), ("+U", (1, 0, -1))],  # lo * -1
+        [("+I", (1, 0, -1)), ("+U", (1, 0, lo))],  # -1 * lo
+        [("+I", (1, 0, lo)), ("-U", (1, None, -1))],  # lo / -1
+    ]
+    for records in overflowing:
+        assert "overflow" in refused(s, records), records
+    rows, _, _ = run(
+        s,
+        [
+            ("+I", (1, hi - 1, hi)),
+            ("+U", (1, 1, 1)),
+            ("+I", (2, lo + 1, lo)),
+            ("-U", (2, 1, 1)),
+        ],
+    )
+    assert rows == {(1,): (1, hi, hi), (2,): (2, lo, lo)}

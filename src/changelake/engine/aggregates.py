@@ -6,9 +6,12 @@ merge ``f(stored, input)`` (used by :mod:`changelake.engine.merge`, the referenc
 numpy or Arrow arrays (used by :mod:`changelake.engine.columnar`, tested equal to the reference). Adding a function is
 adding one entry to :data:`AGGREGATE_FUNCTIONS`.
 
-Java semantics (§4.2): integer sums and products wrap around in the column's width (:data:`INT_BITS`), FLOAT
+Arithmetic (§4.2): integer sums, products, retractions and negations are exact -- a result beyond the column's
+type refuses the batch with Paimon's ``ArithmeticException`` words (:class:`ArithmeticOverflow`; Paimon 2.0's
+``FieldSumAgg``/``FieldProductAgg`` use ``Math.addExact`` and kin, as Fluss's retraction pull request does), FLOAT
 computes in float32, DECIMAL is exact and rounds HALF_UP to the column's scale (a result beyond the precision
-is null), max/min order floats as ``Double.compare`` and strings by UTF-8 bytes (= code points).
+is null, ``Decimal.fromBigDecimal``), max/min order floats as ``Double.compare`` and strings by UTF-8 bytes (=
+code points).
 
 numpy, pyarrow.compute and pyroaring are imported where a merge needs them: loading a spec (which reads the
 type rules) stays free of them, and the CLI's read commands import no numpy at all.
@@ -25,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from changelake.aggregate_signatures import DELIMITER, NUMERIC, ORDERED, retract_refused
 from changelake.errors import WriteRefusedError
-from changelake.types import INT_BITS, DataType
+from changelake.types import INT_BITS, INT_RANGES, DataType
 
 if TYPE_CHECKING:
     import numpy as np
@@ -35,9 +38,12 @@ if TYPE_CHECKING:
 
 #: ``f(stored, input) -> new stored value`` of one key's column (None is null).
 Fold = Callable[[Any, Any], Any]
-#: ``f(stored, stored_null, input, input_null) -> (values, nulls)`` over numpy arrays, one element per key.
+#: ``f(stored, stored_null, input, input_null) -> (values, nulls, refused)`` over numpy arrays, one element per
+#: key; ``refused`` (a boolean array, or None) marks the keys whose one-record merge refuses the values (an
+#: integer overflow): the columnar merge asks the one-record merge for the reason there.
 ArrayFold = Callable[
-    ["np.ndarray", "np.ndarray", "np.ndarray", "np.ndarray"], tuple["np.ndarray", "np.ndarray"]
+    ["np.ndarray", "np.ndarray", "np.ndarray", "np.ndarray"],
+    tuple["np.ndarray", "np.ndarray", "np.ndarray | None"],
 ]
 #: ``f(stored, input) -> values`` over Arrow arrays of the column's type, one element per key, nulls in place.
 ArrowFold = Callable[["pa.Array", "pa.Array"], "pa.Array"]
@@ -96,6 +102,11 @@ class AggregateFunction:
         return self.exact_decimal64 and (column_type.precision or 0) <= 18
 
 
+class ArithmeticOverflow(WriteRefusedError):
+    """An integer aggregate's result beyond its column's type: the batch is refused, as Paimon's job fails on the
+    ``ArithmeticException`` (docs/semantics.md §4.2)."""
+
+
 def of_column(spec: TableSpec, column: str) -> tuple[AggregateFunction, dict[str, str]]:
     """A column's aggregate function and its parameters: the declared ones, else the function's defaults."""
     function = AGGREGATE_FUNCTIONS[spec.agg_function(column)]
@@ -107,7 +118,19 @@ def of_column(spec: TableSpec, column: str) -> tuple[AggregateFunction, dict[str
 def scalar_fold(spec: TableSpec, column: str) -> Fold:
     """The one-record merge ``f(stored, input)`` of a column of an aggregation table."""
     function, parameters = of_column(spec, column)
-    return function.scalar(spec.column(column).type, parameters)
+    return _naming(column, function.name, function.scalar(spec.column(column).type, parameters))
+
+
+def _naming(column: str, function: str, fold: Fold) -> Fold:
+    """``fold`` whose overflow refusals name the column and its function."""
+
+    def named(acc, value):
+        try:
+            return fold(acc, value)
+        except ArithmeticOverflow as e:
+            raise ArithmeticOverflow(f"Column '{column}' ({function}): {e}") from None
+
+    return named
 
 
 def _keep_stored(acc: Any, value: Any) -> Any:
@@ -122,14 +145,67 @@ def scalar_retract(spec: TableSpec, column: str) -> Fold:
     function, parameters = of_column(spec, column)
     if function.retract is None:  # a loaded spec never gets here (spec.py refuses it)
         raise WriteRefusedError(retract_refused(function.name, column))
-    return function.retract(spec.column(column).type, parameters)
+    return _naming(column, function.name, function.retract(spec.column(column).type, parameters))
 
 
 # --- one record at a time -------------------------------------------------------------------------------
-def _wrap(value: int, bits: int) -> int:
-    """Two's-complement wrap-around, as Java's primitive arithmetic does."""
-    value &= (1 << bits) - 1
-    return value - (1 << bits) if value >= 1 << (bits - 1) else value
+#: Java's names of the integer types, as Paimon's overflow messages say them.
+_JAVA_NAMES = {"TINYINT": "byte", "SMALLINT": "short", "INT": "int", "BIGINT": "long"}
+
+
+def _overflow(t: DataType, a: int, symbol: str, b: int, result: int) -> ArithmeticOverflow:
+    """Paimon's message for an integer result beyond its type (``addExactInt``, ``multiplyExactByte``, ...): the
+    narrow types (computed in an int) show the result too."""
+    name = _JAVA_NAMES[t.name]
+    shown = f" = {result}" if t.name in ("TINYINT", "SMALLINT") else ""
+    return ArithmeticOverflow(f"{name} overflow: {a} {symbol} {b}{shown}")
+
+
+def _negation_overflow(t: DataType, a: int) -> ArithmeticOverflow:
+    """Paimon's ``negateExact*`` message."""
+    name = _JAVA_NAMES[t.name]
+    shown = f" = {-a}" if t.name in ("TINYINT", "SMALLINT") else ""
+    return ArithmeticOverflow(f"{name} overflow: -{a}{shown}")
+
+
+def _exact(t: DataType, op: Callable[[int, int], int], symbol: str) -> Callable[[int, int], int]:
+    """An integer operation of the column's type that refuses a result beyond it (never wraps)."""
+    lo, hi = INT_RANGES[t.name]
+
+    def compute(a: int, b: int) -> int:
+        result = op(a, b)
+        if not lo <= result <= hi:
+            raise _overflow(t, a, symbol, b, result)
+        return result
+
+    return compute
+
+
+def _arith(t: DataType, op: Callable[[Any, Any], Any], symbol: str = "?") -> Fold:
+    """The arithmetic of a column type: integers exact (:func:`_exact`), FLOAT is float32, DECIMAL exact then
+    HALF_UP to the column's scale, null beyond its precision."""
+    if t.name in INT_BITS:
+        return _exact(t, op, symbol)
+    if t.name == "FLOAT":
+        import numpy as np
+
+        return lambda a, b: float(op(np.float32(a), np.float32(b)))
+    if t.name == "DOUBLE":
+        return op
+    # DECIMAL: exact, rounded HALF_UP to the column scale; a result beyond the precision becomes null.
+    precision, scale = t.precision or 0, t.scale or 0  # a DECIMAL type always has both
+    quantum = decimal.Decimal(1).scaleb(-scale)
+    context = decimal.Context(prec=80)
+
+    def dec(a, b):
+        with decimal.localcontext(context):  # exact: the default 28 digits would round DECIMAL(38)
+            exact = op(a, b)
+        result = context.create_decimal(exact).quantize(
+            quantum, rounding=decimal.ROUND_HALF_UP, context=context
+        )
+        return None if len(result.as_tuple().digits) > precision and result != 0 else result
+
+    return dec
 
 
 def _ignore_nulls(fn: Fold) -> Fold:
@@ -152,33 +228,6 @@ def _sort_key(type_name: str) -> Callable[[Any], Any]:
     if type_name in ("FLOAT", "DOUBLE"):
         return lambda v: (1, 0.0, 0.0) if math.isnan(v) else (0, v, math.copysign(1.0, v))
     return lambda v: v
-
-
-def _arith(t: DataType, op: Callable[[Any, Any], Any]) -> Fold:
-    """Java arithmetic of a column type: integers wrap, FLOAT is float32, DECIMAL exact then HALF_UP."""
-    if t.name in INT_BITS:
-        bits = INT_BITS[t.name]
-        return lambda a, b: _wrap(op(a, b), bits)
-    if t.name == "FLOAT":
-        import numpy as np
-
-        return lambda a, b: float(op(np.float32(a), np.float32(b)))
-    if t.name == "DOUBLE":
-        return op
-    # DECIMAL: exact, rounded HALF_UP to the column scale; a result beyond the precision becomes null.
-    precision, scale = t.precision or 0, t.scale or 0  # a DECIMAL type always has both
-    quantum = decimal.Decimal(1).scaleb(-scale)
-    context = decimal.Context(prec=80)
-
-    def dec(a, b):
-        with decimal.localcontext(context):  # exact: the default 28 digits would round DECIMAL(38)
-            exact = op(a, b)
-        result = context.create_decimal(exact).quantize(
-            quantum, rounding=decimal.ROUND_HALF_UP, context=context
-        )
-        return None if len(result.as_tuple().digits) > precision and result != 0 else result
-
-    return dec
 
 
 def _bitmap_union(bits: int) -> Fold:
@@ -206,8 +255,8 @@ def _fixed(fn: Fold) -> ScalarBuilder:
     return lambda t, parameters: fn
 
 
-def _arith_scalar(op: Callable[[Any, Any], Any]) -> ScalarBuilder:
-    return lambda t, parameters: _ignore_nulls(_arith(t, op))
+def _arith_scalar(op: Callable[[Any, Any], Any], symbol: str) -> ScalarBuilder:
+    return lambda t, parameters: _ignore_nulls(_arith(t, op, symbol))
 
 
 def _extreme_scalar(better: Callable[[Any, Any], bool]) -> ScalarBuilder:
@@ -227,33 +276,45 @@ def _listagg(t: DataType, parameters: Mapping[str, str]) -> Fold:
 
 # --- retractions, one record at a time (docs/semantics.md §4.7) -------------------------------------------
 def _sum_retract(t: DataType, parameters: Mapping[str, str]) -> Fold:
-    """sum takes a value back by subtracting it, with the add path's arithmetic (integers wrap, FLOAT is
-    float32, a DECIMAL beyond the precision is null). Into a null sum it stores the negated value (Paimon), so
-    a retraction that arrives before its addition still cancels it."""
-    subtract = _arith(t, operator.sub)
-    negate = _arith(t, lambda a, b: -b)
+    """sum takes a value back by subtracting it, with the add path's arithmetic (integers exact, FLOAT is
+    float32, a DECIMAL beyond the precision is null). Into a null sum it stores the negated value (Paimon's
+    ``FieldSumAgg.retract``/``negative``), so a retraction that arrives before its addition still cancels it;
+    the negation is exact too (``negateExact``: the type's minimum has no negation)."""
+    subtract = _arith(t, operator.sub, "-")
+    if t.name in INT_BITS:
+        lo = INT_RANGES[t.name][0]
+
+        def negate(value):
+            if value == lo:
+                raise _negation_overflow(t, value)
+            return -value
+    else:
+        negate_fold = _arith(t, lambda a, b: -b)
+
+        def negate(value):
+            return negate_fold(value, value)
 
     def retract(acc, value):
         if value is None:
             return acc
         if acc is None:
-            return negate(value, value)
+            return negate(value)
         return subtract(acc, value)
 
     return retract
 
 
 def _java_divide(t: DataType) -> Callable[[Any, Any], Any]:
-    """Java's division of a column type: integers truncate toward zero and wrap (MIN / -1 is MIN), FLOAT is
-    float32, DECIMAL exact then HALF_UP to the scale (null beyond the precision). Never called with 0."""
+    """Java's division of a column type: integers truncate toward zero and are exact (MIN / -1 is refused, as
+    Paimon's ``divideExact*``), FLOAT is float32, DECIMAL exact then HALF_UP to the scale (null beyond the
+    precision). Never called with 0."""
     if t.name in INT_BITS:
-        bits = INT_BITS[t.name]
 
-        def int_divide(a, b):
+        def truncating(a, b):
             quotient = abs(a) // abs(b)
-            return _wrap(quotient if (a < 0) == (b < 0) else -quotient, bits)
+            return quotient if (a < 0) == (b < 0) else -quotient
 
-        return int_divide
+        return _exact(t, truncating, "/")
     if t.name == "DOUBLE":
         import numpy as np
 
@@ -282,14 +343,6 @@ _LAST_NON_NULL_RETRACT = _fixed(lambda acc, value: acc if value is None else Non
 
 
 # --- over arrays (the columnar merge) -------------------------------------------------------------------
-def _wrap_array(x: np.ndarray, bits: int) -> np.ndarray:
-    """:func:`_wrap` over an int64 array."""
-    import numpy as np
-
-    half = np.int64(1) << np.int64(bits - 1)
-    return ((x + half) & ((half << np.int64(1)) - 1)) - half
-
-
 def _order_key(v: np.ndarray) -> np.ndarray:
     """Values in the order :func:`_sort_key` gives (floats as Java's Double.compare; strings, held as Python
     strings, compare by code point)."""
@@ -304,35 +357,51 @@ def _order_key(v: np.ndarray) -> np.ndarray:
     return bits ^ mask
 
 
-def _array_ignoring_nulls(combine: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]) -> ArrayFold:
-    """:func:`_ignore_nulls` over arrays; ``combine(stored, input, both)`` need only be right where ``both``
-    (neither is null)."""
+#: ``f(stored, input) -> (values, overflowed)``: an arithmetic step over arrays; ``overflowed`` is None when
+#: the type cannot overflow (floats, DECIMAL(<=18) as unscaled longs: their own rules apply).
+ArrayStep = Callable[["np.ndarray", "np.ndarray"], tuple["np.ndarray", "np.ndarray | None"]]
+
+
+def _array_ignoring_nulls(combine: ArrayStep) -> ArrayFold:
+    """:func:`_ignore_nulls` over arrays; ``combine(stored, input)`` need only be right where neither is null."""
     import numpy as np
 
     def fold(a, a_null, b, b_null):
-        combined = combine(a, b, ~a_null & ~b_null)
-        return np.where(a_null, b, np.where(b_null, a, combined)), a_null & b_null
+        combined, overflowed = combine(a, b)
+        both = ~a_null & ~b_null
+        refused = None if overflowed is None else overflowed & both
+        return np.where(a_null, b, np.where(b_null, a, combined)), a_null & b_null, refused
 
     return fold
 
 
-def _array_arith(
-    t: DataType, op: Callable[[Any, Any], Any]
-) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
-    """:func:`_arith` over the arrays the columnar merge holds: integers as int64 (wrapped back to the
-    column's width), FLOAT in float32, DOUBLE, and DECIMAL(<=18) as unscaled longs."""
+def _array_arith(t: DataType, operation: str) -> ArrayStep:
+    """:func:`_arith` over the arrays the columnar merge holds (``add``, ``subtract``, ``multiply``, ``negate``
+    the input): integers as int64 with a mask of the results beyond the column's type (the one-record merge
+    refuses those), FLOAT in float32, DOUBLE, and DECIMAL(<=18) as unscaled longs."""
     import numpy as np
 
     bits = INT_BITS.get(t.name)
+    lo, hi = INT_RANGES.get(t.name, (0, 0))
 
-    def compute(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        with np.errstate(over="ignore", invalid="ignore"):
-            if bits is not None:
-                x = op(a, b)
-                return x if bits == 64 else _wrap_array(x, bits)
-            if t.name == "FLOAT":
-                return op(a.astype(np.float32), b.astype(np.float32))
-            return op(a, b)
+    def compute(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            if bits is None:
+                if t.name == "FLOAT":
+                    a, b = a.astype(np.float32), b.astype(np.float32)
+                op = {"add": np.add, "subtract": np.subtract, "multiply": np.multiply}.get(operation)
+                return (np.negative(b) if op is None else op(a, b)), None
+            if operation == "negate":
+                return np.negative(b), b == lo
+            x = {"add": np.add, "subtract": np.subtract, "multiply": np.multiply}[operation](a, b)
+            if bits < 64:  # int64 holds the exact result of two narrower integers
+                return x, (x < lo) | (x > hi)
+            if operation == "add":
+                return x, ((a ^ x) & (b ^ x)) < 0
+            if operation == "subtract":
+                return x, ((a ^ b) & (a ^ x)) < 0
+            divisor = np.where(a == 0, 1, a)  # an exact product divides back; a wrapped one does not
+            return x, (a != 0) & ((x // divisor != b) | ((a == -1) & (b == lo)))
 
     return compute
 
@@ -340,41 +409,42 @@ def _array_arith(
 def _sum_array(t: DataType, parameters: Mapping[str, str]) -> ArrayFold:
     import numpy as np
 
-    add = _array_arith(t, np.add)
-    fold = _array_ignoring_nulls(lambda a, b, both: add(a, b))
+    fold = _array_ignoring_nulls(_array_arith(t, "add"))
     if t.name != "DECIMAL":
         return fold
     largest = 10 ** (t.precision or 0) - 1  # a DECIMAL type always has its precision
 
     def decimal_fold(a, a_null, b, b_null):
         # Two longs of at most 18 digits cannot overflow; a sum beyond the precision is null (the scalar rule).
-        value, null = fold(a, a_null, b, b_null)
-        return value, null | (~a_null & ~b_null & (np.abs(value) > largest))
+        value, null, _ = fold(a, a_null, b, b_null)
+        return value, null | (~a_null & ~b_null & (np.abs(value) > largest)), None
 
     return decimal_fold
 
 
 def _product_array(t: DataType, parameters: Mapping[str, str]) -> ArrayFold:
-    import numpy as np
-
-    multiply = _array_arith(t, np.multiply)
-    return _array_ignoring_nulls(lambda a, b, both: multiply(a, b))
+    return _array_ignoring_nulls(_array_arith(t, "multiply"))
 
 
 def _sum_retract_array(t: DataType, parameters: Mapping[str, str]) -> ArrayFold:
     """:func:`_sum_retract` over arrays."""
     import numpy as np
 
-    subtract = _array_arith(t, np.subtract)
-    negate = _array_arith(t, lambda a, b: np.negative(b))
+    subtract = _array_arith(t, "subtract")
+    negate = _array_arith(t, "negate")
     largest = 10 ** (t.precision or 0) - 1 if t.name == "DECIMAL" else None
 
     def fold(a, a_null, b, b_null):
-        value = np.where(b_null, a, np.where(a_null, negate(b, b), subtract(a, b)))
+        negated, negation_overflow = negate(a, b)
+        difference, difference_overflow = subtract(a, b)
+        value = np.where(b_null, a, np.where(a_null, negated, difference))
         null = a_null & b_null
+        refused = None
+        if negation_overflow is not None and difference_overflow is not None:
+            refused = ~b_null & np.where(a_null, negation_overflow, difference_overflow)
         if largest is not None:  # two longs of at most 18 digits cannot overflow a long
             null = null | (~a_null & ~b_null & (np.abs(value) > largest))
-        return value, null
+        return value, null, refused
 
     return fold
 
@@ -384,24 +454,26 @@ def _product_retract_array(t: DataType, parameters: Mapping[str, str]) -> ArrayF
     import numpy as np
 
     bits = INT_BITS.get(t.name)
+    lo = INT_RANGES[t.name][0] if bits is not None else 0
 
     def divide(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         with np.errstate(all="ignore"):
             if bits is None:
                 return a.astype(np.float32) / b.astype(np.float32) if t.name == "FLOAT" else a / b
-            # Java's truncating division; x / -1 is the wrapped negation (numpy's MIN // -1 is undefined).
+            # Java's truncating division; x / -1 is the negation (numpy's MIN // -1 is undefined).
             minus_one = b == -1
             divisor = np.where(minus_one, 1, b)
             quotient = a // divisor
             inexact = (a - quotient * divisor != 0) & ((a < 0) != (divisor < 0))
-            quotient = np.where(minus_one, np.negative(a), quotient + inexact)
-            return quotient if bits == 64 else _wrap_array(quotient, bits)
+            return np.where(minus_one, np.negative(a), quotient + inexact)
 
     def fold(a, a_null, b, b_null):
         cleared = ~b_null & (a_null | (b == 0))
         safe = np.where(cleared | b_null, 1, b).astype(b.dtype)
         value = np.where(b_null | cleared, a, divide(a, safe))
-        return value, np.where(b_null, a_null, cleared)
+        # The type's minimum divided by -1 has no value of the type (Paimon's divideExact* refuses it).
+        refused = None if bits is None else ~b_null & ~cleared & (a == lo) & (b == -1)
+        return value, np.where(b_null, a_null, cleared), refused
 
     return fold
 
@@ -422,7 +494,7 @@ def _listagg_arrow(t: DataType, parameters: Mapping[str, str]) -> ArrowFold:
 
 
 def _bool_array(combine: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> ArrayBuilder:
-    return lambda t, parameters: _array_ignoring_nulls(lambda a, b, both: combine(a, b))
+    return lambda t, parameters: _array_ignoring_nulls(lambda a, b: (combine(a, b), None))
 
 
 def _extreme_pick(better: Callable[[Any, Any], Any]) -> Pick:
@@ -490,7 +562,7 @@ AGGREGATE_FUNCTIONS: dict[str, AggregateFunction] = _registry(
     AggregateFunction(
         "sum",
         _NUMERIC,
-        scalar=_arith_scalar(operator.add),
+        scalar=_arith_scalar(operator.add, "+"),
         array=_sum_array,
         retract=_sum_retract,
         retract_array=_sum_retract_array,
@@ -498,7 +570,7 @@ AGGREGATE_FUNCTIONS: dict[str, AggregateFunction] = _registry(
     AggregateFunction(
         "product",
         _NUMERIC,
-        scalar=_arith_scalar(operator.mul),
+        scalar=_arith_scalar(operator.mul, "*"),
         array=_product_array,
         exact_decimal64=False,
         retract=_product_retract,

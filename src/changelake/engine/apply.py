@@ -59,7 +59,7 @@ from changelake.inputs.landing import (
     changed_inputs,
     fingerprints,
     input_record,
-    read_manifest,
+    read_batch_manifest,
     scan_landing,
     write_private,
 )
@@ -143,6 +143,7 @@ class BatchInput:
     read_as: tuple[Fingerprint, ...] = ()  # the files before they were read: the commit needs them unchanged
     topic: tuple[kafka.PartitionRange, ...] = ()  # a topic batch's offset ranges (then no files)
     kafka_config: dict[str, str] | None = None  # the client settings its decode tasks read them with
+    merge_mode: str | None = None  # None: through the merge engine; "overwrite": Fluss's MergeMode.OVERWRITE
 
 
 @dataclass(frozen=True)
@@ -283,9 +284,14 @@ class Applier:
         for i, (seq, path) in enumerate(chosen.items(), start=1):
             self.progress(f"[{spec.full_name}] {i}/{len(chosen)}: landed batch {seq} from {path}")
             try:
+                target_columns, merge_mode = read_batch_manifest(path)
                 results.append(
                     self.apply_files(
-                        spec, WriterPosition(LANDING, seq), [path], target_columns=read_manifest(path)
+                        spec,
+                        WriterPosition(LANDING, seq),
+                        [path],
+                        target_columns=target_columns,
+                        merge_mode=merge_mode,
                     )
                 )
             except LandedFileChanging as e:
@@ -306,6 +312,7 @@ class Applier:
         fmt: str | None = None,
         target_columns: list[str] | None = None,
         based_on: int | None = None,
+        merge_mode: str | None = None,
     ) -> BatchResult:
         """Apply the files of one batch (in order) as number ``position.seq`` of writer ``position.writer``,
         exactly once: the protocol's steps (module docstring), the commit retried from the state check when
@@ -315,17 +322,19 @@ class Applier:
         ``based_on`` is the table batch a write was planned on (an UPDATE's stored row, a lookup's missing
         keys): once another batch has been committed since, :class:`PlannedOnOldState` is raised and nothing is
         applied, so the write is planned again instead of undoing what that batch wrote.
+        ``merge_mode="overwrite"`` bypasses the merge engine (docs/semantics.md §4.5).
         """
         if position.seq <= 0:
             raise BatchRefusedError(f"batch numbers are positive integers, got {position.seq}")
-        merge.check_target_columns(spec, target_columns)  # refuse before reading anything
-        merge.check_retraction_format(spec, fmt)
+        merge_mode = merge.merge_mode_of(merge_mode)
+        merge.check_target_columns(spec, target_columns, merge_mode)  # refuse before reading anything
+        merge.check_retraction_format(spec, fmt, merge_mode)
         started = time.monotonic()
         # Before any read (the plan checks them again after its checksum); a landed file that became a link
         # since the scan is refused.
         read_as = fingerprints(paths, self.storage.settings.landing_dir / spec.full_name)
-        ranges = decode.plan_batch(paths, spec, fmt, target_columns)
-        batch = BatchInput(spec, position, paths, fmt, target_columns, ranges, read_as)
+        ranges = decode.plan_batch(paths, spec, fmt, target_columns, merge_mode)
+        batch = BatchInput(spec, position, paths, fmt, target_columns, ranges, read_as, merge_mode=merge_mode)
         return self._apply(batch, started, based_on)
 
     def apply_topic(self, spec: TableSpec) -> list[BatchResult]:
@@ -527,9 +536,11 @@ class Applier:
                 batch.target_columns,
                 self.storage.settings.landing_dir,
                 batch.read_as,
+                batch.merge_mode,
             )
         )
-        merge.check_batch_ops(spec, decoded.op_counts)  # refuses deletes on a 'disable' table up front
+        # Refuses deletes on a 'disable' table up front.
+        merge.check_batch_ops(spec, decoded.op_counts, batch.merge_mode)
         commit_ts = dt.datetime.now(dt.UTC)
         log_ends = self._previous_manifest(table, state).get("log_ends", {})
         files = self.storage.table_files(table)
@@ -720,6 +731,7 @@ class Applier:
             batch_id=batch_id,
             commit_micros=int((commit_ts - _EPOCH) / dt.timedelta(microseconds=1)),
             target_columns=None if batch.target_columns is None else tuple(batch.target_columns),
+            merge_mode=batch.merge_mode,
             ordering=opts.ordering,
             dedup_offsets=opts.dedup_offsets,
             applied_offsets=dict(previous.kafka_offsets) if previous else {},

@@ -66,6 +66,7 @@ class BucketContext:
     commit_micros: int  # the batch's _commit_timestamp, microseconds since the epoch (UTC)
     log_ends: dict[str, int] = field(default_factory=dict)  # partition key -> committed log end
     target_columns: tuple[str, ...] | None = None  # a partial update's target columns
+    merge_mode: str | None = None  # None (merge through the engine) or "overwrite" (merge.OverwriteMerger)
     id_ranges: dict[tuple, list[tuple[int, int]]] | None = None  # auto-increment ids per partition
     ordering: str = "arrival"  # "arrival", "kafka-offset" or a field path (records carry ORDER_COLUMNS)
     dedup_offsets: bool = False  # drop Kafka redeliveries (``dedup: kafka-offsets``)
@@ -591,7 +592,7 @@ def merge_bucket(task: BucketTask, records: pa.Table, ctx: BucketContext, io) ->
     writes: list[Callable[[], None]] = []
     if task.rewrite:
         stored = _live_rows(spec, pieces)
-        result = merge_records(spec, stored, records, target, ids)
+        result = merge_records(spec, stored, records, target, ids, ctx.merge_mode)
         rows = result.rows
         for p in pieces:
             if p.single:
@@ -615,7 +616,7 @@ def merge_bucket(task: BucketTask, records: pa.Table, ctx: BucketContext, io) ->
                     STORED_ROWS.put(paths[-1], row_schema(spec), part)
     else:
         stored, located = _matching_rows(spec, pieces, records)
-        result = merge_records(spec, stored, records, target, ids)
+        result = merge_records(spec, stored, records, target, ids, ctx.merge_mode)
         assert result.stored_unchanged is not None and result.rows_changed is not None
         replaced = ~result.stored_unchanged
         if replaced.any():

@@ -14,7 +14,8 @@ then hold placeholders, nulled after the take); the rules of each engine are the
 
 Aggregate functions come from :mod:`changelake.engine.aggregates`: a function whose result is one of its
 inputs (max, min, last/first value) points at it, the others compute over numpy arrays (integer sums and
-products wrap around as Java's do, FLOAT is float32, DECIMAL(<=18) adds and compares as unscaled longs) or
+products exact, an overflow refused in the one-record merge's words; FLOAT is float32, DECIMAL(<=18) adds and
+compares as unscaled longs) or
 over Arrow arrays (listagg joins strings in Arrow). DECIMAL products, wider DECIMALs and rbm32/rbm64 call the
 function's one-record merge element by element (numpy ``frompyfunc``): exact, but a Python call per merged
 value for those columns.
@@ -69,21 +70,22 @@ def merge_records(
     records: pa.Table,
     target_columns: list[str] | None = None,
     id_ranges: list[tuple[int, int]] | None = None,
+    merge_mode: str | None = None,
 ) -> MergeResult:
     """Apply ``records`` (``_seq``, ``_op``, columns; applied in ``_seq`` order) to a bucket's ``stored`` rows.
 
     Equal to :func:`changelake.engine.merge.apply_sequential` over the same rows and records: rows, changelog (types,
     images, order), counts, remaining ids, and the same :class:`WriteRefusedError` where that one raises.
     """
-    return _BucketMerge(spec, stored, records, target_columns, id_ranges).run()
+    return _BucketMerge(spec, stored, records, target_columns, id_ranges, merge_mode).run()
 
 
 class _BucketMerge:
-    def __init__(self, spec, stored, records, target_columns, id_ranges):
+    def __init__(self, spec, stored, records, target_columns, id_ranges, merge_mode=None):
         self.spec = spec
         # The merger is only asked for its configuration (engine flags, target indexes): one rule source. It
         # never allocates ids (its allocator has none).
-        self.m = merge.merger_for(spec, target_columns, merge.IdAllocator([], 0, ""))
+        self.m = merge.merger_for(spec, target_columns, merge.IdAllocator([], 0, ""), merge_mode)
         self.schema = value_schema(spec)
         self.names = list(spec.column_names)
         self.key_index = list(self.m.key_index)
@@ -99,7 +101,9 @@ class _BucketMerge:
         self.group_keys: np.ndarray | None = None  # each group's key, when found by binary search
         self.distinct_keys = False  # found without hashing: every record's key differs (then key_order holds)
         self.key_order: np.ndarray | None = None  # the records' key order; None when they are in it already
-        self.failures: list[tuple[int, str]] = []  # (_seq, message) of records the merge refuses
+        # (_seq, column, message) of records the merge refuses: the reference stops at the first record it refuses,
+        # in its first column that refuses (-1: the record's id).
+        self.failures: list[tuple[int, int, str]] = []
 
     # --- driver ---------------------------------------------------------------------------------------
     def run(self) -> MergeResult:
@@ -138,7 +142,7 @@ class _BucketMerge:
         self._allocate_ids()
         if self.failures:
             # The sequential merge stops at its first failing record: raise that record's error.
-            raise WriteRefusedError(min(self.failures)[1])
+            raise WriteRefusedError(min(self.failures)[2])
         rows = self._final_rows()
         unchanged = self._unchanged_groups()
         return MergeResult(
@@ -318,28 +322,21 @@ class _BucketMerge:
 
     def _retracts(self, r: np.ndarray, g: np.ndarray, ex: np.ndarray) -> None:
         """Retractions (:meth:`changelake.engine.merge.RowMerger._retract`): an existing row takes the values
-        back (-U/+U); a key with no row retracts from nulls and is stored (+I, an id if the table has one)."""
+        back (-U/+U); a retraction for a key with no row changes nothing (the key stays absent)."""
+        self.counts.ignored += int((~ex).sum())
+        r, g = r[ex], g[ex]
         if not len(r):
             return
         assert self.agg is not None, "only an aggregation table retracts"
         old = np.take(self.idx, g, axis=1).T
-        base = old.copy()
-        base[~ex] = self.NULL  # a key with no row (never written, or deleted) retracts from nulls
-        new = base.copy()
+        new = old.copy()
         for i in self.key_index:
             new[:, i] = self.H + r
         for i, column in self.agg.items():
-            new[:, i] = column.retract(base[:, i], r)
-        created = ~ex
-        if self.ai is not None and created.any():
-            new[created, self.ai] = self.ID_BASE + r[created]
-            self.takes_id[r[created]] = True
+            new[:, i] = column.retract(old[:, i], r)
         self.idx[:, g] = new.T
-        self.exists[g] = True
-        self.counts.inserted += int(created.sum())
-        self.counts.updated += int(ex.sum())
-        self._emit(r[created], 0, INSERT, new[created])
-        self._emit_update(r[ex], old[ex], new[ex])
+        self.counts.updated += len(r)
+        self._emit_update(r, old, new)
 
     def _first_writes(self, r: np.ndarray, g: np.ndarray) -> None:
         if not len(r):
@@ -440,7 +437,7 @@ class _BucketMerge:
             failing = None
         if failing is not None:
             # Raised by run() unless an earlier record failed first (the sequential merge stops there).
-            self.failures.append((int(self.seq[failing]), message))
+            self.failures.append((int(self.seq[failing]), -1, message))
             return
         self.id_values = np.zeros(self.n, np.int64)
         self.id_values[np.flatnonzero(self.takes_id)] = ids[:needed]
@@ -724,20 +721,24 @@ class _AggColumn:
         # that ignore retractions: never), else compute with ``retract_array`` like ``array``.
         self.clears: aggregates.Clear | None = None
         self.retract_array: aggregates.ArrayFold | None = None
+        # The one-record merges: what an array fold's refused values are refused with (the reference's words).
+        self.scalar = aggregates.scalar_fold(spec, column.name)
+        self.scalar_retract: aggregates.Fold | None = None
         if bm.m.retracts_update_before or bm.m.retracts_delete:
+            self.scalar_retract = aggregates.scalar_retract(spec, column.name)
             if spec.ignores_retract(column.name):
                 self.clears = aggregates.never_clears
             elif self.function.retract_clears is not None:
                 self.clears = self.function.retract_clears
             elif self.objects:
-                self.retract_array = _per_value(aggregates.scalar_retract(spec, column.name))
+                self.retract_array = _per_value(self.scalar_retract)
             else:
                 assert self.function.retract_array is not None, (
                     "spec.py refuses a function that cannot retract"
                 )
                 self.retract_array = self.function.retract_array(column.type, parameters)
         if self.objects:
-            self.array = _per_value(self.function.scalar(column.type, parameters))
+            self.array = _per_value(self.scalar)
         elif self.function.arrow is not None:
             self.arrow = self.function.arrow(column.type, parameters)
         elif self.function.array is not None:
@@ -807,26 +808,45 @@ class _AggColumn:
             self.computed.append((result, result.is_null().to_numpy(zero_copy_only=False)))
             return np.arange(start, start + len(r))
         assert self.array is not None, "a column that picks no input computes its values"
-        return self._compute(self.array, old_positions, r)
+        return self._compute(self.array, old_positions, r, self.scalar)
 
     def retract(self, old_positions: np.ndarray, r: np.ndarray) -> np.ndarray:
         """Retract record ``r``'s value from the values at ``old_positions``; returns the new positions."""
         if self.clears is not None:
             cleared = self.clears(self.null_at(old_positions), self.null_at(self.bm.H + r))
             return np.where(cleared, self.bm.NULL, old_positions)
-        assert self.retract_array is not None, "a retraction table's column clears or computes"
-        return self._compute(self.retract_array, old_positions, r)
+        assert self.retract_array is not None and self.scalar_retract is not None, (
+            "a retraction table's column clears or computes"
+        )
+        return self._compute(self.retract_array, old_positions, r, self.scalar_retract)
 
-    def _compute(self, fn: aggregates.ArrayFold, old_positions: np.ndarray, r: np.ndarray) -> np.ndarray:
-        """Store ``fn`` of the values at ``old_positions`` and record ``r``'s; returns where they are."""
+    def _compute(
+        self, fn: aggregates.ArrayFold, old_positions: np.ndarray, r: np.ndarray, scalar: aggregates.Fold
+    ) -> np.ndarray:
+        """Store ``fn`` of the values at ``old_positions`` and record ``r``'s; returns where they are. A value
+        the fold marks refused (an integer overflow) is refused with the one-record merge ``scalar``'s words."""
         start = self.offset + sum(len(v) for v, _ in self.computed)
         old, old_null = self.value_at(old_positions)
         new, new_null = self.value_at(self.bm.H + r)
-        value, null = fn(old, old_null, new, new_null)
+        value, null, refused = fn(old, old_null, new, new_null)
         if self.objects:  # only the one-record merge refuses a value
             for j in [j for j, v in enumerate(value) if isinstance(v, _Refused)]:
-                self.bm.failures.append((int(self.bm.seq[r[j]]), value[j].message))
+                self.bm.failures.append((int(self.bm.seq[r[j]]), self.i, value[j].message))
                 value[j], null[j] = None, True
+        if refused is not None and refused.any():
+            null = null.copy()
+            for k in np.flatnonzero(refused).tolist():
+                stored = None if old_null[k] else old[k].item()
+                given = None if new_null[k] else new[k].item()
+                try:
+                    scalar(stored, given)
+                except WriteRefusedError as e:
+                    self.bm.failures.append((int(self.bm.seq[r[k]]), self.i, str(e)))
+                else:
+                    raise AssertionError(
+                        f"the array fold refuses {stored!r}, {given!r}; the one-record merge not"
+                    )
+                null[k] = True
         self.computed.append((value, null))
         return np.arange(start, start + len(r))
 
@@ -872,6 +892,6 @@ def _per_value(fn: aggregates.Fold) -> aggregates.ArrayFold:
         left = np.asarray(np.where(a_null, None, a), dtype=object)
         right = np.asarray(np.where(b_null, None, b), dtype=object)
         out = np.asarray(ufunc(left, right) if len(left) else np.zeros(0, object), dtype=object)
-        return out, np.array([v is None for v in out], bool)
+        return out, np.array([v is None for v in out], bool), None  # refusals are _Refused values
 
     return merge

@@ -12,6 +12,10 @@ size. Per partition (Paimon's vocabulary, documented defaults in docs/configurat
   ``compaction.max-size-amplification-percent`` of the rows in the bucket files (50%), or when asked: every
   bucket of the partition is rewritten as one file sorted by key, and no delta or delete file is left.
 
+The rows a compaction rewrites leave it at their columns' declared precision (:func:`at_declared_precision`:
+values stored before changelake enforced it are cut), keys excepted: ``changelake repair`` (engine/repair.py)
+rewrites those.
+
 A compaction is one optimistic Iceberg commit (``replace``) on the snapshot it read, carrying the table's
 state (the last batch's summary) so that state stays in the latest snapshot. A batch committed meanwhile makes
 it fail: its files are removed and the next run tries again (a batch's commit, conversely, re-checks the files
@@ -163,7 +167,7 @@ def compact_table(
     if not plans:
         return out
     started = time.monotonic()
-    ctx = _context(storage, spec, table)
+    ctx = rewrite_context(storage, spec, table)
     io = TaskIO(ctx.io_properties)
     written: list[str] = []
     added_deletes: list[tuple[str, dict, TableFile]] = []
@@ -187,7 +191,7 @@ def compact_table(
             for path, stats, ref in added_deletes
         ]
         props = {**Storage.state_properties(table), summary.OPERATION: "compact"}
-        table_props = _maintained({"compacted_full": out.full, "compacted_minor": out.minor})
+        table_props = maintained_property({"compacted_full": out.full, "compacted_minor": out.minor})
         fault("before-compaction-commit")
         out.committed = storage.commit_files(
             table, added, described, removed, props, Operation.REPLACE, table_props
@@ -210,14 +214,15 @@ def compact_table(
     return out
 
 
-def _maintained(what: dict) -> dict[str, str]:
-    """The table property saying when maintenance last changed the table, and what it did."""
+def maintained_property(what: dict) -> dict[str, str]:
+    """The table property saying when maintenance last changed the table, and what it did (a compaction's, a
+    repair's)."""
     return {summary.MAINTENANCE: json.dumps({"at_ms": int(time.time() * 1000), **what}, sort_keys=True)}
 
 
-def _context(storage: Storage, spec: TableSpec, table, changelog: bool = False) -> BucketContext:
-    """What compaction's bucket reads and file writes need of ``table`` (the PK table, or with ``changelog``
-    the changelog table)."""
+def rewrite_context(storage: Storage, spec: TableSpec, table, changelog: bool = False) -> BucketContext:
+    """What reading and writing a table's bucket files outside a batch needs (a compaction, a repair): of
+    ``table``, the PK table, or with ``changelog`` the changelog table."""
     codec, level = buckets.compression_of(dict(table.properties))
     ids = Storage.field_ids(table)
     return BucketContext(
@@ -262,6 +267,7 @@ def _rewrite_partition(
         rows = pa.concat_tables(parts) if parts else None
         if rows is None or not rows.num_rows:
             return None, 0
+        rows = at_declared_precision(spec, rows, keys=False)
         rows = rows.take(pc.sort_indices(rows, sort_keys=[(k, "ascending") for k in spec.primary_key]))
         path = f"{ctx.out_dir}/data/bucket-{bucket:04d}-{uuid.uuid4().hex}-000.parquet"
         buckets.write_file(io, path, rows, buckets.data_dictionary(spec), ctx)
@@ -297,6 +303,7 @@ def _merge_deltas(
         parts.append(rows if mask is None else rows.filter(pa.array(mask)))
     rows = pa.concat_tables(parts) if parts else None
     if rows is not None and rows.num_rows:
+        rows = at_declared_precision(spec, rows, keys=False)
         order = [("_bucket", "ascending")] + [(k, "ascending") for k in spec.primary_key]
         rows = rows.take(pc.sort_indices(rows, sort_keys=order))
         path = f"{ctx.out_dir}/data/delta-{uuid.uuid4().hex}.parquet"
@@ -316,6 +323,21 @@ def _merge_deltas(
     with io.open_output(path) as sink:
         buckets.write_position_deletes(sink, table, ctx.delta_compression)
     return paths, (path, buckets.delete_stats(table), staying[named[0]])
+
+
+def at_declared_precision(spec: TableSpec, rows: pa.Table, keys: bool) -> pa.Table:
+    """``rows`` with their values cut to their columns' declared precision (``DataType.normalize_stored``): rows
+    stored before changelake enforced it (docs/semantics.md §15). A compaction rewrites the other columns only
+    (``keys`` False): a key column's value names its row, its bucket and partition, and only ``changelake
+    repair`` changes it, explicitly."""
+    for column in spec.columns:
+        if column.type.name not in ("TIME", "TIMESTAMP", "TIMESTAMP_LTZ") or (
+            not keys and column.name in spec.primary_key
+        ):
+            continue
+        index = rows.schema.get_field_index(column.name)
+        rows = rows.set_column(index, rows.field(index), column.type.normalize_stored(rows.column(index)))
+    return rows
 
 
 def due_tier(files: list[TableFile], trigger: int) -> list[TableFile]:
@@ -375,7 +397,7 @@ def compact_changelog(
             rows = rows.take(pc.sort_indices(rows, sort_keys=[(c, "ascending") for c in order]))
             path = f"{table.location()}/data/compact-{uuid.uuid4().hex[:12]}/changelog-{uuid.uuid4().hex}.parquet"
             codec, level = buckets.compression_of(dict(table.properties))
-            ctx = _context(storage, spec, table, changelog=True)
+            ctx = rewrite_context(storage, spec, table, changelog=True)
             meta = [*spec.partition_keys, "_change_type", "_batch_id", "_bucket", "_commit_timestamp"]
             from dataclasses import replace
 
@@ -387,7 +409,9 @@ def compact_changelog(
         removed = gone | {f.path for f in merge}
         props = {**Storage.state_properties(table), summary.OPERATION: "compact"}
         kept = [f.batches[0] for f in files if f.path not in gone and f.batches is not None]
-        table_props = _maintained({"changelog_files_removed": len(old), "changelog_files_merged": len(merge)})
+        table_props = maintained_property(
+            {"changelog_files_removed": len(old), "changelog_files_merged": len(merge)}
+        )
         if old:  # readers say which batches' changelog is gone
             table_props[summary.LOG_START_BATCH] = str(
                 min(kept) if kept else summary.last_batch_of(props) + 1

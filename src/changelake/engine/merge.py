@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 
 from changelake.engine import aggregates
 from changelake.errors import WriteRefusedError, java_list
-from changelake.spec import TableSpec
+from changelake.spec import TableSpec, merge_mode_of
 
 DELETE_DISABLED = (
     "Delete operations are disabled for this table. The table.delete.behavior is set to 'disable'."
@@ -51,10 +51,11 @@ def deletes_dropped_before_table(spec: TableSpec) -> bool:
     return spec.ignore_delete or (spec.delete_behavior == "ignore" and not spec.retracts_delete)
 
 
-def check_retraction_format(spec: TableSpec, fmt: str | None) -> None:
+def check_retraction_format(spec: TableSpec, fmt: str | None, merge_mode: str | None = None) -> None:
     """Refuse an upsert-kafka batch into a table whose deletes retract: a tombstone holds only the key, no
-    before image to take back (docs/semantics.md §4.7; spec.py refuses such a table's upsert-kafka source)."""
-    if fmt == "upsert-kafka" and spec.retracts_delete:
+    before image to take back (docs/semantics.md §4.7; spec.py refuses such a table's upsert-kafka source). An
+    overwrite batch retracts nothing, so it may."""
+    if fmt == "upsert-kafka" and spec.retracts_delete and merge_mode_of(merge_mode) is None:
         raise WriteRefusedError(
             f"{spec.full_name}: the upsert-kafka format has no before image, so its tombstones cannot retract; "
             "set 'table.delete.behavior' (ignore, allow or disable) to say what a tombstone does on this "
@@ -62,11 +63,15 @@ def check_retraction_format(spec: TableSpec, fmt: str | None) -> None:
         )
 
 
-def check_batch_ops(spec: TableSpec, op_counts: dict[str, int]) -> BatchCounts:
-    """Validate a batch's operations before any work and count what is dropped up front."""
-    dropped = 0 if spec.retracts_update_before else op_counts.get("-U", 0)
+def check_batch_ops(spec: TableSpec, op_counts: dict[str, int], merge_mode: str | None = None) -> BatchCounts:
+    """Validate a batch's operations before any work and count what is dropped up front (an overwrite batch
+    takes every delete and retracts nothing: :class:`OverwriteMerger`)."""
+    overwrite = merge_mode_of(merge_mode) == "overwrite"
+    dropped = 0 if spec.retracts_update_before and not overwrite else op_counts.get("-U", 0)
     counts = BatchCounts(records=sum(op_counts.values()), dropped_update_before=dropped)
     deletes = op_counts.get("-D", 0)
+    if overwrite:
+        return counts
     if deletes and not spec.ignore_delete and spec.delete_behavior == "disable":
         raise WriteRefusedError(
             f"{spec.full_name}: {DELETE_DISABLED} The batch holds {deletes} delete record(s)."
@@ -147,8 +152,8 @@ class RowMerger:
         return tuple(None if i in self.target and i not in self.key_index else v for i, v in enumerate(old))
 
     def retract(self, old, row):
-        """The row after retracting ``row`` from ``old`` (None: a key with no row yet). Only a retraction
-        table's merger (:class:`AggregationMerger`) is asked."""
+        """The row after retracting ``row`` from the stored row ``old``. Only a retraction table's merger
+        (:class:`AggregationMerger`) is asked."""
         raise NotImplementedError(f"the {self.spec.merge_engine} merge engine does not retract")
 
     def _insert(self, rows: dict, key: Row, row) -> list[Change]:
@@ -163,11 +168,15 @@ class RowMerger:
         return [("+U" if self.wal_shortcut else "+I", row)]
 
     def _retract(self, rows: dict, key: Row, row) -> list[Change]:
-        """A retraction: the key's row with the record's values taken back, logged as any update (``-U``/``+U``),
-        or, for a key with no row yet, stored and logged ``+I`` (docs/semantics.md §4.7)."""
+        """A retraction: the key's row with the record's values taken back, logged as any update (``-U``/``+U``).
+        A retraction for a key with no row changes nothing and logs nothing: the key stays absent, as in Fluss's
+        retraction pull request (``KvTablet``: "Retract on non-existent key ... ignoring") and in what Paimon
+        reads (a lone retraction is its own merge result, which ``DropDeleteReader`` drops), docs/semantics.md
+        §4.7."""
         old = rows.get(key)
         if old is None:
-            return self._insert(rows, key, self.retract(None, row))
+            self.counts.ignored += 1
+            return []
         merged = self.retract(old, row)
         rows[key] = merged
         self.counts.updated += 1
@@ -285,14 +294,31 @@ class AggregationMerger(RowMerger):
         )
 
     def retract(self, old, row):
-        # As merge, with each column's retraction; a key with no row yet retracts from nulls (§4.7).
-        if old is None:
-            old = (None,) * len(self.functions)
+        # As merge, with each column's retraction (§4.7).
         t = self.target
         return tuple(
             row[i] if fn is None else fn(old[i], row[i]) if t is None or i in t else old[i]
             for i, fn in enumerate(self.retractions)
         )
+
+
+class OverwriteMerger(RowMerger):
+    """Fluss's ``MergeMode.OVERWRITE`` (docs/semantics.md §4.5): the write bypasses the table's merge engine and
+    replaces rows as given, as ``KvTablet.putAsLeader`` does with its ``DefaultRowMerger(kvFormat,
+    DeleteBehavior.ALLOW)``: last-row rules whatever the engine, partial writes for every engine (non-target
+    columns of a new key null, of a stored key kept), deletes applied whatever ``table.delete.behavior`` or
+    ``sink.ignore-delete`` say, nothing retracted (``-U`` records are dropped, as a sink drops them), and the
+    table's changelog image (the WAL shortcut for full-row writes). Auto-increment ids as ever."""
+
+    def __init__(
+        self, spec: TableSpec, target: tuple[int, ...] | None = None, ids: IdAllocator | None = None
+    ):
+        super().__init__(spec, target, ids)
+        self.drop_deletes = False
+        self.disable_deletes = False
+        self.retracts_update_before = False
+        self.retracts_delete = False
+        self.wal_shortcut = self.wal and target is None
 
 
 #: The merger of each ``table.merge-engine`` (None: the default last-row engine).
@@ -305,10 +331,16 @@ MERGERS: dict[str | None, type[RowMerger]] = {
 
 
 def merger_for(
-    spec: TableSpec, target_columns: list[str] | None = None, ids: IdAllocator | None = None
+    spec: TableSpec,
+    target_columns: list[str] | None = None,
+    ids: IdAllocator | None = None,
+    merge_mode: str | None = None,
 ) -> RowMerger:
-    """The merger of a table's ``table.merge-engine``, for full-row or partial (target-column) writes."""
-    return MERGERS[spec.merge_engine](spec, check_target_columns(spec, target_columns), ids)
+    """The merger of a table's ``table.merge-engine``, for full-row or partial (target-column) writes; in the
+    overwrite merge mode, :class:`OverwriteMerger` whatever the engine."""
+    target = check_target_columns(spec, target_columns, merge_mode)
+    cls = OverwriteMerger if merge_mode_of(merge_mode) == "overwrite" else MERGERS[spec.merge_engine]
+    return cls(spec, target, ids)
 
 
 def sequence_overflow(column: str, max_value: int) -> str:
@@ -345,11 +377,15 @@ class IdAllocator:
         return None
 
 
-def check_target_columns(spec: TableSpec, target_columns: list[str] | None) -> tuple[int, ...] | None:
-    """Validate a partial write's target columns (docs/semantics.md §6, §4.3) with Fluss's messages.
+def check_target_columns(
+    spec: TableSpec, target_columns: list[str] | None, merge_mode: str | None = None
+) -> tuple[int, ...] | None:
+    """Validate a partial write's target columns (docs/semantics.md §6, §4.3) with Fluss's messages. An overwrite
+    write (:class:`OverwriteMerger`) is checked as the last-row engine's, whatever the table's engine.
 
     Returns the target column indexes, or None for a full-row write (no list, or a list naming every column).
     """
+    overwrite = merge_mode_of(merge_mode) == "overwrite"
     names = list(spec.column_names)
     ai = spec.auto_increment_column
     # Fluss checks these twice, in its client (UpsertWriter) and in the server (KvTablet), with different
@@ -366,7 +402,7 @@ def check_target_columns(spec: TableSpec, target_columns: list[str] | None) -> t
     for column in target_columns:
         if column not in names:
             raise WriteRefusedError(f"Can not find target column: {column} for table {spec.full_name}.")
-    engine = spec.merge_engine
+    engine = None if overwrite else spec.merge_engine
     if not MERGERS[engine].partial_update:
         raise WriteRefusedError(f"Partial update is not supported for the {engine} merge engine.")
     if not set(spec.primary_key) <= set(target_columns):
@@ -396,13 +432,14 @@ def apply_sequential(
     records: Iterable[tuple[str, Row]],
     target_columns: list[str] | None = None,
     ids: IdAllocator | None = None,
+    merge_mode: str | None = None,
 ) -> tuple[list[Change], BatchCounts]:
     """Reference semantics: apply ``records`` one by one, in order. Mutates ``rows``.
 
     A batch that holds a delete on a ``disable`` table fails as a whole: nothing is applied.
     """
     records = list(records)
-    merger = merger_for(spec, target_columns, ids)
+    merger = merger_for(spec, target_columns, ids, merge_mode)
     if merger.disable_deletes and any(op == "-D" for op, _ in records):
         raise WriteRefusedError(DELETE_DISABLED)
     changelog: list[Change] = []

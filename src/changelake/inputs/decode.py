@@ -135,13 +135,17 @@ class StagedGroup:
 
 
 def plan_batch(
-    paths: list[LandedPath], spec: TableSpec, fmt: str | None, target_columns: list[str] | None
+    paths: list[LandedPath],
+    spec: TableSpec,
+    fmt: str | None,
+    target_columns: list[str] | None,
+    merge_mode: str | None = None,
 ) -> BatchPlan:
     """Cut the batch's files into decode ranges (JSON lines read once in 1 MiB chunks, Parquet by its footer)
     and start checksumming them in a thread: a new batch needs its checksum only at its commit, so hashing
     (a second for a few hundred MB) overlaps the decode.
 
-    The checksum covers contents, format and target columns (not the file names), as before.
+    The checksum covers contents, format, target columns and merge mode (not the file names), as before.
     """
     ranges: list[Range] = []
     total = messages = 0
@@ -173,7 +177,7 @@ def plan_batch(
         total += size
         messages += lines + 1
     hasher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="changelake-checksum")
-    digest = hasher.submit(landing.batch_checksum, list(paths), fmt, target_columns)
+    digest = hasher.submit(landing.batch_checksum, list(paths), fmt, target_columns, merge_mode)
     hasher.shutdown(wait=False)
     return BatchPlan(ranges, total, messages, digest)
 

@@ -315,18 +315,25 @@ def landing_problems(landing_dir: LandedPath, specs: dict[str, TableSpec]) -> di
 
 
 def read_manifest(path: LandedPath) -> list[str] | None:
-    """Target columns of a landed batch, from ``<batch_id>.manifest.json`` beside it (partial updates).
+    """Target columns of a landed batch, from ``<batch_id>.manifest.json`` beside it (partial updates)."""
+    return read_batch_manifest(path)[0]
 
-    Any problem with the manifest (not UTF-8, not JSON, a repeated key, not a list of names) is a
-    ChangelakeError naming the file."""
+
+def read_batch_manifest(path: LandedPath) -> tuple[list[str] | None, str | None]:
+    """How a landed batch is written, from ``<batch_id>.manifest.json`` beside it: its target columns (a
+    partial update) and its merge mode (``"overwrite"``, docs/semantics.md §4.5); (None, None) without one.
+
+    Any problem with the manifest (not UTF-8, not JSON, a repeated key, not a list of names, an unknown merge
+    mode) is a ChangelakeError naming the file."""
     from changelake.inputs import formats
+    from changelake.spec import merge_mode_of
 
     manifest = path.with_name(f"{path.name.split('.')[0]}.manifest.json")
     try:
         with open_landed(manifest) as fh:
             raw = fh.read(MAX_MANIFEST_BYTES + 1)
     except FileNotFoundError:
-        return None
+        return None, None
     except OSError as e:
         raise ChangelakeError(f"{manifest}: cannot read the manifest: {e.strerror or e}") from None
     if len(raw) > MAX_MANIFEST_BYTES:
@@ -338,15 +345,35 @@ def read_manifest(path: LandedPath) -> list[str] | None:
     except formats.FieldError as e:
         where = f" (key '{e.field}')" if e.field else ""
         raise ChangelakeError(f"{manifest}: not valid JSON{where}: {e.reason}") from None
-    columns = data.get("target_columns") if isinstance(data, dict) else None
-    if not isinstance(columns, list) or not all(isinstance(c, str) for c in columns):
-        raise ChangelakeError(f'{manifest}: expected {{"target_columns": ["col", ...]}}')
-    return columns
+    shape = (
+        f'{manifest}: expected {{"target_columns": ["col", ...], "merge_mode": "overwrite"}} (either or both)'
+    )
+    if not isinstance(data, dict) or not data or set(data) - {"target_columns", "merge_mode"}:
+        raise ChangelakeError(shape)
+    columns = data.get("target_columns")
+    if "target_columns" in data and (
+        not isinstance(columns, list) or not all(isinstance(c, str) for c in columns)
+    ):
+        raise ChangelakeError(shape)
+    mode = data.get("merge_mode")
+    if "merge_mode" in data and not isinstance(mode, str):
+        raise ChangelakeError(shape)
+    try:
+        return columns, merge_mode_of(mode)
+    except ChangelakeError as e:
+        raise ChangelakeError(f"{manifest}: {e}") from None
 
 
-def batch_checksum(paths: Sequence[LandedPath], fmt: str | None, target_columns: list[str] | None) -> str:
-    """A batch's input checksum: sha256 of format and target columns, then every file's bytes and a separator."""
-    h = hashlib.sha256(json.dumps([fmt, target_columns]).encode())
+def batch_checksum(
+    paths: Sequence[LandedPath],
+    fmt: str | None,
+    target_columns: list[str] | None,
+    merge_mode: str | None = None,
+) -> str:
+    """A batch's input checksum: sha256 of format, target columns and merge mode (the default mode adds nothing:
+    batches committed before merge modes keep their checksums), then every file's bytes and a separator."""
+    how = [fmt, target_columns] if merge_mode is None else [fmt, target_columns, merge_mode]
+    h = hashlib.sha256(json.dumps(how).encode())
     for path in paths:
         try:
             fh = open_landed(path)  # never through a link (a producer could swap one in mid-apply)
@@ -415,12 +442,13 @@ def input_record(
     target_columns: list[str] | None,
     landing_dir: LandedPath,
     read_as: Sequence[Fingerprint] | None = None,
+    merge_mode: str | None = None,
 ) -> str:
     """How a batch was read, as JSON for its snapshot summary (:data:`INPUT_PROPERTY`).
 
     ``columns`` and ``source`` are what decoded it (the table's columns and its ``source:`` section at that
-    commit: the spec file's source may change later), ``format`` and ``target_columns`` the other inputs of
-    its checksum, ``files`` the file names and ``landed`` whether they all are this table's landed files
+    commit: the spec file's source may change later), ``format``, ``target_columns`` and ``merge_mode`` (only
+    when not the default) the other inputs of its checksum, ``files`` the file names and ``landed`` whether they all are this table's landed files
     (a batch applied from API records or ``--file`` elsewhere is not landed input).
 
     ``read_as`` are the files' fingerprints from before the batch read them; called once the read (and its
@@ -442,6 +470,7 @@ def input_record(
             "source": spec.source,
             "format": fmt,
             "target_columns": None if target_columns is None else list(target_columns),
+            **({} if merge_mode is None else {"merge_mode": merge_mode}),
             "files": [p.name for p in files],
             "landed": bool(files) and all(_resolved(p).parent == _resolved(landed_dir) for p in files),
             "stat": None if read_as is None else [f.stat for f in read_as],
@@ -584,7 +613,7 @@ def _current_checksum(
     if stats == how["stat"]:
         return None
     try:
-        current = batch_checksum(paths, how.get("format"), how.get("target_columns"))
+        current = batch_checksum(paths, how.get("format"), how.get("target_columns"), how.get("merge_mode"))
     except ChangelakeError:
         return None  # gone meanwhile
     return None if current == recorded else current

@@ -9,7 +9,7 @@ process imports neither pyspark nor pyiceberg on this path.
 
 Protocol: one JSON object per line. The client sends one request
 ``{"version": 1, "command": "apply", "settings": {...}, "table": ..., "file": ..., "batch_id": ...,
-"fmt": ..., "target_columns": ..., "up_to": ..., "from_batch": ...}``; the service answers with any number of
+"fmt": ..., "target_columns": ..., "merge_mode": ..., "up_to": ..., "from_batch": ...}``; the service answers with any number of
 ``{"progress": "..."}`` lines, then either ``{"results": [<BatchResult as a dict>, ...]}`` or
 ``{"error": {"type": ..., "message": ..., ...}}``. ``changelake sql`` sends ``"command": "sql"`` with
 ``"statement"``, ``"idempotency_key"`` and ``"batch_id"`` instead; its results are
@@ -413,8 +413,12 @@ class ApplyService(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
             if statement is None:
                 raise errors.ChangelakeError("sql request: no statement")
             idempotency_key, batch_id = _text(request, "idempotency_key"), _int(request, "batch_id")
+            merge_mode = _text(request, "merge_mode")
             return [
-                r.to_dict() for r in lake.sql(statement, idempotency_key=idempotency_key, batch_id=batch_id)
+                r.to_dict()
+                for r in lake.sql(
+                    statement, idempotency_key=idempotency_key, batch_id=batch_id, merge_mode=merge_mode
+                )
             ]
         table, file = _text(request, "table"), _text(request, "file")
         if file is not None:
@@ -428,6 +432,7 @@ class ApplyService(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
                     fmt=_text(request, "fmt"),
                     target_columns=columns,
                     writer=_text(request, "writer") or "api",
+                    merge_mode=_text(request, "merge_mode"),
                 )
             ]
         else:

@@ -238,7 +238,7 @@ class Storage:
         existing = self._load(spec.namespace, spec.table)
         if existing is not None:
             stored_json = existing.properties.get(summary.SPEC)
-            stored = evolution.stored_spec(stored_json, spec.full_name) if stored_json else spec
+            stored = evolution.stored_spec(stored_json, spec.full_name, spec) if stored_json else spec
             check_stored_types(existing, stored)
             change = evolution.plan(stored, spec, origin="the given spec")
             if change:

@@ -276,9 +276,12 @@ def _json_converter(dtype):
 
         return pa.decimal128(38, dtype.scale), decimal_value
     if name == "DATE":
-        return pa.string(), _temporal_converter(_DATE_TEXT, pa.date32())
+        return pa.string(), _temporal_converter(_DATE_TEXT, pa.date32(), None)
     if name == "TIME":
-        # Stored as HH:MM:SS.ffffff; Flink writes HH:mm:ss and a fraction only when it is not zero.
+        # Stored as HH:MM:SS.ffffff; Flink writes HH:mm:ss and a fraction only when it is not zero. TIME(p)
+        # keeps min(p, 3) fraction digits (types.truncate_time_micros): the rest become zeros.
+        kept = min(dtype.precision or 0, 3)
+
         def clock(a: pa.Array) -> pa.Array | None:
             values = a.drop_null()
             if (
@@ -291,7 +294,7 @@ def _json_converter(dtype):
                 a = pc.utf8_rpad(
                     pc.if_else(whole, pc.binary_join_element_wise(a, ".", ""), a), _TIME_WIDTH, "0"
                 )
-            return a
+            return pc.utf8_replace_slice(a, 9 + kept, 15, "0" * (6 - kept)) if kept < 6 else a
 
         return pa.string(), clock
     if name in ("TIMESTAMP", "TIMESTAMP_LTZ") and storage in (
@@ -299,11 +302,11 @@ def _json_converter(dtype):
         pa.timestamp("us", tz="UTC"),
     ):
         zone = "Z?" if name == "TIMESTAMP_LTZ" else ""
-        return pa.string(), _temporal_converter(_STAMP_TEXT + zone, storage)
+        return pa.string(), _temporal_converter(_STAMP_TEXT + zone, storage, dtype)
     return None, None
 
 
-def _temporal_converter(pattern: str, storage: pa.DataType):
+def _temporal_converter(pattern: str, storage: pa.DataType, dtype):
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -322,6 +325,10 @@ def _temporal_converter(pattern: str, storage: pa.DataType):
         text = pc.replace_substring_regex(a, "Z$", "") if zoned else a
         parse = pa.timestamp("us") if pa.types.is_timestamp(storage) else storage
         out = text.cast(parse)
+        if dtype is not None:
+            out, _ = dtype.truncate_timestamps(
+                out
+            )  # the declared precision (microseconds never leave the range)
         return out.cast(storage) if parse != storage else out
 
     return convert

@@ -168,18 +168,15 @@ def coerce_debezium(unit: str) -> Coerce:
 def _epoch(t: DataType, value: int, name: str, unit: str) -> Any:
     """Debezium's epoch integers as ISO-8601 text for the temporal types (others pass through).
 
-    TIMESTAMP(7..9)/TIMESTAMP_LTZ(7..9) get all nine fraction digits, computed in integers (exact for
-    ``io.debezium.time.NanoTimestamp``); the type then refuses a value beyond its 64-bit nanosecond range."""
+    Timestamps get all nine fraction digits, computed in integers (exact for ``io.debezium.time.NanoTimestamp``),
+    so the type cuts the value itself to its declared precision (docs/semantics.md §15) and refuses one beyond
+    its range."""
     if t.name in ("TIMESTAMP", "TIMESTAMP_LTZ"):
         u = {"io.debezium.time.Timestamp": "ms", "io.debezium.time.MicroTimestamp": "us"}.get(
             name, "ns" if name == "io.debezium.time.NanoTimestamp" else unit
         )
-        if t.is_nanos:
-            nanos = value * {"ms": 1_000_000, "us": 1_000, "ns": 1}[u]
-            return format_timestamp_nanos(nanos, ltz=t.name == "TIMESTAMP_LTZ")
-        micros = value * _UNIT[u] if u != "ns" else value // 1000
-        stamp = _EPOCH + dt.timedelta(microseconds=micros)
-        return stamp.isoformat() + ("Z" if t.name == "TIMESTAMP_LTZ" else "")
+        nanos = value * {"ms": 1_000_000, "us": 1_000, "ns": 1}[u]
+        return format_timestamp_nanos(nanos, ltz=t.name == "TIMESTAMP_LTZ")
     if t.name == "DATE":
         return (_EPOCH.date() + dt.timedelta(days=value)).isoformat()
     if t.name == "TIME":

@@ -333,7 +333,9 @@ def _storage_array(values: list, t: Any, kind: str) -> pa.Array | None:
             lo, hi = pc.min_max(ints).values()
             if lo.is_valid and (lo.as_py() < _MIN_MICROS or hi.as_py() > _MAX_MICROS):
                 return None
-            return ints.cast(pa.timestamp("us")).cast(storage)
+            # Cut to the declared precision as every other path (types.truncate_nanos; no value leaves the range).
+            stamps, _ = t.truncate_timestamps(ints.cast(pa.timestamp("us")))
+            return stamps.cast(storage)
         if kind == "days":
             ints = pa.array(values, pa.int32())
             lo, hi = pc.min_max(ints).values()
