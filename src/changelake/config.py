@@ -236,6 +236,8 @@ TUNING: dict[str, tuple[str, int | float, int]] = {
     "fast_json": ("CHANGELAKE_FAST_JSON", 1, 0),
     # quality frames with at most this many rows are validated by GX's pandas engine, larger ones on Spark
     "quality_local_rows": ("CHANGELAKE_QUALITY_LOCAL_ROWS", 100_000, 0),
+    # the Data Docs keep the validations of this many quality runs, the latest (older ones are deleted)
+    "datadocs_runs": ("CHANGELAKE_DATADOCS_RUNS", 10, 1),
     # the SQL endpoint: 0 skips the dbt build of its warm-up
     "server_warm_dbt": ("CHANGELAKE_SERVER_WARM_DBT", 1, 0),
     # the SQL endpoint: seconds between polls of the tables' snapshots (its views follow new batches)
