@@ -124,18 +124,25 @@ def _at_least_zero(text: str) -> float:
     return value
 
 
-def _duration(text: str) -> float | None:
-    """An argument type: a duration in Fluss's notation (``1 d``, ``12 h``) in seconds, or None for ``off``."""
+def _duration(off: bool) -> Callable[[str], float | None]:
+    """An argument type: a duration in Fluss's notation (``1 d``, ``12 h``, ``30 s``) in seconds, more than 0;
+    with ``off``, also ``off`` (None)."""
     from changelake.spec import parse_duration
 
-    if text.strip().lower() == "off":
-        return None
-    try:
-        return parse_duration(text.strip(), "duration")
-    except ChangelakeError:
-        raise argparse.ArgumentTypeError(
-            f"expected a duration such as 1 d, 12 h, 30 min or 90 s, or off; got {text!r}"
-        ) from None
+    def duration(text: str) -> float | None:
+        if off and text.strip().lower() == "off":
+            return None
+        try:
+            seconds = parse_duration(text.strip(), "duration")
+        except ChangelakeError:
+            seconds = 0.0
+        if not seconds > 0:
+            raise argparse.ArgumentTypeError(
+                f"expected a duration such as 1 d, 12 h, 30 min or 90 s{', or off' if off else ''}; got {text!r}"
+            )
+        return seconds
+
+    return duration
 
 
 _BATCH = _whole(1)  # batch ids start at 1
@@ -259,7 +266,7 @@ def _parser() -> argparse.ArgumentParser:
     m.add_argument("--no-expire", action="store_true", help="skip snapshot expiry")
     m.add_argument(
         "--orphans-older-than",
-        type=_duration,
+        type=_duration(off=True),
         default="1 d",
         metavar="DURATION",
         help="remove unreferenced files older than this (default: 1 d; 'off' skips the sweep)",
@@ -271,13 +278,18 @@ def _parser() -> argparse.ArgumentParser:
         help="apply a table's new batches (its Kafka topic's new records, or new landed files) every few "
         "seconds, until stopped",
     )
-    st.add_argument("table", help="namespace.table")
+    st.add_argument("table", help=_TABLE_HELP)
     st.add_argument(
-        "--every", default="10 s", metavar="DURATION", help="time between applies (default: 10 s)"
+        "--every",
+        type=_duration(off=False),
+        default="10 s",
+        metavar="DURATION",
+        help="time between applies (default: 10 s)",
     )
     st.add_argument(
         "--for",
         dest="duration",
+        type=_duration(off=False),
         metavar="DURATION",
         help="stop after this long (default: until SIGINT/SIGTERM)",
     )
@@ -605,10 +617,9 @@ def _stream(lake, args: argparse.Namespace) -> int:
     import time
 
     from changelake.errors import CommitConflict, ConfigError
-    from changelake.spec import parse_duration
 
-    every = parse_duration(args.every, "--every")
-    until = None if args.duration is None else time.monotonic() + parse_duration(args.duration, "--for")
+    every = args.every  # seconds (argument types)
+    until = None if args.duration is None else time.monotonic() + args.duration
     stop: list[int] = []
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda number, _frame: stop.append(number))

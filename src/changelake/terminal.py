@@ -39,12 +39,13 @@ def format_table(
     right: Sequence[str] = (),
     width: int | None = None,
     shrink: Sequence[tuple[str, int]] = (),
+    middle: str | None = None,
 ) -> list[str]:
     """Lines of an aligned text table: a header, a rule, a line per row. Columns named in ``right`` are
-    right-aligned (numbers). With ``width``, the columns of ``shrink`` (name, narrowest width), in that order,
-    are cut until every line fits: the first (a name) in its middle, the others at their end, marked ``…``."""
+    right-aligned (numbers). With ``width``, the columns of ``shrink`` (name, narrowest width), in that order
+    (a column may come twice, with a narrower width), are cut until every line fits: the column ``middle`` (a
+    name) in its middle, the others at their end, marked ``…``."""
     widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(headers)]
-    cut_middle = shrink[0][0] if shrink else None
     for name, narrowest in shrink:
         over = sum(widths) + len(_GAP) * (len(headers) - 1) - (width or 0)
         i = list(headers).index(name)
@@ -63,7 +64,7 @@ def format_table(
     def line(values: Sequence[str]) -> str:
         cells = []
         for h, w, v in zip(headers, widths, values, strict=True):
-            v = fit(v, w, h == cut_middle)
+            v = fit(v, w, h == middle)
             cells.append(v.rjust(w) if h in right else v.ljust(w))
         return _GAP.join(cells).rstrip()
 
@@ -120,9 +121,11 @@ def status_view(
         for row in rows
     ]
     right = ("rows", "files", "size")
-    # long names first (cut in the middle), then many writers, then the notes
-    shrink = (("table", 24), ("writers", 24), ("notes", 12))
-    lines += format_table(STATUS_HEADERS, table, right=right, width=width, shrink=shrink)
+    # What gives way when the table is too wide: long notes (their text follows the table anyway), then long
+    # names (cut in the middle), then a list of many writers (the pending count of the first stays), then
+    # the notes again.
+    shrink = (("notes", 18), ("table", 20), ("writers", 24), ("notes", 11))
+    lines += format_table(STATUS_HEADERS, table, right=right, width=width, shrink=shrink, middle="table")
     details = [
         f"{row['table']}: {what}: {text}"
         for row in rows
@@ -163,16 +166,16 @@ def writers_cell(row: dict[str, Any]) -> str:
 
 
 def notes_cell(row: dict[str, Any]) -> str:
-    """What needs a look, in a few words (the whole problem follows the table)."""
+    """What needs a look, in a word or two; the whole problem and the batch waited for follow the table."""
     notes = []
     if row.get("exists") is None:
-        notes.append("spec does not load")
+        notes.append("spec broken")
     elif not row.get("exists"):
-        notes.append("not created yet")
+        notes.append("not created")
     elif row.get("problem"):
-        notes.append("blocked: see below")
+        notes.append("blocked")
     if row.get("incomplete"):
-        notes.append("waiting for a batch")
+        notes.append("waiting")
     if row.get("quarantined"):
         notes.append(f"{row['quarantined']:,} quarantined")
     if row.get("kafka_lag"):

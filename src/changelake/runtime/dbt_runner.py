@@ -63,7 +63,9 @@ def run_dbt(args: list[str], settings: Settings, progress=print) -> int:
         analyze = ["run-operation", "compute_statistics", *command[len(args) :]]
         analyze = [a for a in analyze if a != "--static"]
         if not dbtRunner().invoke(analyze).success:
-            progress("[dbt] WARNING: row counts not computed (compute_statistics failed); the docs show sizes")
+            progress(
+                "[dbt] WARNING: row counts not computed (compute_statistics failed); the docs show sizes"
+            )
     progress(f"[dbt] dbt {' '.join(command)}")
     result = dbtRunner().invoke(command)
     status = 0 if result.success else (2 if result.exception is not None else 1)
