@@ -70,6 +70,6 @@ run_dag changelake_dbt
 run_dag changelake_quality
 .venv/bin/python infra/demo_summary.py --run-dir "$RUN_DIR"
 if [[ $SERVER_STARTED == 1 && "${CHANGELAKE_DEMO_KEEP_SERVER:-0}" != 1 ]]; then
-  echo "(the warm Spark endpoint is stopped now; keep it with CHANGELAKE_DEMO_KEEP_SERVER=1, or start it with"
-  echo " \`make sql\` to query the tables with dbt --target thrift, PyHive or beeline: docs/sql-endpoint.md)"
+  echo "(the warm Spark endpoint is stopped now: start it again with the make sql line above, or keep it"
+  echo " running after the demo with CHANGELAKE_DEMO_KEEP_SERVER=1 make demo)"
 fi
