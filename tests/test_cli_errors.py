@@ -166,3 +166,12 @@ def test_help_has_no_markup():
     for command in (parser, *subcommands(parser).values()):
         text = command.format_help()
         assert not LEAKS.search(text), text
+
+
+def test_durations_are_typed_where_they_are_parsed():
+    """An age may be 0 (every unreferenced file) or off; a period must be more than 0 (a loop, not a spin)."""
+    parser = cli_parser()
+    assert parser.parse_args(["maintain", "--orphans-older-than", "0s"]).orphans_older_than == 0.0
+    assert parser.parse_args(["maintain", "--orphans-older-than", "off"]).orphans_older_than is None
+    assert parser.parse_args(["maintain"]).orphans_older_than == 86_400.0
+    assert parser.parse_args(["stream", "t", "--every", "500 ms"]).every == 0.5

@@ -125,8 +125,8 @@ def _at_least_zero(text: str) -> float:
 
 
 def _duration(off: bool) -> Callable[[str], float | None]:
-    """An argument type: a duration in Fluss's notation (``1 d``, ``12 h``, ``30 s``) in seconds, more than 0;
-    with ``off``, also ``off`` (None)."""
+    """An argument type: a duration in Fluss's notation (``1 d``, ``12 h``, ``30 s``) in seconds; with ``off``,
+    also ``off`` (None) and ``0 s`` (an age: every file), else more than 0 (a period)."""
     from changelake.spec import parse_duration
 
     def duration(text: str) -> float | None:
@@ -135,8 +135,8 @@ def _duration(off: bool) -> Callable[[str], float | None]:
         try:
             seconds = parse_duration(text.strip(), "duration")
         except ChangelakeError:
-            seconds = 0.0
-        if not seconds > 0:
+            seconds = -1.0
+        if not (seconds >= 0 if off else seconds > 0):
             raise argparse.ArgumentTypeError(
                 f"expected a duration such as 1 d, 12 h, 30 min or 90 s{', or off' if off else ''}; got {text!r}"
             )
