@@ -45,12 +45,12 @@ def changelake_maintenance():
             if params["table"] not in ("all", table):
                 print(f"{table}: not selected")
                 return None
+            if not common.status().get(table, {}).get("exists"):  # a spec whose table is not created yet
+                print(f"{table}: not created yet, nothing to maintain")
+                return None
             args = ["maintain", table, "--orphans-older-than", params["orphans_older_than"], "--json"]
             (report,) = common.changelake_json(*args, *(["--full"] if params["full"] else []))["tables"]
-            print(
-                f"{table}: {report['expired_snapshots']} snapshot(s) expired, {report['files_deleted']} file(s) "
-                f"deleted ({report['orphans_deleted']} orphans), compactions: {report['compacted']}"
-            )
+            print(f"{table}: {common.maintenance_done(report)}")
             return report
 
         maintain()

@@ -38,11 +38,14 @@ infra/airflow/standalone.sh init
 if [[ "${CHANGELAKE_WARM:-1}" != 0 ]] && ! infra/spark_server.sh status >/dev/null 2>&1; then
   echo "==> starting the warm Spark endpoint (infra/spark_server.sh)"
   started=$SECONDS
-  if infra/spark_server.sh start >"$RUN_DIR/spark_server.log" 2>&1; then
+  if MAKE_TARGET=demo infra/spark_server.sh start >"$RUN_DIR/spark_server.log" 2>&1; then
     SERVER_STARTED=1
     echo "    ready in $((SECONDS - started))s: $(grep -m1 'Spark Connect' "$RUN_DIR/spark_server.log")"
   else
-    echo "    !! the endpoint did not start (see $RUN_DIR/spark_server.log); the tasks run cold" >&2
+    # Said here, not only in the log: without the endpoint every task starts a JVM of its own.
+    echo "    !! the warm endpoint did not start, so each Spark task starts its own JVM (slower, same results):" >&2
+    grep -m3 -E "taken|error|Error|exited" "$RUN_DIR/spark_server.log" | sed 's/^/       /' >&2 || true
+    echo "       full log: $RUN_DIR/spark_server.log" >&2
   fi
 fi
 
@@ -67,6 +70,6 @@ run_dag changelake_dbt
 run_dag changelake_quality
 .venv/bin/python infra/demo_summary.py --run-dir "$RUN_DIR"
 if [[ $SERVER_STARTED == 1 && "${CHANGELAKE_DEMO_KEEP_SERVER:-0}" != 1 ]]; then
-  echo "(the warm Spark endpoint is stopped now; keep it with CHANGELAKE_DEMO_KEEP_SERVER=1, or start it with"
-  echo " \`make sql\` to query the tables with dbt --target thrift, PyHive or beeline: docs/sql-endpoint.md)"
+  echo "(the warm Spark endpoint is stopped now: start it again with the make sql line above, or keep it"
+  echo " running after the demo with CHANGELAKE_DEMO_KEEP_SERVER=1 make demo)"
 fi

@@ -34,8 +34,12 @@ case "${1:-start}" in
   start)
     if running && [[ -f "$READY" ]]; then echo "SQL endpoint already running (pid $(cat "$PIDFILE"))"; urls; exit 0; fi
     if running; then echo "SQL endpoint is starting (pid $(cat "$PIDFILE")); see $LOG" >&2; exit 1; fi
-    for port in "$SPARK_THRIFT_PORT" "$SPARK_CONNECT_PORT"; do
-      if answers "$port"; then echo "port $port on $SPARK_THRIFT_HOST is taken by another process" >&2; exit 1; fi
+    for var in SPARK_THRIFT_PORT SPARK_CONNECT_PORT; do
+      if answers "${!var}"; then
+        echo "port ${!var} on $SPARK_THRIFT_HOST ($var) is taken by another process; free it, or pick free" \
+          "ports: SPARK_THRIFT_PORT=10010 SPARK_CONNECT_PORT=15010 make ${MAKE_TARGET:-sql}" >&2
+        exit 1
+      fi
     done
     mkdir -p "$DIR" && chmod 700 "$DIR"  # its secrets, log and ready file are this user's alone
     rm -f "$READY"

@@ -47,12 +47,14 @@ def test_prefix_lookup_messages_in_fluss_order():
         "Can not perform prefix lookup on table 'test_db_1.t', because the bucket keys [a, c] is not a prefix "
         "subset of the physical primary keys [a, b, c] (excluded partition fields if present)."
     )
-    # the whole primary key, in any order, is refused first: whatever the bucket key
+    # the whole primary key, in any order, is refused first: whatever the bucket key (Fluss's words, but for
+    # the advice its Java API gives: "Lookuper without lookupBy" means nothing to a user of the CLI)
     for bucket_key in ("a,c", "a,b"):
         t = spec(options={"bucket.key": bucket_key})
         assert refused(check_lookup_columns, t, ["c", "a", "b"], True) == (
             "Can not perform prefix lookup on table 'test_db_1.t', because the lookup columns [c, a, b] equals the "
-            "physical primary keys [a, b, c]. Please use primary key lookup (Lookuper without lookupBy) instead."
+            "physical primary keys [a, b, c]. Please use primary key lookup (a lookup without --prefix; "
+            "prefix=False in the Python API) instead."
         )
     t = spec(options={"bucket.key": "a,b"})
     assert refused(check_lookup_columns, t, ["b", "a"], True) == (

@@ -180,7 +180,7 @@ def test_cli_lookup_insert_if_not_exists(home, cli_env):
     plain = lookup("user_id=u3")
     assert plain.returncode == 0 and plain.stdout == ""
     refused = lookup("user_id=u3", "--prefix", "--insert-if-not-exists")
-    assert refused.returncode == 2 and "insertIfNotExists cannot be enabled for prefix" in refused.stderr
+    assert refused.returncode == 2 and "cannot be combined with --prefix" in refused.stderr
 
 
 # --- two processes ----------------------------------------------------------------------------------------

@@ -287,7 +287,7 @@ def test_statements_other_than_writes_are_refused(text, words):
         ),
         ("INSERT INTO s.t SELECT k, c, n, d FROM s.t GROUP BY k, c, n, d", "group"),
         ("INSERT INTO cat.s.t VALUES (1, 'a', 1, 1)", "catalog-qualified"),
-        ("INSERT INTO nope VALUES (1)", "Table 'nope' not found"),
+        ("INSERT INTO nope VALUES (1)", "Unknown table nope: no table of that name"),
         ("DELETE FROM s.t WHERE k = 1 RETURNING *", "not supported|parse error"),
     ],
 )

@@ -154,6 +154,22 @@ def status() -> dict[str, dict]:
     return {row["table"]: row for row in changelake_json("status", "--format", "json")}
 
 
+def maintenance_done(report: dict) -> str:
+    """What ``changelake maintain --json`` did to one table, naming only the work done."""
+    compacted = sum(c["files_removed"] for c in report["compacted"])
+    done = [
+        f"{n} {what}"
+        for n, what in (
+            (compacted, "file(s) compacted"),
+            (report["expired_snapshots"], "snapshot(s) expired"),
+            (report["orphans_deleted"], "orphan file(s) removed"),
+            (report["files_deleted"], "file(s) deleted"),
+        )
+        if n
+    ]
+    return "; ".join(done) or "nothing was due"
+
+
 def land_batches(batches: int, seed: int) -> list[dict]:
     """``changelake datagen`` for every table with a datagen profile: the landed batches (table, batch_id,
     path, messages, changes), as the CLI's ``datagen --json`` document lists them."""

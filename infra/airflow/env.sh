@@ -13,8 +13,17 @@ export AIRFLOW__CORE__LOAD_EXAMPLES=False
 export AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION=False
 export AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS="${AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS:-admin:admin}"
 export AIRFLOW__API__PORT="$AIRFLOW_PORT"
-export AIRFLOW__API__BASE_URL="http://localhost:$AIRFLOW_PORT"
-export AIRFLOW__CORE__EXECUTION_API_SERVER_URL="http://localhost:$AIRFLOW_PORT/execution/"
+# Loopback, as every server of the project, unless asked otherwise (AIRFLOW__API__HOST=0.0.0.0 for the LAN).
+export AIRFLOW__API__HOST="${AIRFLOW__API__HOST:-127.0.0.1}"
+case "$AIRFLOW__API__HOST" in 0.0.0.0 | :: | "") AIRFLOW_API_ADDRESS=127.0.0.1 ;; *) AIRFLOW_API_ADDRESS="$AIRFLOW__API__HOST" ;; esac
+export AIRFLOW_API_ADDRESS
+export AIRFLOW__API__BASE_URL="${AIRFLOW__API__BASE_URL:-http://localhost:$AIRFLOW_PORT}"
+# The tasks' calls go to the address the API server listens on ("localhost" may resolve to ::1 first).
+export AIRFLOW__CORE__EXECUTION_API_SERVER_URL="http://$AIRFLOW_API_ADDRESS:$AIRFLOW_PORT/execution/"
+# The LocalExecutor runs this many tasks at once, one process each (Airflow's default is 32): one per core, at
+# least two, so that the Spark tasks (one at a time, pool changelake_spark) leave room for the light ones.
+NPROC="$(nproc 2>/dev/null || echo 2)"
+export AIRFLOW__CORE__PARALLELISM="${AIRFLOW__CORE__PARALLELISM:-$((NPROC > 2 ? NPROC : 2))}"
 export AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL="${AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL:-30}"
 export AIRFLOW__LOGGING__COLORED_CONSOLE_LOG=False
 # The first retry of a retryable failure (a lost commit race) after 30 s, then exponentially longer.

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# start | stop | init — `airflow standalone` in the background, its pid and log under $AIRFLOW_HOME; start also
-# starts the warm Spark endpoint (infra/spark_server.sh) the DAGs' Spark tasks run on, and stop stops it when
-# start started it. start pauses changelake_demo_source (it lands batches) unless DEMO_SOURCE=1.
+# start | stop | init — Airflow's API server, DAG processor, triggerer and scheduler in the background, in that
+# order (infra/airflow/components.sh), their pid and log under $AIRFLOW_HOME; start also starts the warm Spark
+# endpoint (infra/spark_server.sh) the DAGs' Spark tasks run on, and stop stops it when start started it.
+# start pauses changelake_demo_source (it lands batches) unless DEMO_SOURCE=1.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . infra/airflow/env.sh
@@ -27,6 +28,11 @@ for line in sys.stdin:  # warnings may come first on stdout
   echo "  $(state changelake_demo_source)changelake_demo_source  every 10 min: lands demo batches (make airflow DEMO_SOURCE=1 turns it on)"
   echo "  Asset events left by earlier runs (make demo) start one run of the DAGs they schedule at once."
 }
+scheduler_healthy() {  # the API server answers and the scheduler, started after it, heartbeats
+  curl -fsS "http://$AIRFLOW_API_ADDRESS:$AIRFLOW_PORT/api/v2/monitor/health" 2>/dev/null | python3 -c '
+import json, sys
+sys.exit(json.load(sys.stdin).get("scheduler", {}).get("status") != "healthy")' 2>/dev/null
+}
 init() {  # idempotent: metadata DB, the Spark pool, DAGs parsed into the DB
   mkdir -p "$AIRFLOW_HOME"
   "$AIRFLOW" db migrate >"$AIRFLOW_HOME/migrate.log" 2>&1 || { tail -20 "$AIRFLOW_HOME/migrate.log"; exit 1; }
@@ -44,24 +50,31 @@ case "${1:-start}" in
       # spark-submit per task.
       rm -f "$OWNS_SERVER"
       if [[ "${CHANGELAKE_WARM:-1}" != 0 ]] && ! infra/spark_server.sh status >/dev/null 2>&1; then
-        if STOP_HINT=0 infra/spark_server.sh start; then
+        if MAKE_TARGET=airflow STOP_HINT=0 infra/spark_server.sh start; then
           touch "$OWNS_SERVER"
         else
           echo "the warm Spark endpoint did not start; the DAGs' Spark tasks run cold" >&2
         fi
       fi
-      setsid nohup "$AIRFLOW" standalone >"$LOG" 2>&1 &
+      if (exec 3<>"/dev/tcp/$AIRFLOW_API_ADDRESS/$AIRFLOW_PORT") 2>/dev/null; then
+        echo "port $AIRFLOW_PORT on $AIRFLOW_API_ADDRESS is taken by another process; free it, or pick a free" \
+          "one: AIRFLOW_PORT=8090 make airflow" >&2
+        exit 1
+      fi
+      # The log holds the generated admin password (the API server prints it): this user's alone.
+      : >"$LOG" && chmod 600 "$LOG"
+      setsid nohup infra/airflow/components.sh >"$LOG" 2>&1 </dev/null &
       echo $! >"$PIDFILE"
       echo -n "starting Airflow (log: $LOG) "
       healthy=0
       for _ in $(seq 1 90); do
-        if curl -fsS "http://localhost:$AIRFLOW_PORT/api/v2/monitor/health" >/dev/null 2>&1; then healthy=1; break; fi
+        if scheduler_healthy; then healthy=1; break; fi
         kill -0 "$(cat "$PIDFILE")" 2>/dev/null || { echo; echo "Airflow exited:"; tail -30 "$LOG"; exit 1; }
         echo -n "."; sleep 2
       done
       echo
       if [[ $healthy != 1 ]]; then
-        echo "Airflow's API server did not answer on port $AIRFLOW_PORT within 180 s; last log lines:" >&2
+        echo "Airflow did not answer healthy on port $AIRFLOW_PORT within 180 s; last log lines:" >&2
         tail -30 "$LOG" >&2
         "$0" stop >&2
         exit 1
@@ -73,7 +86,8 @@ case "${1:-start}" in
     for _ in $(seq 1 30); do "$AIRFLOW" dags "$toggle" changelake_demo_source >/dev/null 2>&1 && break; sleep 2; done
     what_runs
     PASSWORDS="$AIRFLOW_HOME/simple_auth_manager_passwords.json.generated"
-    echo "Airflow UI: http://localhost:$AIRFLOW_PORT"
+    ui_host=localhost; [[ "$AIRFLOW_API_ADDRESS" == 127.0.0.1 ]] || ui_host="$AIRFLOW_API_ADDRESS"
+    echo "Airflow UI: http://$ui_host:$AIRFLOW_PORT (bound to $AIRFLOW__API__HOST)"
     if [[ -f "$PASSWORDS" ]]; then
       echo "login: $(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(", ".join(f"{u} / {p}" for u, p in d.items()))' "$PASSWORDS")"
     fi

@@ -12,21 +12,25 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import functools
 import json
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from changelake import privacy
+from changelake import privacy, terminal
 from changelake.atomic import atomic_write_text
-from changelake.errors import ChangelakeError, lost_race, unknown_table
+from changelake.errors import ChangelakeError, lost_race, short_repr, unknown_table
 
 # Output of the read commands: aligned text, one JSON object per line, or one JSON array (one document).
 _ROW_FORMATS = ["table", "jsonl", "json"]
 _ROW_FORMATS_HELP = "table (default), jsonl (one JSON object a line) or json (one JSON array of the rows)"
 _JSON_HELP = "print one JSON document on stdout (progress and the text report go to stderr)"
+_LIMIT_HELP = (
+    f"at most this many rows (default: the first {terminal.SHOWN_ROWS} as text, all as JSON; 0: all)"
+)
 
 # Read commands served by changelake.storage.fastread: no SparkSession, no JVM, not even a pyspark import.
 _FAST_COMMANDS = ("scan", "changelog", "lookup", "status", "dead-letters")
@@ -69,57 +73,125 @@ def _light_pyarrow() -> None:
         sys.meta_path.remove(hook)
 
 
-def _print_rows(rows: list[dict[str, Any]], fmt: str, out: Any = None) -> None:
-    from changelake.storage.fastread import json_default
+_DESCRIPTION = """\
+Primary-key tables with Apache Fluss semantics on Iceberg: create them from specs, apply
+landed changelog batches exactly once, read rows, changelogs and keys without a JVM.
 
-    out = out or sys.stdout  # looked up per call: a redirected or captured stdout counts
-    if fmt == "jsonl":
-        for row in rows:
-            out.write(json.dumps(row, default=json_default) + "\n")
-        return
-    if not rows:
-        out.write("(no rows)\n")
-        return
-    headers = list(rows[0])
-    cells = [[_cell(r[h]) for h in headers] for r in rows]
-    widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(headers)]
-    out.write("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)) + "\n")
-    out.write("  ".join("-" * w for w in widths) + "\n")
-    for c in cells:
-        out.write("  ".join(v.ljust(w) for v, w in zip(c, widths, strict=True)) + "\n")
+The home (data directory) is --home, else $CHANGELAKE_HOME, else the nearest .changelake/
+or changelake.yaml from the current directory up, else ~/.changelake. changelake status
+says which one it uses."""
+
+_EPILOG = """\
+exit status: 0 done; 1 a quality check failed; 2 refused input or a bad argument;
+3 an invalid table spec; 4 no such table; 5 an invalid setting; 75 another writer
+committed first (retry). Every command and option: docs/cli.md."""
 
 
-def _cell(value: Any) -> str:
-    from changelake.storage.fastread import json_default
+def _whole(smallest: int | None) -> Callable[[str], int]:
+    """An argument type: a whole number (of at least ``smallest``), refused in the user's words."""
 
-    if value is None:
-        return "NULL"
-    if isinstance(value, str | int | float | bool):
-        return str(value)
-    return str(json_default(value))
+    def whole(text: str) -> int:
+        try:
+            value = int(text.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if smallest is not None and value < smallest:
+            raise argparse.ArgumentTypeError(f"expected a whole number of at least {smallest}, got {value}")
+        return value
+
+    return whole
+
+
+def _share(text: str) -> float:
+    """An argument type: a share between 0 and 1."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 <= value <= 1:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"expected a share between 0 and 1 (e.g. 0.05), got {text!r}")
+    return value
+
+
+def _at_least_zero(text: str) -> float:
+    """An argument type: a number of at least 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number of at least 0, got {text!r}")
+    return value
+
+
+def _duration(off: bool) -> Callable[[str], float | None]:
+    """An argument type: a duration in Fluss's notation (``1 d``, ``12 h``, ``30 s``) in seconds; with ``off``,
+    also ``off`` (None) and ``0 s`` (an age: every file), else more than 0 (a period)."""
+    from changelake.spec import parse_duration
+
+    def duration(text: str) -> float | None:
+        if off and text.strip().lower() == "off":
+            return None
+        try:
+            seconds = parse_duration(text.strip(), "duration")
+        except ChangelakeError:
+            seconds = -1.0
+        if not (seconds >= 0 if off else seconds > 0):
+            raise argparse.ArgumentTypeError(
+                f"expected a duration such as 1 d, 12 h, 30 min or 90 s{', or off' if off else ''}; got {text!r}"
+            )
+        return seconds
+
+    return duration
+
+
+_BATCH = _whole(1)  # batch ids start at 1
+_COUNT = _whole(0)
+_TABLE_HELP = "namespace.table, or a table name that is unique across namespaces"
+
+
+def _reads(sub: Any, name: str, help: str) -> argparse.ArgumentParser:
+    """A read command's parser: its table argument and its output format options."""
+    r = sub.add_parser(name, help=help, description=help)
+    if name != "status":
+        r.add_argument("table", help=_TABLE_HELP)
+    r.add_argument("--format", choices=_ROW_FORMATS, default="table", help=_ROW_FORMATS_HELP)
+    r.add_argument("--json", action="store_true", help="the same as --format json")
+    return r
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="changelake", description=__doc__.split("\n")[0])
-    p.add_argument("--home", help="data directory (default: $CHANGELAKE_HOME or ~/.changelake)")
-    p.add_argument("--tables", help="table spec directory (default: $CHANGELAKE_TABLES)")
+    p = argparse.ArgumentParser(
+        prog="changelake",
+        description=_DESCRIPTION,
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--home",
+        help="data directory (default: $CHANGELAKE_HOME, else the nearest .changelake/ or changelake.yaml "
+        "from here up, else ~/.changelake)",
+    )
+    p.add_argument("--tables", help="table spec directory (default: $CHANGELAKE_TABLES, else HOME/tables)")
     p.add_argument("--master", help="Spark master, e.g. local[2] or spark://host:7077")
-    sub = p.add_subparsers(dest="command", required=True)
+    sub = p.add_subparsers(dest="command", required=True, metavar="command")
 
     c = sub.add_parser("create", help="create PK tables (and changelog tables) from specs")
-    c.add_argument("table", nargs="*", help="namespace.table (default: every spec)")
+    c.add_argument("table", nargs="*", help=f"{_TABLE_HELP} (default: every spec)")
     c.add_argument("--spec", type=Path, help="create from this YAML file instead")
     c.add_argument("--json", action="store_true", help=_JSON_HELP)
 
     a = sub.add_parser("apply", help="apply pending landed batches, or one explicit file, exactly once")
-    a.add_argument("table", nargs="?", help="namespace.table (default: every table with a spec)")
+    a.add_argument("table", nargs="?", help=f"{_TABLE_HELP} (default: every table with a spec)")
     a.add_argument(
         "--file",
         type=_file_argument,
         help="apply this file (or s3://… object) as one batch (needs --batch-id)",
     )
     a.add_argument(
-        "--batch-id", type=int, help="with --file: the batch's number in its writer's sequence (1, 2, 3, ...)"
+        "--batch-id",
+        type=_BATCH,
+        help="with --file: the batch's number in its writer's sequence (1, 2, 3, ...)",
     )
     a.add_argument(
         "--writer",
@@ -134,32 +206,27 @@ def _parser() -> argparse.ArgumentParser:
         type=str.lower,
         help="overwrite: bypass the merge engine, rows replaced as given (Fluss's MergeMode; with --file)",
     )
-    a.add_argument("--up-to", type=int, help="apply pending landed batches up to this number only")
+    a.add_argument("--up-to", type=_BATCH, help="apply pending landed batches up to this number only")
     a.add_argument(
         "--from-batch",
-        type=int,
+        type=_BATCH,
         help="also check landed batches applied from this number on (each is a no-op if unchanged)",
     )
     a.add_argument("--summary", type=Path, help="also write the batch results as JSON to this file")
     a.add_argument("--json", action="store_true", help=_JSON_HELP)
 
-    s = sub.add_parser("scan", help="current rows, or as of a batch")
-    s.add_argument("table")
-    s.add_argument("--at-batch", type=int)
-    s.add_argument("--format", choices=_ROW_FORMATS, default="table", help=_ROW_FORMATS_HELP)
-    s.add_argument("--limit", type=int)
+    s = _reads(sub, "scan", "current rows, or as of a batch, in key order")
+    s.add_argument("--at-batch", type=_BATCH, help="the rows as they were after this batch")
+    s.add_argument("--limit", type=_COUNT, help=_LIMIT_HELP)
 
-    lg = sub.add_parser("changelog", help="the table's changelog (+I/-U/+U/-D with offsets)")
-    lg.add_argument("table")
-    lg.add_argument("--from-batch", type=int)
-    lg.add_argument("--to-batch", type=int)
-    lg.add_argument("--format", choices=_ROW_FORMATS, default="table", help=_ROW_FORMATS_HELP)
-    lg.add_argument("--limit", type=int)
+    lg = _reads(sub, "changelog", "the table's changelog (+I/-U/+U/-D with offsets)")
+    lg.add_argument("--from-batch", type=_BATCH, help="first batch (default: the first)")
+    lg.add_argument("--to-batch", type=_BATCH, help="last batch (default: the last)")
+    lg.add_argument("--limit", type=_COUNT, help=_LIMIT_HELP)
 
-    lk = sub.add_parser("lookup", help="primary-key lookup (col=value ...); --prefix for a bucket-key prefix")
-    lk.add_argument("table")
-    lk.add_argument("key", nargs="*", metavar="col=value")
-    lk.add_argument("--prefix", action="store_true")
+    lk = _reads(sub, "lookup", "primary-key lookup (col=value ...); --prefix for a bucket-key prefix")
+    lk.add_argument("key", nargs="*", metavar="col=value", help="the key, a column=value per key column")
+    lk.add_argument("--prefix", action="store_true", help="every row whose bucket key is this")
     lk.add_argument(
         "--insert-if-not-exists",
         action="store_true",
@@ -168,23 +235,22 @@ def _parser() -> argparse.ArgumentParser:
     lk.add_argument(
         "--keys-file", type=Path, help="look up each key of this file (one JSON object per line) instead"
     )
-    lk.add_argument("--format", choices=_ROW_FORMATS, default="table", help=_ROW_FORMATS_HELP)
 
-    dl = sub.add_parser("dead-letters", help="quarantined records (on-bad-record: quarantine) of a table")
-    dl.add_argument("table")
-    dl.add_argument("--batch-id", type=int)
-    dl.add_argument("--format", choices=_ROW_FORMATS, default="table", help=_ROW_FORMATS_HELP)
+    dl = _reads(sub, "dead-letters", "quarantined records (on-bad-record: quarantine) of a table")
+    dl.add_argument("--batch-id", type=_BATCH, help="only this batch's records")
 
     g = sub.add_parser("datagen", help="write deterministic sample landing batches for tables with a profile")
-    g.add_argument("table", nargs="*", help="namespace.table (default: every spec with a datagen profile)")
-    g.add_argument("--batches", type=int, default=1, help="batches per table (after the last landed one)")
-    g.add_argument("--seed", type=int, default=42)
+    g.add_argument("table", nargs="*", help=f"{_TABLE_HELP} (default: every spec with a datagen profile)")
+    g.add_argument(
+        "--batches", type=_whole(1), default=1, help="batches per table (after the last landed one)"
+    )
+    g.add_argument("--seed", type=_whole(None), default=42, help="random seed (default 42)")
     g.add_argument("--format", dest="fmt", help="render in this format instead of the table's source format")
-    g.add_argument("--records", type=int, help="records per batch (overrides the profile)")
-    g.add_argument("--keys", type=int, help="key cardinality (overrides the profile)")
-    g.add_argument("--redelivery", type=float, help="share of records redelivered (overrides the profile)")
-    g.add_argument("--out-of-order", type=float, help="share of stale versions (overrides the profile)")
-    g.add_argument("--start", type=int, help="first batch id (default: after the last landed batch)")
+    g.add_argument("--records", type=_whole(1), help="records per batch (overrides the profile)")
+    g.add_argument("--keys", type=_whole(1), help="key cardinality (overrides the profile)")
+    g.add_argument("--redelivery", type=_share, help="share of records redelivered (overrides the profile)")
+    g.add_argument("--out-of-order", type=_share, help="share of stale versions (overrides the profile)")
+    g.add_argument("--start", type=_BATCH, help="first batch id (default: after the last landed batch)")
     g.add_argument("--json", action="store_true", help=_JSON_HELP)
 
     d = sub.add_parser("dbt", help="run dbt (default: build) on the tables' current snapshots and changelogs")
@@ -193,21 +259,24 @@ def _parser() -> argparse.ArgumentParser:
     q = sub.add_parser(
         "quality", help="run the Great Expectations suites, rebuild Data Docs (exit 1 on failure)"
     )
-    q.add_argument("--drift-threshold", type=float, default=0.0, help="allowed drift per key and in total")
     q.add_argument(
-        "--max-redelivery-share", type=float, default=0.5, help="warn above this redelivered share"
+        "--drift-threshold", type=_at_least_zero, default=0.0, help="allowed drift per key and in total"
+    )
+    q.add_argument(
+        "--max-redelivery-share", type=_share, default=0.5, help="warn above this redelivered share"
     )
 
     m = sub.add_parser(
         "maintain",
         help="compact, expire old snapshots (their batches kept in the history), remove orphan files",
     )
-    m.add_argument("table", nargs="*", help="namespace.table (default: every table that exists)")
+    m.add_argument("table", nargs="*", help=f"{_TABLE_HELP} (default: every table that exists)")
     m.add_argument("--full", action="store_true", help="rewrite every partition with delta or delete files")
     m.add_argument("--no-compact", action="store_true", help="skip compaction")
     m.add_argument("--no-expire", action="store_true", help="skip snapshot expiry")
     m.add_argument(
         "--orphans-older-than",
+        type=_duration(off=True),
         default="1 d",
         metavar="DURATION",
         help="remove unreferenced files older than this (default: 1 d; 'off' skips the sweep)",
@@ -219,13 +288,18 @@ def _parser() -> argparse.ArgumentParser:
         help="apply a table's new batches (its Kafka topic's new records, or new landed files) every few "
         "seconds, until stopped",
     )
-    st.add_argument("table", help="namespace.table")
+    st.add_argument("table", help=_TABLE_HELP)
     st.add_argument(
-        "--every", default="10 s", metavar="DURATION", help="time between applies (default: 10 s)"
+        "--every",
+        type=_duration(off=False),
+        default="10 s",
+        metavar="DURATION",
+        help="time between applies (default: 10 s)",
     )
     st.add_argument(
         "--for",
         dest="duration",
+        type=_duration(off=False),
         metavar="DURATION",
         help="stop after this long (default: until SIGINT/SIGTERM)",
     )
@@ -233,7 +307,7 @@ def _parser() -> argparse.ArgumentParser:
     cp = sub.add_parser(
         "compact", help="compact delta and delete files (maintain without expiry or orphan sweep)"
     )
-    cp.add_argument("table", nargs="*", help="namespace.table (default: every table that exists)")
+    cp.add_argument("table", nargs="*", help=f"{_TABLE_HELP} (default: every table that exists)")
     cp.add_argument("--full", action="store_true", help="rewrite every partition with delta or delete files")
     cp.add_argument("--json", action="store_true", help=_JSON_HELP)
 
@@ -259,7 +333,7 @@ def _parser() -> argparse.ArgumentParser:
         "--idempotency-key",
         help="a retried statement with this key is a no-op (statement i of several: KEY#i)",
     )
-    sq.add_argument("--batch-id", type=int, help="apply the (single) statement as this batch id")
+    sq.add_argument("--batch-id", type=_BATCH, help="apply the (single) statement as this batch id")
     sq.add_argument(
         "--merge-mode",
         choices=("default", "overwrite"),
@@ -269,10 +343,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     sq.add_argument("--json", action="store_true", help=_JSON_HELP)
 
-    st = sub.add_parser(
-        "status", help="per table: last batch, rows, snapshots, files, bytes, maintenance, pending batches"
+    st = _reads(
+        sub,
+        "status",
+        "per table: rows, batches (pending ones too), files, size, maintenance, what needs a look",
     )
-    st.add_argument("--format", choices=_ROW_FORMATS, default="table", help=_ROW_FORMATS_HELP)
+    st.add_argument("--wide", action="store_true", help="every field of every table, one column each")
     return p
 
 
@@ -293,6 +369,8 @@ def without_empty_args(args: list[str], empty: tuple[str, ...] = ("",)) -> list[
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command in _FAST_COMMANDS and args.json:
+        args.format = "json"
     as_json = _json_output(args)
     # What a command writes (table files, dead letters, staged records, Spark's files) holds landed records:
     # only this user may read it (changelake.privacy). The mask is restored for callers that run main() in
@@ -304,6 +382,8 @@ def main(argv: list[str] | None = None) -> int:
     except ChangelakeError as e:
         print(f"error: {e}", file=sys.stderr)
         return e.exit_code  # one per kind (changelake.errors; docs/cli.md "Exit codes")
+    except BrokenPipeError:
+        return _reader_gone()
     except Exception as e:
         conflict = lost_race(e)
         if conflict is None:
@@ -312,10 +392,22 @@ def main(argv: list[str] | None = None) -> int:
         return conflict.exit_code
     finally:
         os.umask(umask)
-    if as_json:
-        sys.stdout.write(_json_document(document) + "\n")
+    try:
+        if as_json:
+            sys.stdout.write(_json_document(document) + "\n")
         sys.stdout.flush()
+    except BrokenPipeError:
+        return _reader_gone()
     return code
+
+
+def _reader_gone() -> int:
+    """Stdout's reader went away (``changelake scan t | head``): nothing more to say, no traceback. Exits
+    141 as a shell reports a command that SIGPIPE stopped."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())  # Python's final flush of stdout must not fail again
+    os.close(devnull)
+    return 141
 
 
 def _json_document(document: Any) -> str:
@@ -367,11 +459,15 @@ def _run_fast(args: argparse.Namespace) -> list[dict[str, Any]]:
 
     settings = load_settings(home=args.home, tables_dir=args.tables, spark_master=args.master)
     reader = fastread.FastReader(settings, progress=fastread.stderr_progress)
+    _qualify_tables(args, lambda: [*load_specs(settings.tables_dir), *reader.table_names()])
+    # As text, the first rows unless --limit says otherwise (one more is read to tell whether there are more).
+    shown = terminal.SHOWN_ROWS if args.format == "table" and getattr(args, "limit", 0) is None else None
+    limit = shown + 1 if shown is not None else getattr(args, "limit", None) or None
     if args.command == "scan":
-        arrow = reader.rows_arrow(args.table, at_batch=args.at_batch, limit=args.limit, by_key=True)
+        arrow = reader.rows_arrow(args.table, at_batch=args.at_batch, limit=limit, by_key=True)
         rows = fastread.to_pylist(arrow)
     elif args.command == "changelog":
-        log = reader.changelog_arrow(args.table, args.from_batch, args.to_batch, limit=args.limit)
+        log = reader.changelog_arrow(args.table, args.from_batch, args.to_batch, limit=limit)
         rows = fastread.to_pylist(log)
     elif args.command == "lookup":
         rows = [row for key in _lookup_keys(args) for row in reader.lookup(args.table, key, args.prefix)]
@@ -386,17 +482,53 @@ def _run_fast(args: argparse.Namespace) -> list[dict[str, Any]]:
         # A spec file that did not load is a row with its problem; exit 0, as for a landing problem.
         broken = load_specs(settings.tables_dir).status_rows(rows[0] if rows else None)
         rows = sorted(rows + broken, key=lambda r: r["table"]) if broken else rows
+        if args.format == "table" and not args.wide:
+            view = terminal.status_view(
+                rows, str(settings.home), settings.home_from, str(settings.tables_dir)
+            )
+            print("\n".join(view))
+            return rows
+        _to_stderr(f"home: {settings.home} ({settings.home_from})")
         if args.format not in ("json", "jsonl"):  # each writer's position as one cell: "landing 8, sql 2"
-            rows = [{**r, "writers": _writers_text(r.get("writers"))} for r in rows]
+            rows = [{**r, "writers": terminal.writers_text(r.get("writers"))} for r in rows]
+    more = shown is not None and len(rows) > shown
+    if more:
+        rows = rows[:shown]
     if args.format != "json":
-        _print_rows(rows, args.format)
+        terminal.print_rows(rows, args.format, more=more)
     return rows
 
 
-def _writers_text(writers: dict[str, int] | None) -> str:
-    """A status row's writers, landed batches first: ``landing 8, sql 2, api 5``."""
-    items = sorted((writers or {}).items(), key=lambda item: (item[0] != "landing", item[0]))
-    return ", ".join(f"{name} {seq}" for name, seq in items)
+def _known_tables(args: argparse.Namespace) -> list[str]:
+    """The tables a command may name: those with a spec and those in the catalog (read without pyiceberg
+    from a SQLite catalog)."""
+    from changelake.config import load_settings
+    from changelake.spec import load_specs
+    from changelake.storage.fastread import FastReader
+
+    settings = load_settings(home=args.home, tables_dir=args.tables)
+    return [*load_specs(settings.tables_dir), *FastReader(settings).table_names()]
+
+
+def _qualify_tables(args: argparse.Namespace, known: Callable[[], list[str]]) -> None:
+    """Each table the command names as ``namespace.table``: a name without a namespace is the one table of
+    that name (:func:`changelake.identifiers.qualify_table_name`, the rule of ``changelake sql`` too)."""
+    from changelake.identifiers import qualify_table_name
+
+    names = getattr(args, "table", None)
+    if names is None:
+        return
+    cached: list[str] = []
+
+    def listed() -> list[str]:
+        if not cached:
+            cached.extend(sorted(set(known())))
+        return cached
+
+    if isinstance(names, list):
+        args.table = [qualify_table_name(n, listed) for n in names]
+    else:
+        args.table = qualify_table_name(names, listed)
 
 
 def _lookup_keys(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -407,29 +539,53 @@ def _lookup_keys(args: argparse.Namespace) -> list[dict[str, Any]]:
             raise ChangelakeError("lookup --keys-file takes no col=value arguments and no --prefix")
         try:
             lines = args.keys_file.read_text(encoding="utf-8").splitlines()
-        except (OSError, UnicodeDecodeError) as e:
-            raise ChangelakeError(f"{args.keys_file}: cannot read the keys: {e}") from None
+        except OSError as e:
+            raise ChangelakeError(f"{args.keys_file}: cannot read the keys: {e.strerror}") from None
+        except UnicodeDecodeError:
+            raise ChangelakeError(f"{args.keys_file}: cannot read the keys: not UTF-8 text") from None
         keys = []
         for number, line in enumerate(lines, start=1):
             if not line.strip():
                 continue
             try:
                 key = json.loads(line)
-            except (json.JSONDecodeError, RecursionError) as e:
-                raise ChangelakeError(f"{args.keys_file}:{number}: not a JSON object: {e}") from None
+            except (json.JSONDecodeError, RecursionError):
+                key = None
             if not isinstance(key, dict):
-                raise ChangelakeError(f"{args.keys_file}:{number}: expected a JSON object of key columns")
+                raise ChangelakeError(
+                    f"{args.keys_file}:{number}: expected a JSON object of the key columns, e.g. "
+                    f'{{"{_first_key_column(args)}": ...}}; got {short_repr(line)}'
+                )
             keys.append(key)
         return keys
     if not args.key:
-        raise ChangelakeError("lookup needs col=value arguments or --keys-file")
+        raise ChangelakeError(
+            f"lookup {args.table} needs the key, e.g. lookup {args.table} "
+            f"{_first_key_column(args)}=..., or --keys-file"
+        )
     key = {}
     for item in args.key:
-        if "=" not in item:
-            raise ChangelakeError(f"lookup key {item!r} is not col=value")
-        col, value = item.split("=", 1)
+        col, equals, value = item.partition("=")
+        if not equals or not col:
+            raise ChangelakeError(
+                f"lookup key {item!r} is not column=value (e.g. {_first_key_column(args)}=1)"
+            )
+        if col in key:
+            raise ChangelakeError(f"lookup key column {col!r} is given twice")
         key[col] = value
     return [key]
+
+
+def _first_key_column(args: argparse.Namespace) -> str:
+    """The table's first key column, for an example in a message (``col`` if the spec cannot be read)."""
+    from changelake.config import load_settings
+    from changelake.spec import load_specs
+
+    try:
+        spec = load_specs(load_settings(home=args.home, tables_dir=args.tables).tables_dir).get(args.table)
+    except ChangelakeError:
+        spec = None
+    return spec.primary_key[0] if spec is not None else "col"
 
 
 def _run(args: argparse.Namespace) -> tuple[int, Any]:
@@ -437,6 +593,7 @@ def _run(args: argparse.Namespace) -> tuple[int, Any]:
     results are their artifacts: dbt's run results, the quality summary). Text goes to stdout."""
     if args.command in _FAST_COMMANDS and not getattr(args, "insert_if_not_exists", False):
         return 0, _run_fast(args)
+    _qualify_tables(args, functools.partial(_known_tables, args))
     if args.command == "sql":
         return 0, _sql(args)
     if args.command == "apply":
@@ -449,13 +606,12 @@ def _run(args: argparse.Namespace) -> tuple[int, Any]:
     if args.command == "lookup":  # with --insert-if-not-exists: a missing key is applied as a batch (Spark)
         if args.prefix:
             raise ChangelakeError(
-                "insertIfNotExists cannot be enabled for prefix key lookup, as currently we only support "
-                "insertIfNotExists for primary key lookup."
+                "lookup --insert-if-not-exists inserts whole primary keys: it cannot be combined with --prefix"
             )
         rows = lake.lookup_keys(args.table, _lookup_keys(args), insert_if_not_exists=True)
         found = [r for r in rows if r is not None]
         if args.format != "json":
-            _print_rows(found, args.format)
+            terminal.print_rows(found, args.format)
         return 0, found
     if args.command == "create":
         return 0, _create(lake, args)
@@ -492,10 +648,9 @@ def _stream(lake, args: argparse.Namespace) -> int:
     import time
 
     from changelake.errors import CommitConflict, ConfigError
-    from changelake.spec import parse_duration
 
-    every = parse_duration(args.every, "--every")
-    until = None if args.duration is None else time.monotonic() + parse_duration(args.duration, "--for")
+    every = args.every  # seconds (argument types)
+    until = None if args.duration is None else time.monotonic() + args.duration
     stop: list[int] = []
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda number, _frame: stop.append(number))
@@ -538,13 +693,8 @@ def _repair(lake, args: argparse.Namespace) -> dict[str, Any]:
 
 def _maintain(lake, args: argparse.Namespace) -> dict[str, Any]:
     """``maintain`` / ``compact``: what was done per table, as text and as ``{"tables": [...]}``."""
-    from changelake.spec import parse_duration
-
     compact_only = args.command == "compact"
-    orphans = (
-        None if compact_only or args.orphans_older_than.strip().lower() == "off" else args.orphans_older_than
-    )
-    older_than = None if orphans is None else parse_duration(orphans, "--orphans-older-than")
+    older_than = None if compact_only else args.orphans_older_than  # seconds, None for off
     reports = []
     for table in args.table or [None]:
         reports += lake.maintain(
@@ -556,13 +706,28 @@ def _maintain(lake, args: argparse.Namespace) -> dict[str, Any]:
         )
     documents = [r.to_dict() for r in reports]
     for d in documents:
-        done = sum(c["files_removed"] for c in d["compacted"])
         print(
-            f"{d['table']}: {done} file(s) compacted, {d['expired_snapshots']} snapshot(s) expired, "
-            f"{d['files_deleted']} file(s) deleted ({d['bytes_deleted']:,} bytes, {d['orphans_deleted']} orphan(s)) "
-            f"in {d['seconds']:.1f}s" + "".join(f"\n  note: {n}" for n in d["notes"])
+            _maintained(d, compact_only or not args.no_compact, older_than is not None)
+            + "".join(f"\n  note: {n}" for n in d["notes"])
         )
     return {"tables": documents}
+
+
+def _maintained(d: dict[str, Any], compacted: bool, swept: bool) -> str:
+    """One table's maintenance as a line that names only what was done (nothing due is said so)."""
+    done = []
+    files = sum(c["files_removed"] for c in d["compacted"])
+    if compacted and files:
+        written = sum(c["files_added"] for c in d["compacted"])
+        done.append(f"{files} file(s) compacted into {written}")
+    if d["expired_snapshots"]:
+        done.append(f"{d['expired_snapshots']} snapshot(s) expired")
+    if swept and d["orphans_deleted"]:
+        done.append(f"{d['orphans_deleted']} orphan file(s) removed")
+    if d["files_deleted"]:
+        done.append(f"{d['files_deleted']} file(s) deleted ({terminal.size(d['bytes_deleted'])})")
+    what = "; ".join(done) or "nothing was due"
+    return f"{d['table']}: {what} ({d['seconds']:.1f}s)"
 
 
 def _to_stderr(message: str) -> None:
@@ -575,6 +740,8 @@ def _create(lake, args: argparse.Namespace) -> dict[str, Any]:
     from changelake.spec import TableSpec
 
     if args.spec:
+        if not args.spec.is_file():
+            raise ChangelakeError(f"create --spec {args.spec}: no such file")
         given = [TableSpec.from_yaml(args.spec)]
     else:
         specs = lake.specs()
@@ -730,8 +897,10 @@ def _sql(args: argparse.Namespace) -> dict[str, Any]:
     if args.sql_file is not None:
         try:
             text = args.sql_file.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as e:
-            raise ChangelakeError(f"{args.sql_file}: cannot read the statements: {e}") from None
+        except OSError as e:
+            raise ChangelakeError(f"{args.sql_file}: cannot read the statements: {e.strerror}") from None
+        except UnicodeDecodeError:
+            raise ChangelakeError(f"{args.sql_file}: cannot read the statements: not UTF-8 text") from None
     else:
         text = args.statement
     results = _sql_on_endpoint(args, text)
@@ -766,7 +935,10 @@ def _report_applied(batches: list[dict[str, Any]], args: argparse.Namespace) -> 
     """Print the batches' results (dicts of :class:`changelake.engine.apply.BatchResult`) as text, write
     ``--summary``, and return the :func:`_applied` document."""
     document = _applied(batches)
-    print(f"{document['applied']} batch(es) applied, {document['already_applied']} already applied")
+    if not batches:
+        print(f"nothing to apply: no landed batch is pending{' for ' + args.table if args.table else ''}")
+    else:
+        print(f"{document['applied']} batch(es) applied, {document['already_applied']} already applied")
     for r in batches:
         c = r["counts"]
         table_batch = f" (table batch {r['batch_id']})" if r["batch_id"] else ""
@@ -802,7 +974,7 @@ def _datagen(lake, args: argparse.Namespace) -> dict[str, Any]:
     names = args.table or sorted(n for n, s in specs.items() if s.datagen)
     unknown = [t for t in names if t not in specs]
     if unknown:
-        raise ChangelakeError(f"no spec for {unknown} in {lake.settings.tables_dir}")
+        raise unknown_table(", ".join(unknown), f"no spec in {lake.settings.tables_dir}", list(specs))
     landed = []
     overrides = {
         "records": args.records,

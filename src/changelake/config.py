@@ -5,7 +5,7 @@ Layers, later wins: built-in defaults < config file < environment variables < ex
 =========================  =====================================  ===============================================
 environment variable       config-file key                        default
 =========================  =====================================  ===============================================
-``CHANGELAKE_HOME``        (n/a)                                  ``~/.changelake``
+``CHANGELAKE_HOME``        (n/a)                                  found as :func:`find_home` finds it
 ``CHANGELAKE_CONFIG``      (n/a)                                  ``$CHANGELAKE_HOME/changelake.yaml`` if present
 ``CHANGELAKE_TABLES``      ``tables_dir``                         ``$CHANGELAKE_HOME/tables``
 ``CHANGELAKE_LANDING``     ``landing_dir`` (a path or ``s3://…``)  ``$CHANGELAKE_HOME/landing``
@@ -26,6 +26,10 @@ environment variable       config-file key                        default
 ``storage_options`` take the standard AWS names (``AWS_ENDPOINT_URL``, ``AWS_REGION``, ``AWS_ACCESS_KEY_ID``,
 ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``); the environment's variables of those names win over the file
 (:func:`changelake.objectstore.storage_options`).
+
+The home, unless ``--home`` or ``CHANGELAKE_HOME`` names it, is found as dbt finds its project: the nearest
+directory from the current one up that holds a ``.changelake/`` home or a ``changelake.yaml`` project file
+(its settings come first, before the home's own config file), else ``~/.changelake``.
 
 Credentials never live in the repository: pass them through the environment or a config file outside it.
 """
@@ -57,6 +61,12 @@ _ENV_KEYS = {
     "datadocs_assets": "CHANGELAKE_DATADOCS_ASSETS",
     "jars_dir": "CHANGELAKE_JARS",
 }
+
+#: The home directory a project keeps beside its files, and the project file that marks a project without one.
+HOME_DIR = ".changelake"
+PROJECT_FILE = "changelake.yaml"
+#: Settings naming directories: a relative path in a config file is relative to the file's directory.
+_PATH_KEYS = ("tables_dir", "landing_dir", "dbt_project_dir", "expectations_dir", "datadocs_assets")
 
 #: The checkout this package runs from (``src/changelake/config.py`` -> the repository root), if it runs from one.
 CHECKOUT = Path(__file__).resolve().parents[2]
@@ -96,6 +106,9 @@ class Settings:
     # the pinned JVM jars (infra/jars.sh) and changelake's own jar; "" = the checkout's .cache/jars
     jars_dir: str = ""
 
+    # how the home was chosen, for `changelake status` (--home, CHANGELAKE_HOME, found from a directory, default)
+    home_from: str = field(default="given", compare=False)
+
     @property
     def metastore_dir(self) -> Path:
         """Derby metastore and spark-warehouse for dbt's own tables."""
@@ -112,11 +125,18 @@ class Settings:
 
 
 def load_settings(**overrides: Any) -> Settings:
-    """Build :class:`Settings` from defaults, the config file, the environment and ``overrides``."""
-    home = Path(
-        overrides.pop("home", None) or os.environ.get("CHANGELAKE_HOME") or Path.home() / ".changelake"
-    )
+    """Build :class:`Settings` from defaults, the config files, the environment and ``overrides``."""
+    given = overrides.pop("home", None)
+    project_file = None
+    if given:
+        home, home_from = Path(given), "given (--home)"
+    elif os.environ.get("CHANGELAKE_HOME"):
+        home, home_from = Path(os.environ["CHANGELAKE_HOME"]), "$CHANGELAKE_HOME"
+    else:
+        home, project_file, home_from = find_home(Path.cwd())
     home = home.expanduser().resolve()
+    if home.exists() and not home.is_dir():
+        raise ConfigError(f"the home {home} ({home_from}) is not a directory")
     values: dict[str, Any] = {
         "tables_dir": home / "tables",
         "landing_dir": home / "landing",
@@ -125,6 +145,8 @@ def load_settings(**overrides: Any) -> Settings:
         "dbt_project_dir": _project_folder("dbt_project"),
         "expectations_dir": _project_folder("expectations"),
     }
+    if project_file is not None:
+        values.update(_read_config_file(project_file, explicit=True))
     config_path = os.environ.get("CHANGELAKE_CONFIG") or home / "changelake.yaml"
     values.update(_read_config_file(Path(config_path), explicit="CHANGELAKE_CONFIG" in os.environ))
     for key, env in _ENV_KEYS.items():
@@ -142,7 +164,25 @@ def load_settings(**overrides: Any) -> Settings:
         values[key] = Path(values[key]).expanduser().resolve()
     if values.get("catalog_type", "sql") not in ("sql", "rest"):
         raise ConfigError(f"catalog_type must be 'sql' or 'rest', got {values['catalog_type']!r}")
-    return Settings(home=home, **values)
+    return Settings(home=home, home_from=home_from, **values)
+
+
+def find_home(start: Path) -> tuple[Path, Path | None, str]:
+    """The home when neither ``--home`` nor ``CHANGELAKE_HOME`` names one, found as dbt finds its project: the
+    nearest directory from ``start`` up that holds a ``.changelake/`` directory or a ``changelake.yaml``
+    project file; its ``.changelake/`` is the home (made on first use) and its project file, if any, is read
+    before the home's own config file. Inside a ``.changelake/`` directory, that directory is the home.
+    Else ``~/.changelake``. Returns the home, the project file (or None) and how the home was found."""
+    start = start.resolve()
+    for directory in (start, *start.parents):
+        if directory.name == HOME_DIR:
+            return directory, None, f"found: {start} is inside it"
+        project = directory / PROJECT_FILE
+        has_project = project.is_file()
+        if (directory / HOME_DIR).is_dir() or has_project:
+            marker = PROJECT_FILE if has_project else HOME_DIR
+            return directory / HOME_DIR, project if has_project else None, f"found: {directory / marker}"
+    return Path.home() / HOME_DIR, None, "default: no .changelake/ or changelake.yaml here or above"
 
 
 _FILE_KEYS = {
@@ -166,11 +206,19 @@ _FILE_KEYS = {
 
 
 def _read_config_file(path: Path, explicit: bool) -> dict[str, Any]:
+    """The settings of one config file; a relative directory in it is relative to the file's directory (so a
+    project file means the same wherever the command runs from)."""
     if not path.exists():
         if explicit:
             raise ConfigError(f"CHANGELAKE_CONFIG points to {path}, which does not exist")
         return {}
-    data = yaml.safe_load(path.read_text()) or {}
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        mark = getattr(e, "problem_mark", None)  # where YAML stopped understanding the file
+        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        reason = getattr(e, "problem", None) or getattr(e, "strerror", None) or type(e).__name__
+        raise ConfigError(f"{where}: cannot read the settings ({reason})") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping of settings")
     unknown = set(data) - _FILE_KEYS
@@ -179,6 +227,9 @@ def _read_config_file(path: Path, explicit: bool) -> dict[str, Any]:
     for key in ("spark_conf", "catalog_properties", "storage_options"):
         if key in data:
             data[key] = {str(k): str(v) for k, v in (data[key] or {}).items()}
+    for key in _PATH_KEYS:
+        if isinstance(data.get(key), str) and data[key]:
+            data[key] = str(path.parent / Path(data[key]).expanduser())
     return data
 
 
@@ -208,6 +259,8 @@ TUNING: dict[str, tuple[str, int | float, int]] = {
     "fast_json": ("CHANGELAKE_FAST_JSON", 1, 0),
     # quality frames with at most this many rows are validated by GX's pandas engine, larger ones on Spark
     "quality_local_rows": ("CHANGELAKE_QUALITY_LOCAL_ROWS", 100_000, 0),
+    # the Data Docs keep the validations of this many quality runs, the latest (older ones are deleted)
+    "datadocs_runs": ("CHANGELAKE_DATADOCS_RUNS", 10, 1),
     # the SQL endpoint: 0 skips the dbt build of its warm-up
     "server_warm_dbt": ("CHANGELAKE_SERVER_WARM_DBT", 1, 0),
     # the SQL endpoint: seconds between polls of the tables' snapshots (its views follow new batches)

@@ -6,8 +6,9 @@ Patterns are matched whole (``fullmatch``), so a trailing newline is not part of
 """
 
 import re
+from collections.abc import Callable, Iterable
 
-from changelake.errors import SpecError
+from changelake.errors import BadInput, SpecError, unknown_table
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 
@@ -46,6 +47,33 @@ def split_table_name(full_name: object) -> tuple[str, str]:
         raise SpecError(f"Invalid table name {shown!r}: expected '<namespace>.<table>'.")
     namespace, table = full_name.split(".")
     return check_name(namespace, "namespace"), check_name(table, "table name")
+
+
+def qualify_table_name(name: str, known: Callable[[], Iterable[str]]) -> str:
+    """The ``namespace.table`` a user means by a table name typed into a command or a SQL statement: the name
+    itself when it has a namespace, else the one table of ``known()`` (the tables with a spec or in the
+    catalog) with that name. The one rule for table names the CLI's commands and ``changelake sql`` share.
+    A malformed name or an ambiguous one is a bad argument (:class:`BadInput`); a name no table has is
+    :class:`TableNotFound`."""
+    if isinstance(name, str) and "." not in name:
+        try:
+            check_name(name, "table name")
+        except SpecError as e:
+            raise BadInput(str(e)) from None
+        tables = sorted(known())
+        matches = [t for t in tables if t.split(".", 1)[1] == name]
+        if len(matches) == 1:
+            return matches[0]
+        if not matches:
+            raise unknown_table(name, "no table of that name in any namespace", tables)
+        raise BadInput(
+            f"Table name '{name}' is ambiguous ({', '.join(matches)}); name it as <namespace>.{name}"
+        )
+    try:
+        namespace, table = split_table_name(name)
+    except SpecError as e:
+        raise BadInput(str(e)) from None
+    return f"{namespace}.{table}"
 
 
 def check_table_name(full_name: object) -> tuple[str, str]:

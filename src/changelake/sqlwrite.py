@@ -36,8 +36,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from changelake import sqltypes
-from changelake.errors import ChangelakeError, WriteRefusedError, java_list
-from changelake.identifiers import check_name
+from changelake.errors import ChangelakeError, WriteRefusedError, java_list, printable
+from changelake.identifiers import check_name, qualify_table_name
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -175,8 +175,12 @@ def parse(text: str) -> list[exp.Expr]:
         raise ChangelakeError(f"SQL text of {len(text):,} characters; at most {MAX_STATEMENT_CHARS:,}")
     try:
         trees = [t for t in sqlglot.parse(text, read=dialect()) if t is not None]
-    except (ParseError, TokenError) as e:
-        raise ChangelakeError(f"SQL parse error: {_first_line(e)}") from None
+    except ParseError as e:
+        raise ChangelakeError(_unparsable(text, e)) from None
+    except TokenError:
+        raise ChangelakeError(
+            "SQL parse error: a string or a quoted name is not closed ('...' or `...`)"
+        ) from None
     except RecursionError:
         raise ChangelakeError("SQL parse error: the statement is nested too deeply") from None
     if not trees:
@@ -188,6 +192,21 @@ def parse(text: str) -> list[exp.Expr]:
                 f"not {_kind_of(tree)} ({_short(tree)})"
             )
     return trees
+
+
+#: What ``changelake sql`` takes, for the message of a statement that does not parse (a message, not SQL).
+_WRITES_TAKEN = "expected INSERT INTO, UPDATE ... SET ... WHERE or DELETE FROM ... WHERE (docs/sql-writes.md)"
+
+
+def _unparsable(text: str, error: Any) -> str:
+    """Where the parser stopped in the statement, in the user's words (sqlglot's own description names its
+    classes: "Required keyword: 'this' missing for <class ...Where>")."""
+    where = (getattr(error, "errors", None) or [{}])[0]
+    line, col = where.get("line"), where.get("col")
+    token = ((where.get("start_context") or "")[-30:] + (where.get("highlight") or "")).strip()
+    at = f" at line {line}, column {col}" if line and col else ""
+    near = f", near {printable(token, 40)!r}" if token else ""
+    return f"SQL parse error{at}{near}: {_WRITES_TAKEN}"
 
 
 def statement_text(tree: exp.Expr) -> str:
@@ -692,12 +711,7 @@ def _table_name(table: Any, known: Callable[[], list[str]]) -> str:
     name = _identifier(table.this, "table name")
     if table.args.get("db") is not None:
         return f"{_identifier(table.args['db'], 'namespace')}.{name}"
-    matches = [t for t in known() if t.split(".", 1)[1] == name]
-    if len(matches) == 1:
-        return matches[0]
-    if not matches:
-        raise WriteRefusedError(f"Table '{name}' not found; name it as <namespace>.{name}")
-    raise WriteRefusedError(f"Table name '{name}' is ambiguous ({', '.join(sorted(matches))}); qualify it")
+    return qualify_table_name(name, known)  # the CLI's rule for a name without its namespace
 
 
 def _source_table_name(table: exp.Table, known: Callable[[], list[str]]) -> str:
@@ -990,7 +1004,3 @@ def _short(node: Any, limit: int = 120) -> str:
     except Exception:  # an unrenderable node: its repr is still a useful hint
         text = repr(node)
     return text if len(text) <= limit else text[:limit] + "..."
-
-
-def _first_line(e: Exception) -> str:
-    return str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__

@@ -15,10 +15,11 @@ AIRFLOW = REPO / ".venv-airflow" / "bin" / "airflow"
 DATA_PY = REPO / ".venv" / "bin" / "python"
 
 
-def airflow_env(home: Path, tables: Path) -> dict[str, str]:
-    """The environment `infra/airflow/env.sh` builds, pointed at a test's own homes."""
+def airflow_env(home: Path, tables: Path, **given: str) -> dict[str, str]:
+    """The environment `infra/airflow/env.sh` builds, pointed at a test's own homes (and ``given``, e.g. an
+    AIRFLOW_PORT, set before it runs)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "CHANGELAKE_"))}
-    env.update(REPO_ROOT=str(REPO), CHANGELAKE_HOME=str(home), CHANGELAKE_TABLES=str(tables))
+    env.update(REPO_ROOT=str(REPO), CHANGELAKE_HOME=str(home), CHANGELAKE_TABLES=str(tables), **given)
     script = f". {REPO}/infra/airflow/env.sh && env -0"
     out = subprocess.run(["bash", "-c", script], env=env, capture_output=True, check=True, cwd=REPO).stdout
     return dict(item.split("=", 1) for item in out.decode().split("\0") if "=" in item)

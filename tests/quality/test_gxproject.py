@@ -7,6 +7,7 @@ runner picks for small frames anyway, so they need no JVM; the end-to-end run on
 from __future__ import annotations
 
 import builtins
+import datetime as dt
 import json
 import os
 import re
@@ -22,7 +23,7 @@ import yaml
 from changelake.config import load_settings
 from changelake.quality import datadocs, suites
 from changelake.quality.gxproject import GX_YML, GXProjectRepaired, repair_project
-from changelake.quality.runner import _context, _validate, build_data_docs
+from changelake.quality.runner import _context, _validate, build_data_docs, forget_old_runs
 from tests.quality.browser import DATA_DOCS_PROBES, SHOW_MORE_INFO, chromium, open_pages
 
 pytestmark = pytest.mark.integration  # imports and runs Great Expectations: seconds, not the unit loop
@@ -71,6 +72,27 @@ def assert_works(run: dict) -> None:
     unique = next(e for e in run["bad"]["expectations"] if e["type"] == "expect_column_values_to_be_unique")
     assert sorted(k["k"] for k in unique["offending_keys"]) == [2, 2]
     assert "pk_uniqueness__q.bad" in run["docs"].read_text()
+
+
+def test_runs_are_named_by_what_they_checked_and_the_docs_keep_the_latest(settings):
+    """Each validation is stored under a run named for its table and batch (GX's default is ``__none__``);
+    a run is one run time, and the Data Docs keep the latest runs only, their pages and their results."""
+    context = _context(settings, lambda m: None)
+    start = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    for batch in (1, 2, 3):
+        check = suites.pk_uniqueness("q.bad", BAD, ["k"])
+        check.checked = f"q.bad at batch {batch}"
+        _validate(context, check, start + dt.timedelta(minutes=batch))
+    messages: list[str] = []
+    assert forget_old_runs(context, 2, messages.append) == 1
+    docs = Path(build_data_docs(context, messages.append).removeprefix("file://"))
+    pages = sorted(p.relative_to(docs.parent).parts[3] for p in docs.parent.glob("validations/**/*.html"))
+    assert pages == ["q.bad at batch 2", "q.bad at batch 3"], pages
+    index = docs.read_text()
+    assert "q.bad at batch 3" in index and "q.bad at batch 1" not in index and "__none__" not in index
+    assert len(context.validation_results_store.list_keys()) == 2
+    assert any("1 older run(s) deleted, the latest 2 kept" in m for m in messages)
+    assert forget_old_runs(context, 2, messages.append) == 0  # nothing more to delete
 
 
 @pytest.mark.parametrize("keep", [0.0, 0.5], ids=["0 bytes", "half"])

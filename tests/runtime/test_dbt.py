@@ -42,8 +42,10 @@ def test_build_passes_and_marts_equal_independent_spark_results(demo, spark):
         n["unique_id"] for n in summary["nodes"]
     )
     orders = demo.rows("shop.orders")
-    expected = orders.groupBy("shop_id").agg(F.count("*"), F.sum("amount")).orderBy("shop_id").collect()
-    assert mart(spark, "orders_per_shop", ["shop_id"]) == [tuple(r) for r in expected]
+    expected_orders = (
+        orders.groupBy("shop_id").agg(F.count("*"), F.sum("amount")).orderBy("shop_id").collect()
+    )
+    assert mart(spark, "orders_per_shop", ["shop_id"]) == [tuple(r) for r in expected_orders]
 
     views = demo.rows("web.pageviews")
     expected = (
@@ -85,6 +87,17 @@ def test_build_passes_and_marts_equal_independent_spark_results(demo, spark):
     summary = json.loads((demo.settings.home / "quality" / "quality_summary.json").read_text())
     assert status == 0 and summary["drift_total"] == {"shop.shop_revenue": 0.0}, messages
     assert not [m for m in messages if "FAILED" in m]
+    # Each GX run is named by what it checked (GX's default run name is __none__).
+    stored = demo.settings.home / "quality" / "gx" / "uncommitted" / "validations"
+    runs = {p.parents[1].name for p in stored.glob("**/*.json")}  # .../<run name>/<run time>/<batch>.json
+    last = {s["table"]: s for s in demo.status()}["shop.shop_revenue"]["last_batch"]
+    assert f"shop.shop_revenue at batch {last}" in runs and "__none__" not in runs, runs
+
+    # dbt's docs show the marts' row counts: the catalog has them (Spark's statistics, computed first).
+    assert run_dbt(["docs", "generate"], demo.settings, progress=lambda m: None) == 0
+    catalog = json.loads((dbt_dirs(demo.settings)["target"] / "catalog.json").read_text())
+    stats = next(n["stats"] for n in catalog["nodes"].values() if n["metadata"]["name"] == "orders_per_shop")
+    assert stats["rows"]["value"] == len(expected_orders) > 1, stats
 
 
 def test_replay_changes_nothing_and_incremental_equals_full_rebuild(demo, spark):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import shutil
 import sys
 import time
 from dataclasses import dataclass
@@ -87,6 +88,7 @@ def run_quality(
     from changelake.runtime.session import get_spark
 
     started = time.monotonic()
+    run_time = dt.datetime.now(dt.UTC)  # one run in the Data Docs: every validation of this call shares it
     # The schema dbt builds into (profiles.yml reads the same variable); it reaches SQL, so it is validated.
     dbt_schema = check_name(dbt_schema or settings.dbt_schema, "dbt schema")
     spark = spark or get_spark(settings, app_name="changelake-quality", hive=True)
@@ -98,9 +100,15 @@ def run_quality(
             continue
         spec = lake.spec(name)  # the stored layout: keys and delete behaviour as the table was written
         rows, changelog = lake.rows(name), lake.changelog(name)
-        checks.append(suites.pk_uniqueness(name, rows, suites.key_columns(spec)))
-        checks += suites.tombstone_handling(spec, rows, changelog)
-        for _snapshot_id, batch in lake.storage.batch_history(lake.storage.pk_table(spec)):
+        history = lake.storage.batch_history(lake.storage.pk_table(spec))
+        last = max((b.batch_id for _, b in history), default=0)
+        checked = f"{name} at batch {last}" if last else f"{name} before its first batch"
+        table_checks = [suites.pk_uniqueness(name, rows, suites.key_columns(spec))]
+        table_checks += suites.tombstone_handling(spec, rows, changelog)
+        for check in table_checks:
+            check.checked = checked
+        checks += table_checks
+        for _snapshot_id, batch in history:
             messages, redelivered = batch.source["messages"], batch.source["redelivered"]
             redeliveries.append(
                 {
@@ -113,21 +121,26 @@ def run_quality(
                 }
             )
     if redeliveries:
-        checks.append(suites.redelivery(spark.createDataFrame(redeliveries), max_redelivery_share))
+        check = suites.redelivery(spark.createDataFrame(redeliveries), max_redelivery_share)
+        check.checked = f"{len(redeliveries)} batches of {len({r['table'] for r in redeliveries})} tables"
+        checks.append(check)
+    built = _dbt_build_time(settings)
     marts = _existing_marts(spark, dbt_schema)
     configured = mart_checks(settings)
     for mart, grain in configured.grains.items():
         if mart in marts:
-            checks.append(
-                suites.pk_uniqueness(f"{dbt_schema}.{mart}", spark.table(f"{dbt_schema}.{mart}"), grain)
-            )
+            check = suites.pk_uniqueness(f"{dbt_schema}.{mart}", spark.table(f"{dbt_schema}.{mart}"), grain)
+            check.checked = f"{dbt_schema}.{mart} {built}"
+            checks.append(check)
     drift_totals: dict[str, float] = {}
     for table, (mart, keys) in configured.drift.items():
         if tables is not None and table not in tables:
             continue
         if mart in marts:
             frame = spark.table(f"{dbt_schema}.{mart}")
-            checks.append(suites.drift(f"{table} drift ({dbt_schema}.{mart})", frame, keys, drift_threshold))
+            check = suites.drift(f"{table} drift ({dbt_schema}.{mart})", frame, keys, drift_threshold)
+            check.checked = f"{dbt_schema}.{mart} {built}"
+            checks.append(check)
             drift_totals[table] = float(frame.agg({"drift": "sum"}).first()[0] or 0)
         else:
             progress(
@@ -137,8 +150,9 @@ def run_quality(
     context = _context(settings, progress)
     results = []
     for i, check in enumerate(checks, start=1):
-        progress(f"[quality] {i}/{len(checks)} {check.suite}: {check.asset}")
-        results.append(_validate(context, check))
+        progress(f"[quality] {i}/{len(checks)} {check.suite}: {check.asset} ({check.checked})")
+        results.append(_validate(context, check, run_time))
+    forget_old_runs(context, tuned("datadocs_runs"), progress)
     docs = build_data_docs(context, progress, settings)
     failed_critical = [
         r for r in results for e in r["expectations"] if not e["success"] and e["severity"] == "critical"
@@ -180,6 +194,40 @@ def run_quality(
     progress(f"[quality] Data Docs: {docs}")
     progress(f"[quality] summary: {out / 'quality_summary.json'}; plot: {plot}")
     return 1 if failed_critical else 0
+
+
+def _dbt_build_time(settings: Settings) -> str:
+    """When dbt's last build finished (its run results), for the run names of the mart checks."""
+    from changelake.runtime.dbt_runner import BUILD_RESULTS, dbt_dirs, summarize
+
+    build = summarize(dbt_dirs(settings)["target"] / BUILD_RESULTS)
+    stamp = (build or {}).get("generated_at")
+    return f"built {stamp[:19].replace('T', ' ')} UTC" if stamp else "(no dbt build recorded)"
+
+
+def forget_old_runs(context, keep: int, progress=print) -> int:
+    """Delete the stored validation results of all but the latest ``keep`` quality runs (a run is one
+    ``run_time``), so that the Data Docs, rebuilt from the store, keep those runs only; the rendered pages
+    of the validations go too (the next build writes the kept ones again). Returns the runs deleted."""
+    store = context.validation_results_store
+    keys = store.list_keys()
+    runs = sorted({str(k.run_id.run_time) for k in keys}, reverse=True)
+    gone = set(runs[keep:])
+    for key in keys:
+        if str(key.run_id.run_time) in gone:
+            store.remove_key(key)
+    if gone:
+        site = _site_directory(context)
+        shutil.rmtree(site / "validations", ignore_errors=True)
+        progress(f"[quality] Data Docs: {len(gone)} older run(s) deleted, the latest {keep} kept")
+    return len(gone)
+
+
+def _site_directory(context) -> Path:
+    """The local Data Docs site's directory (as the generated project configures it)."""
+    from changelake.quality.gxproject import DATA_DOCS_DIR
+
+    return Path(context.root_directory) / DATA_DOCS_DIR
 
 
 def build_data_docs(context, progress=print, settings: Settings | None = None) -> str:
@@ -257,8 +305,9 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _validate(context, check) -> dict[str, Any]:
+def _validate(context, check, run_time: dt.datetime | None = None) -> dict[str, Any]:
     import great_expectations as gx
+    from great_expectations.core.run_identifier import RunIdentifier
 
     local = _local_frame(check.frame, local_rows_limit())
     if local is not None:
@@ -288,7 +337,11 @@ def _validate(context, check) -> dict[str, Any]:
             else {"result_format": "SUMMARY"},
         )
     )
-    result = checkpoint.run(batch_parameters={"dataframe": check.frame if local is None else local})
+    # The run's name says what it checked (GX stores results under it: no '/' in it); __none__ otherwise.
+    run_id = RunIdentifier(run_name=(check.checked or check.asset).replace("/", "-"), run_time=run_time)
+    result = checkpoint.run(
+        batch_parameters={"dataframe": check.frame if local is None else local}, run_id=run_id
+    )
     expectations = []
     for run in result.run_results.values():
         for r in run.results:

@@ -38,6 +38,8 @@ class Check:
     frame: Any  # a Spark DataFrame
     expectations: list = field(default_factory=list)
     keys: list[str] = field(default_factory=list)  # columns that identify an offending row in the report
+    # what the run checked, e.g. "shop.orders at batch 12": the run's name in the Data Docs
+    checked: str = ""
 
     @property
     def name(self) -> str:

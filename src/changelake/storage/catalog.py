@@ -104,6 +104,24 @@ def local_path(location: str) -> str | None:
 WHOLE_OBJECT_BYTES = 1 << 20
 
 
+def sqlite_table_names(settings: Settings) -> list[str]:
+    """``namespace.table`` of every table in the SQLite catalog (changelog tables too), read with sqlite3."""
+    db = Path(settings.catalog_uri[len("sqlite:///") :])
+    if not db.exists():
+        return []
+    try:
+        with sqlite3.connect(f"{db.as_uri()}?mode=ro", uri=True) as conn:
+            rows = conn.execute(
+                "SELECT table_namespace, table_name FROM iceberg_tables WHERE catalog_name = ?",
+                (settings.catalog_name,),
+            ).fetchall()
+    except sqlite3.OperationalError as e:
+        if "no such table" in str(e):
+            return []  # a catalog without tables yet
+        raise
+    return [f"{namespace}.{name}" for namespace, name in rows]
+
+
 @dataclass
 class DirectSource(TableSource):
     """A table of the SQLite catalog in a local or object-store warehouse, read with sqlite3, json and

@@ -54,12 +54,19 @@ import pyarrow.parquet as pq
 from changelake import objectstore
 from changelake.bucketing import bucket_of, partition_value
 from changelake.config import Settings
-from changelake.errors import ChangelakeError, java_list, missing_table, unknown_table
+from changelake.errors import ChangelakeError, java_list, missing_table, short_repr, unknown_table
 from changelake.identifiers import split_table_name
 from changelake.spec import TableSpec, load_specs
 from changelake.storage import history, summary
 from changelake.storage.avro import Unsupported
-from changelake.storage.catalog import DirectSource, IcebergSource, TableSource, read_bytes, snapshot_total
+from changelake.storage.catalog import (
+    DirectSource,
+    IcebergSource,
+    TableSource,
+    read_bytes,
+    snapshot_total,
+    sqlite_table_names,
+)
 from changelake.storage.files import (
     BUCKET_COLUMN,
     Layout,
@@ -140,18 +147,27 @@ def changelog_order(columns: list[str], spec: TableSpec) -> list[str]:
 
 
 # --- lookup arguments -------------------------------------------------------------------------------------
+#: What a lookup value of a non-textual column must look like, for the message when it does not.
+_EXPECTED_TEXT = {"BOOLEAN": "true or false", "FLOAT": "a number", "DOUBLE": "a number"}
+
+
 def decode_lookup_value(spec: TableSpec, name: str, value: Any) -> Any:
     """Decode a lookup value to its storage value; CLI strings of numeric/boolean columns are parsed as JSON."""
     col = spec.column(name)
+    where = f"lookup value for column '{name}' ({col.type})"
     try:
         if isinstance(value, str) and col.type.name not in _TEXTUAL:
-            value = json.loads(value, parse_float=decimal.Decimal)
+            try:
+                value = json.loads(value, parse_float=decimal.Decimal)
+            except (json.JSONDecodeError, RecursionError):
+                expected = _EXPECTED_TEXT.get(col.type.name, "a whole number")
+                raise ChangelakeError(f"{where}: {short_repr(value)} is not {expected}") from None
         if isinstance(value, dt.datetime | dt.date) and col.type.name in _TEXTUAL:
             # A value a read returned (pandas.Timestamp keeps its nanoseconds in isoformat).
             value = value.isoformat()
         return col.type.decode_json(value)
-    except (ValueError, json.JSONDecodeError) as e:
-        raise ChangelakeError(f"lookup value for column '{name}': {e}") from None
+    except ValueError as e:
+        raise ChangelakeError(f"{where}: {e}") from None
 
 
 def check_lookup_columns(spec: TableSpec, columns: list[str], prefix: bool) -> None:
@@ -171,9 +187,10 @@ def check_lookup_columns(spec: TableSpec, columns: list[str], prefix: bool) -> N
         return ChangelakeError(f"Can not perform prefix lookup on table '{spec.full_name}', because {reason}")
 
     def equals_primary_key(keys: list[str]) -> ChangelakeError:
+        # Fluss's words, but for its Java API's advice ("Lookuper without lookupBy"): here, leave out the prefix.
         return refused(
             f"the lookup columns {lookup} equals the physical primary keys {java_list(keys)}. Please use primary "
-            "key lookup (Lookuper without lookupBy) instead."
+            "key lookup (a lookup without --prefix; prefix=False in the Python API) instead."
         )
 
     # Fluss's order: the lookup creation refuses the whole primary key (any order) before the prefix checks.
@@ -275,6 +292,20 @@ class FastReader:
 
     def specs(self) -> dict[str, TableSpec]:
         return load_specs(self.settings.tables_dir)
+
+    def table_names(self) -> list[str]:
+        """``namespace.table`` of the PK tables in the catalog (their changelog tables left out)."""
+        if self.direct:
+            names = sqlite_table_names(self.settings)
+        else:
+            catalog = self.storage.catalog
+            names = [
+                ".".join(ident)
+                for (namespace, *_) in catalog.list_namespaces()
+                for ident in catalog.list_tables(namespace)
+                if len(ident) == 2
+            ]
+        return sorted(n for n in names if not n.endswith(_CHANGELOG_SUFFIX))
 
     def spec(self, table: str, source: TableSource | None = None) -> TableSpec:
         """The spec reads of ``table`` use (:func:`changelake.evolution.resolve`, as :meth:`ChangeLake.spec`):
