@@ -93,7 +93,8 @@ def test_column_added_mid_stream_reads_old_rows_as_null_and_new_batches_carry_it
         (8, 80, None),
         (9, 90, "n9"),
     ]
-    assert rows_of(lake.rows("e.orders", at_batch=1)) == [(k, 10 * k, None) for k in range(1, 9)]
+    # A past batch reads in its snapshot's schema (Iceberg's time travel), without the new column.
+    assert rows_of(lake.rows("e.orders", at_batch=1)) == [(k, 10 * k) for k in range(1, 9)]
     # Both tables gained the column before their hidden columns; old changelog records read it as null.
     assert columns_of(lake, "e.orders") == ["id", "amount", "note", "_bucket"]
     assert columns_of(lake, "e.orders", changelog=True)[:4] == ["id", "amount", "note", "_change_type"]

@@ -314,7 +314,7 @@ def _parser() -> argparse.ArgumentParser:
     rp = sub.add_parser(
         "repair", help="bring stored rows to their columns' declared precision, keys included (one commit)"
     )
-    rp.add_argument("table", nargs="*", help="namespace.table (default: every table that exists)")
+    rp.add_argument("table", nargs="*", help=f"{_TABLE_HELP} (default: every table that exists)")
     rp.add_argument(
         "--on-collision",
         choices=("refuse", "first", "last"),

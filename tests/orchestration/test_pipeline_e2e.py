@@ -115,7 +115,10 @@ def test_demo_source_then_apply_through_airflow(pipeline_home):
 
     # Backfill/replay of batches 1..2 for one table through the Params: verified no-ops, nothing changes.
     replay_log = dags_test(env, "changelake_apply", {"table": "shop.orders", "from_batch": 1, "to_batch": 2})
-    assert "[shop.orders] batch 1 already applied" in replay_log and "committed" not in replay_log
+    assert (
+        "[shop.orders] landing batch 1 already applied as table batch 1" in replay_log
+        and "committed" not in replay_log
+    )
     assert data_env(env, ACTUAL) == actual
 
     # Maintenance: every table compacted whole and swept; what a reader sees stays the same.

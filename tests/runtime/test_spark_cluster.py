@@ -44,7 +44,7 @@ def submit(env, master: str) -> str:
          "--conf", "spark.executor.memory=1g", str(REPO / "spark_apps" / "apply_app.py"), "shop.orders"],
         env={**env, "PYSPARK_PYTHON": python}, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-4000:]
     return proc.stdout + proc.stderr
 
 

@@ -78,11 +78,13 @@ def state(storage) -> tuple[list, dict]:
 def files_on_disk_and_named(storage) -> tuple[set[str], set[str]]:
     """(every file under the two tables' directories, every file their snapshots, metadata and history name)."""
     from changelake.storage import maintenance
+    from changelake.storage.files import side_location
 
     disk, named = set(), set()
     for name in ("t.kv", "t.kv__changelog"):
         table = storage.catalog.load_table(name)
-        disk |= {maintenance._canonical(p) for p, _ in maintenance.list_files(table.location())}
+        for root in (table.location(), side_location(table.location())):  # the table's files and its side files
+            disk |= {maintenance._canonical(p) for p, _ in maintenance.list_files(root)}
         named |= {
             maintenance._canonical(p)
             for p in maintenance.reachable(table, table.metadata.snapshots)

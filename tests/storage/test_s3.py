@@ -344,5 +344,6 @@ def test_spark_tasks_decode_and_merge_through_the_object_store(
     assert dead["batch_id"] == 4 and dead["line"] == 2 and "oops" in dead["raw"]
     store = landing.store
     assert any(
-        "/dead-letter/" in str(i.path) for i in store.list(f"{s3_prefix}/warehouse/t/kv", recursive=True)
+        "/dead-letter/" in str(i.path)
+        for i in store.list(f"{s3_prefix}/warehouse/t/.changelake/kv", recursive=True)  # the side location
     )

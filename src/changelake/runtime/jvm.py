@@ -70,10 +70,12 @@ def spark_jars(settings: Settings) -> list[Path]:
 def compiled_jar(settings: Settings, pinned: list[Path] | None = None) -> Path:
     """changelake's Java classes as one jar, compiled once per version of their sources (and of the jars they
     are compiled against) into ``<jars>/changelake/changelake-<hash>.jar``; earlier versions are removed."""
-    import pyspark
+    from pyspark.find_spark_home import _find_spark_home
 
     pinned = pinned_jars(settings) if pinned is None else pinned
-    spark_jars_dir = Path(pyspark.__file__).parent / "jars"
+    # Spark's own jars, found as pyspark finds them: under spark-submit pyspark is imported from a zip
+    # (python/lib/pyspark.zip) and SPARK_HOME names the installation.
+    spark_jars_dir = Path(_find_spark_home()).resolve() / "jars"
     sources = sorted(JAVA_SOURCES.rglob("*.java"))
     digest = hashlib.sha256()
     for source in sources:

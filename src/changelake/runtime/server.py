@@ -43,7 +43,7 @@ from changelake.atomic import atomic_write_text
 from changelake.config import TUNING, Settings, tuned
 from changelake.errors import ChangelakeError
 from changelake.identifiers import quote
-from changelake.runtime import endpoint_auth
+from changelake.runtime import endpoint_auth, jvm
 from changelake.runtime.applyservice import ApplyService
 from changelake.runtime.endpoint import Endpoint
 from changelake.runtime.warmup import warm_dbt, warm_kept_rows, warm_python_workers, warm_sql
@@ -165,7 +165,10 @@ def security_conf(settings: Settings, endpoint: Endpoint, classes: Path) -> dict
     Connect's token is passed in the environment (SPARK_CONNECT_AUTHENTICATE_TOKEN), not as a setting a
     ``SET`` could show."""
     conf = {
-        "spark.driver.extraClassPath": str(classes),
+        # The authenticator and guard must be on the JVM's own class path (HiveServer2 loads them there), and
+        # changelake's catalog there extends Iceberg's SparkCatalog: the pinned jars go beside them, or the
+        # catalog's first use fails with NoClassDefFoundError (spark.jars are a child class loader's).
+        "spark.driver.extraClassPath": os.pathsep.join(map(str, [classes, *jvm.pinned_jars(settings)])),
         "spark.sql.extensions": endpoint_auth.GUARD_CLASS,
         "spark.sql.runSQLOnFiles": "false",
         "spark.hadoop.hive.server2.authentication": "CUSTOM",

@@ -63,6 +63,11 @@ class TableSource:
         object store's HEAD request."""
         raise NotImplementedError
 
+    def snapshot_columns(self, snapshot_id: int) -> list[str] | None:
+        """The column names of the schema ``snapshot_id`` was written with (what Iceberg's time travel reads a
+        past snapshot in, as Spark's ``VERSION AS OF`` does); None when the snapshot names no schema."""
+        raise NotImplementedError
+
     def tagged(self) -> tuple[int, dict[str, str]] | None:
         """(snapshot id, summary) of the snapshot the :data:`~changelake.storage.lineage.STATE_TAG` tag names."""
         raise NotImplementedError
@@ -181,6 +186,11 @@ class DirectSource(TableSource):
 
     def _snapshots(self) -> dict[int, dict[str, Any]]:
         return {s["snapshot-id"]: s for s in self.metadata.get("snapshots", [])}
+
+    def snapshot_columns(self, snapshot_id: int) -> list[str] | None:
+        schema_id = self._snapshots().get(snapshot_id, {}).get("schema-id")
+        schema = next((s for s in self.metadata["schemas"] if s["schema-id"] == schema_id), None)
+        return None if schema is None else [f["name"] for f in schema["fields"]]
 
     def _current_id(self) -> int | None:
         main = self.metadata.get("refs", {}).get("main")
@@ -385,6 +395,13 @@ class IcebergSource(TableSource):
 
     def open(self, path: str, size: int | None = None) -> BinaryIO | str:
         return self.table.io.new_input(path).open()
+
+    def snapshot_columns(self, snapshot_id: int) -> list[str] | None:
+        snap = self.table.snapshot_by_id(snapshot_id)
+        if snap is None or snap.schema_id is None:
+            return None
+        schema = self.table.schemas().get(snap.schema_id)
+        return None if schema is None else [f.name for f in schema.fields]
 
 
 def read_bytes(source: TableSource, location: str) -> bytes:

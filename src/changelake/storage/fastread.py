@@ -474,12 +474,15 @@ class FastReader:
             + (f", {len(files) - len(data)} delete file(s)" if len(data) < len(files) else "")
         )
         schema = view_schema(spec)
+        then = None if snapshot_id is None else source.snapshot_columns(snapshot_id)
+        if then is not None:  # a past batch reads in its snapshot's schema, as Iceberg's time travel does
+            schema = pa.schema([f for f in schema if f.name in then])
         if limit is None:
             out = self._read(source, files, schema, stats=stats, label=label)
             if by_key:
                 out = out.sort_by([(k, "ascending") for k in spec.primary_key])
         else:
-            out = self._first_rows(spec, source, files, limit, stats, label)
+            out = self._first_rows(spec, source, files, limit, stats, label, schema)
         self.last_stats = stats
         self.progress(
             f"{label}: read {stats.files_read} file(s), {stats.row_groups_read} of {stats.row_groups} row "
@@ -495,11 +498,12 @@ class FastReader:
         limit: int,
         stats: _Stats,
         label: str,
+        schema: pa.Schema,
     ) -> pa.Table:
-        """The first ``limit`` rows by primary key: each row group's smallest keys, then the rows themselves."""
+        """The first ``limit`` rows by primary key (in ``schema``): each row group's smallest keys, then the rows
+        themselves."""
         pk = list(spec.primary_key)
         order = [(k, "ascending") for k in pk]
-        schema = view_schema(spec)
         if limit <= 0 or not files:
             return schema.empty_table()
         candidates, opened = [], []
