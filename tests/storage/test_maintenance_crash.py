@@ -83,7 +83,10 @@ def files_on_disk_and_named(storage) -> tuple[set[str], set[str]]:
     disk, named = set(), set()
     for name in ("t.kv", "t.kv__changelog"):
         table = storage.catalog.load_table(name)
-        for root in (table.location(), side_location(table.location())):  # the table's files and its side files
+        for root in (
+            table.location(),
+            side_location(table.location()),
+        ):  # the table's files and its side files
             disk |= {maintenance._canonical(p) for p, _ in maintenance.list_files(root)}
         named |= {
             maintenance._canonical(p)
