@@ -108,6 +108,7 @@ def test_decimal_38_with_more_than_28_digits_is_valid_data(tmp_path):
         ('{"op": "+I", "data": {"id": ' + "7" * 5000 + "}}", "id", "more than 4000 digits"),
         ('{"op": "+I", "data": {"id": 2, "i": 1e999999999999}}', "i", "out of range for INT"),
         ('{"op": "+I", "data": {"id": 1e999999999999}}', "id", "out of range for BIGINT"),
+        ('{"op": "+I", "data": {"id": 1e9991000000000000000}}', "id", "exponent of 19 digits or more"),
         ('{"op": "+I", "data": {"id": 2, "d": 1e999999999999}}', "d", "does not fit DECIMAL(38,2)"),
         ('{"op": "+I", "data": {"id": 2, "f": 1' + "0" * 400 + "}}", "f", "out of range for DOUBLE"),
         ('{"op": "+I", "data": {"id": 2, "f": 1e400}}', "f", "out of range for DOUBLE"),

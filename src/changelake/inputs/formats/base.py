@@ -183,6 +183,8 @@ MAX_DEPTH = 64
 _DEPTH_TOKENS = re.compile(r'\\.|["\[\]{}]', re.DOTALL)
 # The key of a number too long for int() (Python refuses more than 4300 digits), to name it in the error.
 _LONG_NUMBER_KEY = re.compile(r'"((?:[^"\\]|\\.){0,200})"\s*:\s*-?[0-9]{4000}')
+# The key of a number whose exponent Decimal refuses, to name it in the error.
+_HUGE_EXPONENT_KEY = re.compile(r'"((?:[^"\\]|\\.){0,200})"\s*:\s*-?[0-9.]+[eE][+-]?[0-9]{19}')
 
 
 def parse_line(text: str) -> Any:
@@ -200,6 +202,12 @@ def parse_line(text: str) -> Any:
         raise FieldError(None, f"malformed JSON at column {e.colno}: {e.msg}") from None
     except RecursionError:
         raise FieldError(None, f"JSON nested deeper than {MAX_DEPTH} levels") from None
+    except decimal.InvalidOperation:
+        # Decimal refuses an exponent of 19 digits or more (its limit is 10**18 - 1): no column type holds it.
+        m = _HUGE_EXPONENT_KEY.search(text)
+        raise FieldError(
+            m.group(1) if m else None, "a number with an exponent of 19 digits or more"
+        ) from None
     except ValueError:
         # int() refuses over 4300 digits: no integer type holds even 40.
         m = _LONG_NUMBER_KEY.search(text)
