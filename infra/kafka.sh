@@ -20,7 +20,8 @@ CLIENT="$DIR/client.properties"
 JARS="$root/.cache/jars/kafka"
 START_TIMEOUT="${KAFKA_START_TIMEOUT:-120}"
 
-running() { [[ -f "$PIDFILE" ]] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null; }
+# shellcheck source=infra/service.sh
+source "$root/infra/service.sh"
 answers() { (exec 3<>"/dev/tcp/$HOST/$1") 2>/dev/null; }
 java_cp() { java -Xms128m -Xmx512m -XX:+UseG1GC -Dlog4j2.configurationFile="$DIR/log4j2.properties" -cp "$JARS/*" "$@"; }
 bootstrap() { sed -n 's/^bootstrap.servers=//p' "$CLIENT"; }
@@ -112,18 +113,7 @@ AdminClient(conf).list_topics(timeout=5)" "$CLIENT" 2>/dev/null; do
     show
     if [[ "${STOP_HINT:-1}" != 0 ]]; then echo "stop with: make kafka-stop"; fi
     ;;
-  stop)
-    if running; then
-      pid="$(cat "$PIDFILE")"
-      kill -TERM "$pid" 2>/dev/null || true
-      for _ in $(seq 1 30); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
-      kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
-      echo "Kafka broker stopped"
-    else
-      echo "Kafka broker is not running"
-    fi
-    rm -f "$PIDFILE"
-    ;;
+  stop) stop_server "Kafka broker" 30 ;;
   status)
     if running; then echo "Kafka broker running (pid $(cat "$PIDFILE"))"; show; exit 0; fi
     echo "Kafka broker is not running"; exit 3

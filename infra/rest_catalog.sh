@@ -19,8 +19,9 @@ S3_ENV="${S3_DIR:-$CHANGELAKE_HOME/s3}/s3.env"
 WAREHOUSE="${REST_WAREHOUSE:-s3://changelake/warehouse}"
 JARS="$root/.cache/jars/rest"
 
-running() { [[ -f "$DIR/server.pid" ]] && kill -0 "$(cat "$DIR/server.pid")" 2>/dev/null; }
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+PIDFILE="$DIR/server.pid"
+# shellcheck source=infra/service.sh
+source "$root/infra/service.sh"
 uri() { sed -n 's/^export CHANGELAKE_CATALOG_URI=//p' "$DIR/rest.env"; }
 
 case "${1:-}" in
@@ -53,7 +54,7 @@ case "${1:-}" in
       CATALOG_IO__IMPL=org.apache.iceberg.aws.s3.S3FileIO CATALOG_S3_ENDPOINT="$AWS_ENDPOINT_URL" \
       CATALOG_S3_PATH__STYLE__ACCESS=true CATALOG_CLIENT_REGION="${AWS_REGION:-us-east-1}" \
       setsid nohup java -Xmx${REST_HEAP:-512m} -cp "$DIR/classes:$JARS/*" RestCatalog "$port" >"$DIR/server.log" 2>&1 &
-    echo $! >"$DIR/server.pid"
+    echo $! >"$PIDFILE"
     for _ in $(seq 1 150); do
       grep -q "REST catalog listening" "$DIR/server.log" 2>/dev/null && break
       running || { cat "$DIR/server.log" >&2; echo "the REST catalog did not start; see $DIR/server.log" >&2; exit 1; }
@@ -63,14 +64,6 @@ case "${1:-}" in
     echo "use it: source $DIR/rest.env   (stop: infra/rest_catalog.sh stop)"
     ;;
   env) echo "$DIR/rest.env" ;;
-  stop)
-    if running; then
-      pid=$(cat "$DIR/server.pid")
-      kill "$pid"
-      for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    fi
-    rm -f "$DIR/server.pid"
-    echo "REST catalog stopped"
-    ;;
+  stop) stop_server "REST catalog" ;;
   *) echo "usage: $0 start|env|stop" >&2; exit 2 ;;
 esac

@@ -16,9 +16,10 @@ DIR="${S3_DIR:-$CHANGELAKE_HOME/s3}"
 BUCKETS="${S3_BUCKETS:-changelake}"
 JARS="$root/.cache/jars/s3"
 
-running() { [[ -f "$DIR/server.pid" ]] && kill -0 "$(cat "$DIR/server.pid")" 2>/dev/null; }
+PIDFILE="$DIR/server.pid"
+# shellcheck source=infra/service.sh
+source "$root/infra/service.sh"
 endpoint() { sed -n 's/^export AWS_ENDPOINT_URL=//p' "$DIR/s3.env"; }
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 secret() { head -c "$1" /dev/urandom | od -An -tx1 | tr -d ' \n'; }
 
 case "${1:-}" in
@@ -51,7 +52,7 @@ PROPS
     level=WARN; [[ ${S3_REQUEST_LOG:-0} == 1 ]] && level=DEBUG
     S3_HANDLER_LEVEL=$level setsid nohup java -Xmx${S3_HEAP:-512m} -Dlogback.configurationFile="$root/infra/s3/logback.xml" \
       -cp "$JARS/*" org.gaul.s3proxy.Main --properties "$DIR/s3.properties" >"$DIR/server.log" 2>&1 &
-    echo $! >"$DIR/server.pid"
+    echo $! >"$PIDFILE"
     for _ in $(seq 1 100); do
       curl -s -o /dev/null "$url/" 2>/dev/null && break
       running || { cat "$DIR/server.log" >&2; echo "S3Proxy did not start; see $DIR/server.log" >&2; exit 1; }
@@ -61,14 +62,6 @@ PROPS
     echo "use it: source $DIR/s3.env   (stop: infra/s3.sh stop)"
     ;;
   env) echo "$DIR/s3.env" ;;
-  stop)
-    if running; then
-      pid=$(cat "$DIR/server.pid")
-      kill "$pid"
-      for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    fi
-    rm -f "$DIR/server.pid"
-    echo "S3 endpoint stopped"
-    ;;
+  stop) stop_server "S3 endpoint" ;;
   *) echo "usage: $0 start|env|stop" >&2; exit 2 ;;
 esac
