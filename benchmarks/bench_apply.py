@@ -57,6 +57,7 @@ import pyarrow.parquet as pq
 from bench_data import COLUMNS, UPDATE, make_records, settle
 from bench_memory import PhaseMemory, child_jvm
 from bench_report import finish, print_checks
+from spark_peers import fingerprint  # a table's row count and column sums in Spark, as the peers compare them
 
 from changelake import ChangeLake
 
@@ -171,24 +172,6 @@ def median_runs(runs: list[dict[str, Any]], keys: tuple[str, ...]) -> dict[str, 
     if len(runs) > 1:
         merged["runs"] = len(runs)
     return merged
-
-
-def fingerprint(df) -> dict[str, Any]:
-    """Row count and column sums of a Spark DataFrame of the table — compared with each peer's."""
-    from pyspark.sql import functions as F
-
-    row = df.agg(
-        F.count(F.lit(1)).alias("rows"),
-        F.sum("order_id").alias("sum_order_id"),
-        F.sum("qty").alias("sum_qty"),
-        F.sum("amount").alias("sum_amount"),
-    ).first()
-    return {
-        "rows": row["rows"],
-        "sum_order_id": row["sum_order_id"],
-        "sum_qty": row["sum_qty"],
-        "sum_amount": str(row["sum_amount"]),
-    }
 
 
 def touched_buckets(settings: Any, table: str) -> int | None:

@@ -102,26 +102,24 @@ def _whole(smallest: int | None) -> Callable[[str], int]:
     return whole
 
 
-def _share(text: str) -> float:
-    """An argument type: a share between 0 and 1."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not 0 <= value <= 1:  # also refuses nan
-        raise argparse.ArgumentTypeError(f"expected a share between 0 and 1 (e.g. 0.05), got {text!r}")
-    return value
+def _number(accepts: Callable[[float], bool], expected: str) -> Callable[[str], float]:
+    """An argument type: a number ``accepts`` takes (never nan: no comparison holds for it), else the error
+    "expected <expected>, got '<text>'"."""
+
+    def number(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = float("nan")
+        if not accepts(value):
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
+        return value
+
+    return number
 
 
-def _at_least_zero(text: str) -> float:
-    """An argument type: a number of at least 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not 0 <= value < float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a number of at least 0, got {text!r}")
-    return value
+_share = _number(lambda v: 0 <= v <= 1, "a share between 0 and 1 (e.g. 0.05)")
+_at_least_zero = _number(lambda v: 0 <= v < float("inf"), "a number of at least 0")
 
 
 def _duration(off: bool) -> Callable[[str], float | None]:
