@@ -148,13 +148,20 @@ def scheduler_pools(settings: Settings) -> Path:
     return path
 
 
+#: Where the guard records every Thrift statement's plan kinds when ``CHANGELAKE_SERVER_GUARD_RECORD=1``.
+GUARD_RECORD = "guard-record.tsv"
+
+
 def _auth_properties(settings: Settings) -> list[str]:
     """JVM system properties: where the authenticator and guard read the users, and HiveServer2's CUSTOM
-    authentication (its provider reads a fresh HiveConf, which takes ``hive.*`` system properties)."""
+    authentication (its provider reads a fresh HiveConf, which takes ``hive.*`` system properties); with
+    ``CHANGELAKE_SERVER_GUARD_RECORD=1``, where the guard records what it checked."""
+    record = [f"-Dchangelake.endpoint.guard.record={server_dir(settings) / GUARD_RECORD}"]
     return [
         f"-Dchangelake.endpoint.secrets={endpoint_auth.secrets_path(settings)}",
         "-Dhive.server2.authentication=CUSTOM",
         f"-Dhive.server2.custom.authentication.class={endpoint_auth.AUTHENTICATOR_CLASS}",
+        *(record if tuned("server_guard_record") else []),
     ]
 
 
