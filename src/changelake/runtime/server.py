@@ -300,8 +300,8 @@ class ViewRefresher:
         return refreshed
 
     def _dropped_by_a_client(self, current: dict[str, int | None]) -> list[str]:
-        """Tables registered at their current snapshot whose views are gone: dropped through the endpoint by
-        its owner (the guard refuses everyone else), registered again by this poll."""
+        """Tables registered at their current snapshot whose views are gone: dropped by a Spark Connect client
+        (the guard refuses it to every Thrift user), registered again by this poll."""
         expected = {name: _table_views(name) for name in current if name in self.registered}
         if not expected:
             return []

@@ -67,6 +67,8 @@ public final class Guard extends AbstractFunction1<SparkSessionExtensions, Boxed
       "SubqueryAlias", "Subquery", "OneRowRelation", "LocalRelation", "Range", "Sample", "WithCTE",
       "CTERelationDef", "CTERelationRef", "UnionLoop", "UnionLoopRef", "RepartitionByExpression",
       "Repartition", "RebalancePartitions", "ResolvedHint", "Pivot", "WithWindowDefinition",
+      // how the Thrift server collects every statement's result (Dataset.collect): no SQL makes one
+      "DeserializeToObject",
       // what a command names (a table, a view, a namespace): resolved references, read nothing
       "ResolvedTable", "ResolvedPersistentView", "ResolvedTempView", "ResolvedNamespace", "ResolvedIdentifier",
       "ResolvedNonPersistentFunc", "ResolvedPersistentFunc");
@@ -145,13 +147,6 @@ public final class Guard extends AbstractFunction1<SparkSessionExtensions, Boxed
       }
       return BoxedUnit.UNIT;
     }
-  }
-
-  /** Why the plan is refused to the role, or null (the whole plan is walked: see {@link Walk}). */
-  public static String refusal(SparkSession session, LogicalPlan plan, boolean owner) {
-    Walk walk = new Walk(session, owner);
-    walk.plan(plan);
-    return walk.refusal;
   }
 
   private static synchronized void record(boolean owner, Walk walk) {
@@ -267,8 +262,13 @@ public final class Guard extends AbstractFunction1<SparkSessionExtensions, Boxed
           }
           break;
         case "DropTableCommand":
-          if (isGlobalTemp(option(call(call(plan, "tableName"), "database")))) {
+          Object dropped = call(plan, "tableName");
+          Object in = option(call(dropped, "database"));
+          if (isGlobalTemp(in)) {
             refuse("dropping a global view (the server's own)");
+          } else if (!tableAtHome(in == null ? session.sessionState().catalog().getCurrentDatabase() : (String) in,
+              String.valueOf(call(dropped, "table")))) {
+            refuse("dropping a table at a location of the client's choosing");
           }
           break;
         case "DropTempViewCommand":
@@ -286,6 +286,8 @@ public final class Guard extends AbstractFunction1<SparkSessionExtensions, Boxed
               || !(catalog instanceof CatalogPlugin) || !"spark_catalog".equals(((CatalogPlugin) catalog).name())
               || parts.length != 1 || isGlobalTemp(parts[0])) {
             refuse("dropping a table outside the metastore's schemas");
+          } else if (!tableAtHome(parts[0], ((Identifier) target).name())) {
+            refuse("dropping a table at a location of the client's choosing");  // its directory would go
           }
           break;
         case "CreateDatabaseCommand":
@@ -355,9 +357,7 @@ public final class Guard extends AbstractFunction1<SparkSessionExtensions, Boxed
         return;  // nothing to delete (DROP ... IF EXISTS)
       }
       URI location = catalog.getDatabaseMetadata(schema).locationUri();
-      String expected = bare(session.conf().get("spark.sql.warehouse.dir")) + "/"
-          + schema.toLowerCase(Locale.ROOT) + ".db";
-      if (location == null || !bare(location.toString()).equals(expected)) {
+      if (location == null || !bare(location.toString()).equals(homeOf(schema))) {
         refuse("dropping a schema at a location of the client's choosing (" + location + ")");
       }
     }
@@ -396,7 +396,49 @@ public final class Guard extends AbstractFunction1<SparkSessionExtensions, Boxed
         refuse(what + " a table with OPTIONS " + ((scala.collection.Map<?, ?>) options).keys().mkString(", "));
       } else if (isGlobalTemp(tableDatabase(table))) {
         refuse(what + " a table in global_temp");
+      } else {
+        Object database = tableDatabase(table);
+        String schema = database == null ? session.sessionState().catalog().getCurrentDatabase() : (String) database;
+        Object location = storage == null ? null : option(call(storage, "locationUri"));
+        String name = String.valueOf(call(call(table, "identifier"), "table")).toLowerCase(Locale.ROOT);
+        if ("creating".equals(what) ? !schemaAtHome(schema)
+            : location == null || !bare(location.toString()).equals(homeOf(schema) + "/" + name)) {
+          refuse(what + " a table at a location of the client's choosing");
+        }
       }
+    }
+
+    /** Where the metastore puts a schema's directory: {@code <warehouse>/<schema>.db}, the warehouse for default. */
+    private String homeOf(String schema) {
+      String warehouse = bare(session.conf().get("spark.sql.warehouse.dir"));
+      return "default".equalsIgnoreCase(schema) ? warehouse : warehouse + "/" + schema.toLowerCase(Locale.ROOT) + ".db";
+    }
+
+    /** A schema that is where the metastore puts it (or none yet: creating a table in it fails on its own). */
+    private boolean schemaAtHome(String schema) {
+      org.apache.spark.sql.catalyst.catalog.SessionCatalog catalog = session.sessionState().catalog();
+      if (!catalog.databaseExists(schema)) {
+        return true;
+      }
+      URI location = catalog.getDatabaseMetadata(schema).locationUri();
+      return location != null && bare(location.toString()).equals(homeOf(schema));
+    }
+
+    /** A table whose drop deletes nothing but its own directory in its schema's (or nothing: external, absent). */
+    private boolean tableAtHome(String schema, String table) {
+      org.apache.spark.sql.catalyst.catalog.ExternalCatalog catalog =
+          session.sessionState().catalog().externalCatalog();
+      if (!catalog.databaseExists(schema) || !catalog.tableExists(schema, table)) {
+        return true;
+      }
+      Object metadata = catalog.getTable(schema, table);
+      Object type = call(call(metadata, "tableType"), "name");
+      Object location = option(call(call(metadata, "storage"), "locationUri"));
+      if (!"MANAGED".equals(String.valueOf(type))) {
+        return true;  // an external table's drop keeps its files (a view has none)
+      }
+      return schemaAtHome(schema) && location != null
+          && bare(location.toString()).equals(homeOf(schema) + "/" + table.toLowerCase(Locale.ROOT));
     }
 
     void expression(Expression expression) {
