@@ -136,8 +136,8 @@ def test_the_endpoint_bounds_statements_and_pools_its_own_jobs(tmp_path, monkeyp
 
 
 def test_the_driver_class_path_links_the_catalog_and_the_guard_records_on_request(tmp_path, monkeypatch):
-    """changelake's jar goes on the driver's own class path after Iceberg's runtime (ChangelakeCatalog, in the
-    same jar, extends Iceberg's SparkCatalog); the guard's record is written only when asked for."""
+    """changelake's jar goes on the driver's own class path with Iceberg's runtime beside it (ChangelakeCatalog,
+    in the same jar, extends Iceberg's SparkCatalog); the guard's record is written only when asked for."""
     from changelake.runtime import jvm
     from changelake.runtime.server import GUARD_RECORD, server_dir
 
@@ -148,7 +148,7 @@ def test_the_driver_class_path_links_the_catalog_and_the_guard_records_on_reques
     settings = load_settings(home=tmp_path / "home", jars_dir=str(tmp_path / "jars"))
     jar = tmp_path / "changelake.jar"
     path = server_conf(settings, Endpoint(), jar)["spark.driver.extraClassPath"].split(os.pathsep)
-    assert path == [str(iceberg), str(jar)]
+    assert path == [str(jar), str(iceberg)]
     record = f"-Dchangelake.endpoint.guard.record={server_dir(settings) / GUARD_RECORD}"
     monkeypatch.delenv("CHANGELAKE_SERVER_GUARD_RECORD", raising=False)
     assert record not in server_conf(settings, Endpoint(), jar)["spark.driver.defaultJavaOptions"]

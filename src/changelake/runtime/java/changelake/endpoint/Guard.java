@@ -44,7 +44,7 @@ import scala.runtime.BoxedUnit;
  *   <li>Both roles: queries (the relational operators of {@link #QUERY}) over changelake's tables (a
  *       {@code DataSourceV2Relation} of changelake's catalog), the server's {@code global_temp} views and
  *       managed tables of the metastore whose provider is on {@link #PROVIDERS}; Spark's built-in functions but
- *       {@link #DENIED_FUNCTIONS} (no user-defined function, no catalog function); {@code SHOW},
+ *       {@link #DENIED_FUNCTIONS} (no user-defined function); {@code SHOW},
  *       {@code DESCRIBE}, {@code EXPLAIN}, {@code USE}, reading settings, {@code RESET} and setting
  *       {@link #READ_SETTINGS}.
  *   <li>The owner ({@code role=owner} in the secrets file: dbt's login) besides: what dbt-spark's
@@ -98,8 +98,8 @@ public final class Guard extends AbstractFunction1<SparkSessionExtensions, Boxed
   static final Set<String> OWNER_SETTINGS = set("spark.sql.sources.partitionoverwritemode");
   /**
    * Built-in functions refused: Java reflection, XML parsers (external entities), readers of descriptor
-   * files. Every other name of Spark's {@code FunctionRegistry.builtin} is allowed; user-defined and
-   * catalog functions never are.
+   * files. Every other name of Spark's {@code FunctionRegistry.builtin} is allowed (an expression class of
+   * Spark's {@code catalyst.expressions}); user-defined functions never are.
    */
   static final Set<String> DENIED_FUNCTIONS = set(
       "reflect", "java_method", "try_reflect", "xpath", "xpath_boolean", "xpath_double", "xpath_float",
