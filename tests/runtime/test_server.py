@@ -6,7 +6,9 @@ broken table not blocking the others, gone tables dropped).
 End to end (slow): the script starts the server on the demo tables; plain `dbt build --target thrift`
 passes and its marts equal the `session` target's (read over Spark Connect); a SQL client (PyHive) reads a
 PK table, its changelog and a mart and answers a point query; a batch applied through the Python API shows
-up in the next queries whole (never half a batch); `stop` leaves no process or port behind.
+up in the next queries whole (never half a batch); `stop` leaves no process or port behind. Security (issue
+42): everything dbt sends passes the statement guard and is of a kind the test knows, and an attack corpus
+is refused to both logins with the guard's words, nothing written where it should not be.
 """
 
 from __future__ import annotations
