@@ -269,6 +269,8 @@ TUNING: dict[str, tuple[str, int | float, int]] = {
     "server_statement_timeout": ("CHANGELAKE_SERVER_STATEMENT_TIMEOUT", 300, 0),
     # the SQL endpoint: the serialized results one statement may collect to the driver (MiB)
     "server_max_result_mb": ("CHANGELAKE_SERVER_MAX_RESULT_MB", 512, 1),
+    # the SQL endpoint: 1 = its guard appends every Thrift statement's plan kinds to spark-server/guard-record.tsv
+    "server_guard_record": ("CHANGELAKE_SERVER_GUARD_RECORD", 0, 0),
 }
 
 #: The longest landed line (one source message) read when ``CHANGELAKE_MAX_RECORD_BYTES`` is unset.

@@ -133,3 +133,24 @@ def test_the_endpoint_bounds_statements_and_pools_its_own_jobs(tmp_path, monkeyp
     assert conf["spark.scheduler.mode"] == "FAIR"
     pools = ET.parse(conf["spark.scheduler.allocation.file"]).getroot()
     assert {p.get("name"): p.findtext("minShare") for p in pools} == {SERVER_POOL: "1", "default": "0"}
+
+
+def test_the_driver_class_path_links_the_catalog_and_the_guard_records_on_request(tmp_path, monkeypatch):
+    """changelake's jar goes on the driver's own class path with Iceberg's runtime beside it (ChangelakeCatalog,
+    in the same jar, extends Iceberg's SparkCatalog); the guard's record is written only when asked for."""
+    from changelake.runtime import jvm
+    from changelake.runtime.server import GUARD_RECORD, server_dir
+
+    pinned = tmp_path / "jars" / jvm.JAR_SET
+    pinned.mkdir(parents=True)
+    iceberg = pinned / f"{jvm.ICEBERG_RUNTIME}4.1_2.13-1.10.0.jar"
+    iceberg.touch()
+    settings = load_settings(home=tmp_path / "home", jars_dir=str(tmp_path / "jars"))
+    jar = tmp_path / "changelake.jar"
+    path = server_conf(settings, Endpoint(), jar)["spark.driver.extraClassPath"].split(os.pathsep)
+    assert path == [str(jar), str(iceberg)]
+    record = f"-Dchangelake.endpoint.guard.record={server_dir(settings) / GUARD_RECORD}"
+    monkeypatch.delenv("CHANGELAKE_SERVER_GUARD_RECORD", raising=False)
+    assert record not in server_conf(settings, Endpoint(), jar)["spark.driver.defaultJavaOptions"]
+    monkeypatch.setenv("CHANGELAKE_SERVER_GUARD_RECORD", "1")
+    assert record in server_conf(settings, Endpoint(), jar)["spark.driver.defaultJavaOptions"]

@@ -6,7 +6,9 @@ broken table not blocking the others, gone tables dropped).
 End to end (slow): the script starts the server on the demo tables; plain `dbt build --target thrift`
 passes and its marts equal the `session` target's (read over Spark Connect); a SQL client (PyHive) reads a
 PK table, its changelog and a mart and answers a point query; a batch applied through the Python API shows
-up in the next queries whole (never half a batch); `stop` leaves no process or port behind.
+up in the next queries whole (never half a batch); `stop` leaves no process or port behind. Security (issue
+42): everything dbt sends passes the statement guard and is of a kind the test knows, and an attack corpus
+is refused to both logins with the guard's words, nothing written where it should not be.
 """
 
 from __future__ import annotations
@@ -269,6 +271,7 @@ def endpoint(demo, tmp_path):
         CHANGELAKE_TABLES=str(demo.settings.tables_dir),
         SPARK_THRIFT_PORT=str(_free_port()),
         SPARK_CONNECT_PORT=str(_free_port()),
+        CHANGELAKE_SERVER_GUARD_RECORD="1",  # what the guard checks, for _check_dbt_sends
     )
     script = REPO / "infra" / "spark_server.sh"
     started = time.monotonic()
@@ -328,6 +331,14 @@ def test_endpoint_serves_dbt_sql_clients_and_new_batches(demo, spark, endpoint, 
     assert dbt.returncode == 0, dbt.stdout[-3000:]
     results = json.loads((tmp_path / "dbt-target" / "run_results.json").read_text())["results"]
     assert len(results) > 40 and all(r["status"] in ("pass", "success") for r in results)
+    # The incremental model again, now that it exists: its insert_overwrite path (temp view, SET, INSERT).
+    again = subprocess.run(
+        [str(Path(sys.executable).with_name("dbt")), "run", "--target", "thrift", "--select", "user_clicks_hourly",
+         "--target-path", str(tmp_path / "dbt-target"), "--log-path", str(tmp_path / "dbt-logs")],
+        cwd=REPO / "dbt_project", env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert again.returncode == 0, again.stdout[-3000:]
+    dbt_sent = _guard_record(demo.settings.home)  # the start's scratch build, the build, the incremental run
 
     remote = connect_session(url=endpoint["connect_url"], settings=demo.settings)
     try:
@@ -434,53 +445,203 @@ def test_endpoint_serves_dbt_sql_clients_and_new_batches(demo, spark, endpoint, 
         remote.stop()
     assert demo.rows("shop.orders").count() == len(demo.rows_arrow("shop.orders"))
     _check_locked_down(endpoint, demo)
+    _check_dbt_sends(dbt_sent)  # last: a new kind dbt sends should not hide what the attack corpus finds
 
 
-# --- security (issue: a locked-down SQL endpoint) ----------------------------------------------------------
+# --- security (issue 42: the endpoint allows what dbt needs and nothing else) ------------------------------
+#: The plan node kinds dbt-spark's materializations make the guard check (Guard.java records them with
+#: CHANGELAKE_SERVER_GUARD_RECORD=1): tables, views, the incremental model's insert_overwrite, schemas, the data
+#: and unit tests' queries, and dbt's catalog reads. A kind dbt starts sending fails the test below, whether the
+#: guard admits it or not: review it against Guard.java's allowlist and docs/sql-endpoint.md, then add it here.
+#: dbt's snapshots need file_format delta, iceberg or hudi, none of which the metastore's tables have here.
+DBT_SENDS = frozenset(
+    {
+        "Aggregate", "CTERelationDef", "CTERelationRef", "CreateDataSourceTableAsSelectCommand",
+        "CreateNamespace", "CreateViewCommand", "DataSourceV2Relation", "DescribeTableCommand",
+        "DeserializeToObject", "Distinct", "DropNamespace", "DropTable", "DropTempViewCommand", "Filter",
+        "GlobalLimit", "InsertIntoHadoopFsRelationCommand", "Join", "LocalLimit", "LocalRelation",
+        "LogicalRelation", "OneRowRelation", "Project", "RepairTableCommand", "ResolvedIdentifier",
+        "ResolvedNamespace", "SetCatalogAndNamespace", "SetCommand", "ShowNamespacesCommand", "ShowTablesCommand",
+        "SubqueryAlias", "Union", "View", "Window", "WithCTE",
+    }
+)  # fmt: skip
+
+
+def _guard_record(home: Path) -> list[tuple[str, str, frozenset[str]]]:
+    """What the endpoint's guard checked (CHANGELAKE_SERVER_GUARD_RECORD=1): role, refusal or "-", node kinds."""
+    from changelake.runtime.server import GUARD_RECORD
+
+    lines = (home / "spark-server" / GUARD_RECORD).read_text().splitlines()
+    return [
+        (role, verdict, frozenset(kinds.split(",")))
+        for role, verdict, kinds in (x.split("\t") for x in lines)
+    ]
+
+
+def _check_dbt_sends(record: list[tuple[str, str, frozenset[str]]]) -> None:
+    """Every statement dbt sent passed the guard, and is of a kind the test knows (DBT_SENDS)."""
+    assert record and {role for role, _, _ in record} == {"owner"}, record[:5]
+    refused = sorted({(verdict, ",".join(sorted(kinds))) for _, verdict, kinds in record if verdict != "-"})
+    assert not refused, f"the guard refused what dbt sent: {refused}"
+    sent = frozenset().union(*(kinds for _, _, kinds in record))
+    assert not sent - DBT_SENDS, (
+        f"dbt sends plan nodes the test does not know: {sorted(sent - DBT_SENDS)}; check them against "
+        "Guard.java's allowlist and docs/sql-endpoint.md, then add them to DBT_SENDS"
+    )
+    # The materializations the project uses, the incremental model's second run among them.
+    assert {"CreateDataSourceTableAsSelectCommand", "InsertIntoHadoopFsRelationCommand", "DropTable"} <= sent
+    assert {"CreateViewCommand", "DropTempViewCommand", "SetCommand"} <= sent, sorted(sent)
+
+
+_GUARD = "changelake SQL endpoint:"
 _PATH_READS = ["text.`{f}`", "csv.`{f}`", "json.`{f}`", "parquet.`{d}`", "binaryFile.`{f}`"]
-_PATH_STATEMENTS = [  # read files by path: the guard's words, or (runSQLOnFiles off) no such table
-    "select * from {src}",  # columns every format has (binaryFile has no `value`): the guard is reached
-    "select * from changelake.shop.orders where order_id in (select count(*) from {src})",
-]
-_GUARDED = [  # refused by the guard to every Thrift user, owner included
-    "insert overwrite directory '{d}' using parquet select 1",
-    "insert overwrite local directory '{d}' select 1",
-    "create table default.t_{n} using parquet location '{d}' as select 1 as a",
-    "create table default.h_{n} stored as parquet location '{d}' as select 1 as a",
-    "create table default.l_{n} like default.t_load location '{d}'",
-    "load data local inpath '{f}' into table default.t_load",
-    "alter table default.t_load set location '{d}'",
-    "create temporary view v_{n} using text options (path '{f}')",
-    "create or replace global temporary view shop__orders__input as select 1 as order_id",
-    "create view default.v_{n} as select reflect('java.lang.System', 'getenv', 'HOME') as h",
-    "select transform(order_id) using 'cat {f}' as (x string) from changelake.shop.orders",
-    "select reflect('java.lang.System', 'getenv', 'HOME')",
-    "select java_method('java.lang.System', 'getProperty', 'user.home')",
-    "add jar {f}",
-    "create function f_{n} as 'org.example.F' using jar '{f}'",
-    # issue 42's first attack, the catalog half: a JDBC catalog plugin; and the statement timeout turned off
-    "set spark.sql.catalog.x_{n}=org.apache.spark.sql.execution.datasources.v2.jdbc.JDBCTableCatalog",
-    "set spark.sql.thriftServer.queryTimeout=0",
-]
-_OWNER_ONLY = [  # refused by the guard to the read role, allowed to the owner (dbt's login)
+_LOCATIONS = ["{d}", "file://{d}", "{d}/../{n}"]
+_PROVIDERS = ["jdbc", "org.apache.spark.sql.jdbc", "csv", "text", "json", "orc", "binaryFile", "hive"]
+_DERBY = (
+    "url 'jdbc:derby:memory:x{n};create=true', driver 'org.apache.derby.iapi.jdbc.AutoloadedDriver', "
+    "dbtable 'sys.systables'"
+)
+_REFLECT = "reflect('java.lang.System', 'getenv', 'HOME')"
+#: Refused to both logins with the guard's words: Spark SQL's statement kinds, each with the variants that
+#: reach a path, a URL, a location or a provider.
+_GUARDED = [
+    # issue 42's four attacks: Java through a JDBC source, a located schema dropped, the server's view
+    # replaced, a catalog plugin set
+    f"create table default.j{{n}} using jdbc options ({_DERBY})",
+    "drop database {located} cascade",
+    "drop database if exists {located}",
+    "drop table {located}.kept",
+    "insert overwrite table {located}.kept select 2 as a",
+    "create table {located}.n{n} using parquet as select 1 as a",
+    "create table {located}.e{n} (a int) using parquet",
+    "alter view global_temp.shop__orders__input as select 999999 as order_id",
+    "set spark.sql.catalog.x{n}=org.apache.spark.sql.execution.datasources.v2.jdbc.JDBCTableCatalog",
+    *[f"create table default.p{{n}} using {p} options (path '{{d}}') as select 1 as a" for p in _PROVIDERS],
+    *[f"create table default.q{{n}} using {p} as select 1 as a" for p in _PROVIDERS],
+    *[f"create table default.o{{n}} (a int) using {p} options (url 'jdbc:derby:x')" for p in _PROVIDERS],
+    *[f"create table default.l{{n}} (a int) using parquet location '{loc}'" for loc in _LOCATIONS],
+    *[f"create table default.m{{n}} using parquet location '{loc}' as select 1 as a" for loc in _LOCATIONS],
+    "create table default.s{n} (a int) stored as textfile",
+    "create table default.s{n} stored as parquet as select 1 as a",
+    "create table default.k{n} like default.t_load",
+    "create table default.k{n} like default.t_load location '{d}'",
+    *[f"create database db{{n}} location '{loc}'" for loc in _LOCATIONS],
+    "alter database default set location '{d}'",
+    "drop database default cascade",
+    "drop database global_temp cascade",
     "drop view global_temp.shop__orders__input",
-    "drop view if exists global_temp.shop__orders__input",
+    "drop table if exists global_temp.shop__orders__input",
+    "create or replace global temporary view shop__orders__input as select 1 as order_id",
+    "create global temporary view g{n} as select 1 as a",
+    *[f"create temporary view v{{n}} using {p} options (path '{{f}}')" for p in ["text", "csv", "parquet"]],
+    f"create temporary view v{{n}} using jdbc options ({_DERBY})",
+    f"create view default.v{{n}} as select {_REFLECT} as h",
+    "insert overwrite directory '{d}' using parquet select 1",
+    "insert overwrite directory '{d}' using csv select 1",
+    "insert overwrite local directory '{d}' select 1",
+    "insert overwrite local directory '{d}' stored as textfile select 1",
+    "load data local inpath '{f}' into table default.t_load",
+    "load data inpath '{f}' overwrite into table default.t_load",
+    "alter table default.t_load set location '{d}'",
+    "alter table default.t_part add partition (p=1) location '{d}'",
+    "alter table default.t_part add partition (p=2)",
+    "alter table default.t_load set serdeproperties ('path'='{d}')",
+    "alter table default.t_load set tblproperties ('x'='y')",
+    "alter table default.t_load add columns (b int)",
+    "alter table default.t_load rename to default.r{n}",
+    "truncate table default.t_load",
+    "analyze table default.t_load compute statistics for all columns",
+    "cache table default.t_load",
+    "cache lazy table c{n} as select 1 as a",
+    "uncache table if exists default.t_load",
+    "clear cache",
+    "refresh table default.t_load",
+    "refresh '{d}'",
+    "add jar {f}",
+    "add file {f}",
+    "add archive {f}",
+    "list jars",
+    "list files",
+    "create function f{n} as 'org.example.F' using jar '{f}'",
+    "create temporary function f{n} as 'java.lang.String'",
+    "create function f{n}(a int) returns int return a + 1",
+    "create temporary function f{n}(a int) returns int return a + 1",
+    "drop function if exists f{n}",
+    "declare variable v{n} int default 1",
+    f"select {_REFLECT}",
+    "select java_method('java.lang.System', 'getProperty', 'user.home')",
+    f"select try_{_REFLECT}",
+    f"select * from changelake.shop.orders where shop_id = length({_REFLECT})",
+    "select xpath_string('<a>x</a>', 'a')",
+    "select from_xml('<a>1</a>', 'a int')",
+    f'execute immediate "select {_REFLECT}"',
+    "select transform(order_id) using 'cat {f}' as (x string) from changelake.shop.orders",
+    "delete from changelake.shop.orders where order_id = -1",
+    "create table changelake.shop.x{n} (a int)",
+    "drop table changelake.shop.orders",
     "set spark.sql.runSQLOnFiles=true",
-    "cache table c_{n} as select * from changelake.shop.orders",
-    "create database if not exists db_{n}",
+    "set spark.sql.thriftServer.queryTimeout=0",
+    "set spark.sql.warehouse.dir={d}",
+    "set spark.sql.extensions=x",
+    "set spark.hadoop.fs.file.impl=org.example.F",
+    "set spark.sql.catalog.spark_catalog=org.apache.spark.sql.execution.datasources.v2.jdbc.JDBCTableCatalog",
 ]
+#: Refused to both, by Spark before the guard sees an analysed plan (runSQLOnFiles is off; changelake's catalog
+#: writes nothing and has no procedures): Spark's error class instead of the guard's words.
+_REFUSED_BY_SPARK = {
+    **{f"select * from {src}": "TABLE_OR_VIEW_NOT_FOUND" for src in _PATH_READS},
+    "insert into changelake.shop.orders select * from changelake.shop.orders": "UNSUPPORTED_FEATURE",
+    "call changelake.system.rollback_to_snapshot('shop.orders', 1)": "FAILED_TO_LOAD_ROUTINE",
+    "create database db{n} with dbproperties ('location'='{d}')": "SET_NAMESPACE_PROPERTY",
+}
+#: Refused to the read role with the guard's words, allowed to the owner: dbt's DDL (CREATE/REPLACE/DROP of
+#: tables and views, schemas without a location, the incremental model's insert and setting).
+_OWNER_ONLY = [
+    "create schema if not exists dbt_corpus",
+    "create table dbt_corpus.t using parquet partitioned by (p) as select order_id, 1 as p from changelake.shop.orders",
+    "create or replace view dbt_corpus.v as select * from dbt_corpus.t",
+    "create temporary view t__dbt_tmp as select * from dbt_corpus.t",
+    "set spark.sql.sources.partitionOverwriteMode = DYNAMIC",
+    "insert overwrite table dbt_corpus.t partition (p) select order_id, 2 as p from changelake.shop.orders",
+    "analyze table dbt_corpus.t compute statistics",
+    "drop view if exists t__dbt_tmp",
+    "drop view if exists dbt_corpus.v",
+    "drop table if exists dbt_corpus.t",
+    "drop schema if exists dbt_corpus cascade",
+    "insert into default.t_load select 'x'",
+]
+#: Allowed to both logins: reads of changelake's tables, their changelogs and metadata tables, the server's
+#: views and dbt's marts; SHOW, DESCRIBE, EXPLAIN, USE, reading settings and the harmless ones.
 _ALLOWED = [
     "select count(*) from changelake.shop.orders",
+    "select _change_type, count(*) from changelake.shop.orders__changelog group by 1",
+    "select count(*) from changelake.shop.orders.snapshots",
     "select count(*) from global_temp.shop__orders__input",
-]
-_STATEMENTS = _PATH_STATEMENTS + _GUARDED + _OWNER_ONLY + _ALLOWED
+    "select shop_id, order_count from analytics.orders_per_shop order by 1 limit 3",
+    "with k as (select order_id from changelake.shop.orders) select count(*) from k join range(10) r on k.order_id = r.id",
+    "select upper(cast(order_id as string)), date_trunc('hour', current_timestamp()) from changelake.shop.orders limit 1",
+    "show databases",
+    "show tables in global_temp",
+    "show tables in changelake.shop",
+    "describe table changelake.shop.orders",
+    "describe table extended analytics.orders_per_shop",
+    "explain select * from changelake.shop.orders",
+    "set spark.sql.session.timeZone=UTC",
+    "set spark.sql.ansi.enabled",
+    "set",
+    "use changelake.shop",
+    "use spark_catalog.default",
+]  # fmt: skip
+_STATEMENTS = _GUARDED + list(_REFUSED_BY_SPARK) + _OWNER_ONLY + _ALLOWED
 
 
 def _locked_down_reader_statements():
     from hypothesis import strategies as st
 
+    # not USE: a two-part name means another catalog's table after `use changelake.shop`
+    statements = [s for s in _STATEMENTS if not s.startswith("use ")]
     return st.tuples(
-        st.sampled_from(_STATEMENTS), st.sampled_from(_PATH_READS), st.integers(0, 999), st.booleans()
+        st.sampled_from(statements), st.sampled_from(_PATH_READS), st.integers(0, 999), st.booleans()
     )
 
 
@@ -504,10 +665,20 @@ def _jvm_listening_addresses(pid: int) -> set[str]:
     return found
 
 
+def _tree(directory: Path) -> dict[str, bytes | None]:
+    """Every path under ``directory`` with a file's content (None for a directory)."""
+    return {
+        str(p.relative_to(directory)): None if p.is_dir() else p.read_bytes()
+        for p in sorted(directory.rglob("*"))
+    }
+
+
 def _check_locked_down(endpoint, demo) -> None:
     """The endpoint as an attacker meets it: no login without the password, no Spark Connect without the token,
-    the read role confined to queries, no file reads, directory writes or code for anyone over Thrift, every JVM
-    socket on loopback, the secrets unreadable to another user, and a view a client drops registered again."""
+    every JVM socket on loopback, the secrets unreadable to another user; then issue 42's attack corpus over
+    Thrift in one endpoint session, as both logins: every statement kind refused with the guard's words (or,
+    before the guard, Spark's), dbt's DDL for the owner only, reads for both; the warehouse, a canary directory
+    and the server's views unchanged."""
     from pyhive import hive
     from pyspark.errors.exceptions.connect import SparkConnectGrpcException
     from thrift.transport.TTransport import TTransportException
@@ -538,27 +709,34 @@ def _check_locked_down(endpoint, demo) -> None:
     loopback = {"0100007F", "0000000000000000FFFF00000100007F", "00000000000000000000000001000000"}
     assert listening and listening <= loopback, listening
 
-    # Reader and owner against a fuzzed mix of the statements an attacker tries: a canary file's content is
-    # never returned, nothing is written under the canary directory or the warehouse, the table is intact.
+    # A canary directory holding a schema at a location of its choosing (made by a token holder, who may), the
+    # target of issue 42's second attack; the tables the corpus names, made by the owner as dbt would.
     canary_dir = demo.settings.home / "canary"
     canary_dir.mkdir(exist_ok=True)
     canary = canary_dir / "secret.txt"
     canary.write_text("CANARY-3141592653\n")
-    rows_before = sorted(demo.rows_arrow("shop.orders").column("order_id").to_pylist())
+    located = "located_db"
+    remote = connect_session(url=endpoint["connect_url"], settings=demo.settings)
+    try:
+        remote.sql(f"create database if not exists {located} location '{canary_dir / 'located'}'").collect()
+        remote.sql(f"create table if not exists {located}.kept using parquet as select 1 as a").collect()
+    finally:
+        remote.stop()
+    reader, owner = _hive(endpoint).cursor(), _hive(endpoint, "changelake").cursor()
+    _query(owner, "create table if not exists default.t_load (value string) using parquet")
+    _query(owner, "create table if not exists default.t_part (a int, p int) using parquet partitioned by (p)")
     from urllib.parse import urlsplit
 
     warehouse = Path(urlsplit(demo.settings.warehouse).path)
-    warehouse_before = sorted(str(p) for p in warehouse.rglob("*"))
-    reader, owner = _hive(endpoint).cursor(), _hive(endpoint, "changelake").cursor()
-    _query(owner, "create table if not exists default.t_load (value string) stored as textfile")
-    _query(owner, "set spark.sql.runSQLOnFiles=true")  # the owner may; the guard still refuses path reads
-    from hypothesis import HealthCheck, given, settings
-
+    canary_before, warehouse_before = _tree(canary_dir), _tree(warehouse)
+    rows_before = sorted(demo.rows_arrow("shop.orders").column("order_id").to_pylist())
+    view_before = _query(reader, "select count(*), max(order_id) from global_temp.shop__orders__input")
     outcomes = {"allowed": 0, "refused": 0}
+    failures: list[str] = []
 
-    def attack(template: str, source: str, n: int, as_owner: bool) -> None:
+    def attack(template: str, source: str, n: int, as_owner: bool, fuzzing: bool = True) -> None:
         sql = template.format(
-            src=source.format(f=canary, d=canary_dir), f=canary, d=canary_dir / f"o{n}", n=n
+            src=source.format(f=canary, d=canary_dir), f=canary, d=canary_dir / f"o{n}", n=n, located=located
         )
         who = "owner" if as_owner else "reader"
         try:
@@ -566,44 +744,34 @@ def _check_locked_down(endpoint, demo) -> None:
         except Exception as e:  # noqa: BLE001 - refused: the message must say by whom and why
             outcomes["refused"] += 1
             message = str(e)
-            guarded = template in _GUARDED or (template in _OWNER_ONLY and not as_owner)
-            if guarded:
-                assert "changelake SQL endpoint:" in message, f"{who}: {sql}: {message[:400]}"
-            elif template in _PATH_STATEMENTS:
-                # The guard's words; or, before it, no such table (the reader cannot turn runSQLOnFiles on) or
-                # no plan for the file's format (nothing read either way).
-                words = (
-                    "changelake SQL endpoint:",
-                    "TABLE_OR_VIEW_NOT_FOUND",
-                    "FAILED_TO_CREATE_PLAN_FOR_DIRECT",
-                )
-                assert any(w in message for w in words), f"{who}: {sql}: {message[:400]}"
-                assert "TABLE_OR_VIEW_NOT_FOUND" not in message or not as_owner  # the owner's reach the guard
-            else:  # a name the fuzzing reused
-                assert "ALREADY_EXISTS" in message, f"{who}: {sql}: {message[:400]}"
+            role = "for user 'changelake' (role owner" if as_owner else "for user 'reader' (role read"
+            if (
+                fuzzing
+                and template in _OWNER_ONLY
+                and ("NOT_FOUND" in message or "ALREADY_EXISTS" in message)
+            ):
+                return  # dbt's DDL in a random order: a schema, table or temporary view not there (yet)
+            if template in _GUARDED or (template in _OWNER_ONLY and not as_owner):
+                if _GUARD not in message or role not in message:
+                    failures.append(f"{who}: {sql}: not the guard's words: {message[:300]}")
+            elif template in _REFUSED_BY_SPARK:
+                if _REFUSED_BY_SPARK[template] not in message and _GUARD not in message:
+                    failures.append(f"{who}: {sql}: {message[:300]}")
+            elif not fuzzing or ("ALREADY_EXISTS" not in message and "NOT_FOUND" not in message):
+                failures.append(f"{who}: {sql}: refused: {message[:300]}")  # fuzzing may reuse a name
             return
         outcomes["allowed"] += 1
-        assert "CANARY" not in repr(got)
-        assert template in _ALLOWED or (as_owner and template in _OWNER_ONLY), f"allowed for {who}: {sql}"
-        if sql.startswith("drop view"):
-            views_back()  # the next statements meet the views as a client would after the server's next poll
+        if "CANARY" in repr(got):
+            failures.append(f"{who}: {sql}: returned the canary")
+        if not (template in _ALLOWED or (as_owner and template in _OWNER_ONLY)):
+            failures.append(f"{who}: {sql}: allowed")
 
-    def views_back(timeout: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout
-        for view in ("shop__orders__input",):
-            while True:
-                try:
-                    _query(reader, f"select 1 from global_temp.{view} limit 1")
-                    break
-                except Exception:  # noqa: BLE001 - not registered again yet
-                    if time.monotonic() > deadline:
-                        pytest.fail(f"global_temp.{view} was not registered again within {timeout:.0f} s")
-                    time.sleep(0.3)
-
-    # Every statement for both roles once, then a fuzzed mix of them (sources, names, order).
+    # The corpus, statement by statement for both roles (the owner's dbt DDL in its order), then a fuzzed mix.
     for i, template in enumerate(_STATEMENTS):
         for as_owner in (False, True):
-            attack(template, _PATH_READS[i % len(_PATH_READS)], i, as_owner)
+            attack(template, _PATH_READS[i % len(_PATH_READS)], i, as_owner, fuzzing=False)
+    assert not failures, "\n".join(failures)
+    from hypothesis import HealthCheck, given, settings
 
     @settings(max_examples=60, deadline=None, database=None, suppress_health_check=list(HealthCheck))
     @given(_locked_down_reader_statements())
@@ -611,12 +779,12 @@ def _check_locked_down(endpoint, demo) -> None:
         attack(*case)
 
     fuzzed()
+    assert not failures, "\n".join(failures)
     assert outcomes["refused"] > 0 and outcomes["allowed"] > 0, outcomes
-    assert sorted(p.name for p in canary_dir.iterdir()) == ["secret.txt"]  # no directory or table written
-    assert sorted(str(p) for p in warehouse.rglob("*")) == warehouse_before
+    assert _tree(canary_dir) == canary_before  # nothing written, moved or deleted there
+    assert _tree(warehouse) == warehouse_before
     assert sorted(demo.rows_arrow("shop.orders").column("order_id").to_pylist()) == rows_before
-
-    # The owner may drop a view (dbt's login); the server registers it again within a few polls.
-    _query(owner, "drop view if exists global_temp.shop__orders__input")
-    views_back()
+    assert (
+        _query(reader, "select count(*), max(order_id) from global_temp.shop__orders__input") == view_before
+    )
     assert _query(reader, "select count(*) from changelake.shop.orders") == [(len(rows_before),)]

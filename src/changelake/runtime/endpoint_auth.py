@@ -11,8 +11,10 @@ changelake generates on the endpoint's first start (mode 0600 in a 0700 director
 
 HiveServer2 checks a password with :file:`java/changelake/endpoint/PasswordAuthenticator.java` (its CUSTOM
 authentication); every Thrift statement passes :file:`java/changelake/endpoint/Guard.java`, a Spark session
-extension that refuses, for every Thrift user, writing to directories, loading code, reading files by path and
-Java reflection, and for the ``read`` role every command but SHOW/DESCRIBE/EXPLAIN/USE. Both are compiled with
+extension that admits a statement only if every node and expression of its analysed plan is on its allowlist
+for the user's role: queries over changelake's catalog, the server's views and dbt's managed tables,
+SHOW/DESCRIBE/EXPLAIN/USE and a few settings for the ``read`` role, and for the ``owner`` besides what dbt-spark's
+materializations send. Both are compiled with
 the JDK's ``javac`` into changelake's jar (:mod:`changelake.runtime.jvm`, cached by the sources' hash): Spark
 offers no way to plug either in without a JVM class.
 

@@ -148,13 +148,20 @@ def scheduler_pools(settings: Settings) -> Path:
     return path
 
 
+#: Where the guard records every Thrift statement's plan kinds when ``CHANGELAKE_SERVER_GUARD_RECORD=1``.
+GUARD_RECORD = "guard-record.tsv"
+
+
 def _auth_properties(settings: Settings) -> list[str]:
     """JVM system properties: where the authenticator and guard read the users, and HiveServer2's CUSTOM
-    authentication (its provider reads a fresh HiveConf, which takes ``hive.*`` system properties)."""
+    authentication (its provider reads a fresh HiveConf, which takes ``hive.*`` system properties); with
+    ``CHANGELAKE_SERVER_GUARD_RECORD=1``, where the guard records what it checked."""
+    record = [f"-Dchangelake.endpoint.guard.record={server_dir(settings) / GUARD_RECORD}"]
     return [
         f"-Dchangelake.endpoint.secrets={endpoint_auth.secrets_path(settings)}",
         "-Dhive.server2.authentication=CUSTOM",
         f"-Dhive.server2.custom.authentication.class={endpoint_auth.AUTHENTICATOR_CLASS}",
+        *(record if tuned("server_guard_record") else []),
     ]
 
 
@@ -293,8 +300,8 @@ class ViewRefresher:
         return refreshed
 
     def _dropped_by_a_client(self, current: dict[str, int | None]) -> list[str]:
-        """Tables registered at their current snapshot whose views are gone: dropped through the endpoint by
-        its owner (the guard refuses everyone else), registered again by this poll."""
+        """Tables registered at their current snapshot whose views are gone: dropped by a Spark Connect client
+        (the guard refuses it to every Thrift user), registered again by this poll."""
         expected = {name: _table_views(name) for name in current if name in self.registered}
         if not expected:
             return []
