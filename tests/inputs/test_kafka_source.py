@@ -314,3 +314,28 @@ def test_stream_applies_what_arrives_until_it_is_stopped(kafka_home, kafka_broke
     assert "[stream] k.stream: stopped" in err
     applied = [line for line in out.splitlines() if " kafka batch " in line]
     assert len(applied) >= 3 and all("applied" in line for line in applied), out
+
+
+@pytest.mark.unit
+def test_producing_waits_while_the_local_queue_is_full():
+    """librdkafka refuses a record while its local queue is full (BufferError): the producer serves delivery
+    reports until there is room, then produces it, instead of failing a large datagen or benchmark run."""
+    from changelake.inputs.kafka import _produce
+
+    class Full:
+        def __init__(self):
+            self.refusals, self.polls, self.produced = 2, 0, []
+
+        def produce(self, topic, **record):
+            if self.refusals:
+                self.refusals -= 1
+                raise BufferError("Local: Queue full")
+            self.produced.append((topic, record))
+
+        def poll(self, timeout):
+            self.polls += 1
+
+    producer = Full()
+    _produce(producer, "t", value=b"v", partition=0)
+    assert producer.produced == [("t", {"value": b"v", "partition": 0})]
+    assert producer.polls == 2

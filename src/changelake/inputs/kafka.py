@@ -453,16 +453,26 @@ def produce_lines(config: dict[str, str], topic: str, spec: TableSpec, lines: li
             record = json.loads(line)
             key = _part_bytes(record.get("key"), opts.key_format.format)
             value = _part_bytes(record.get("value"), opts.value_format.format)
-            producer.produce(
-                topic, key=key, value=value, partition=int(record.get("partition", 0)) % partitions
-            )
+            partition = int(record.get("partition", 0)) % partitions
+            _produce(producer, topic, key=key, value=value, partition=partition)
         else:
-            producer.produce(topic, value=line.encode(), partition=0)
+            _produce(producer, topic, value=line.encode(), partition=0)
         producer.poll(0)
     left = producer.flush(TIMEOUT_S)
     if left:
         raise ChangelakeError(f"{left} record(s) to Kafka topic {topic} were not acknowledged")
     return len(lines)
+
+
+def _produce(producer, topic: str, **record) -> None:
+    """``producer.produce`` that waits while librdkafka's local queue is full (BufferError: more records
+    waiting than ``queue.buffering.max.messages``) instead of failing: serving delivery reports makes room."""
+    while True:
+        try:
+            producer.produce(topic, **record)
+            return
+        except BufferError:
+            producer.poll(0.5)
 
 
 def _part_bytes(value: Any, fmt: str) -> bytes | None:
