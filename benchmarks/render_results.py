@@ -717,8 +717,8 @@ the topic >= 0.8x from the file, p95 produce-to-visible <= 10 s.
 def render_kafka_source(r: dict[str, Any]) -> str:
     """The table of one ``make bench-kafka-source`` result (``benchmarks/results/kafka_source.json``)."""
     out = [
-        f"Produced by `flock -x /tmp/changelake-cpu.lock .venv/bin/python {r['command']}` on "
-        f"{r['machine']['cpus']} cores.",
+        f"Produced by `make bench-kafka-source` (`.venv/bin/python {r['command']}`) on "
+        f"{r['machine']['cpus']} cores, nothing else running.",
         "",
         "| key/value format | records | landed file | topic | topic / file (records/s) | same rows |",
         "|---|---:|---:|---:|---:|---|",
