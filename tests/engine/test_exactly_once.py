@@ -110,6 +110,24 @@ sys.exit(main(sys.argv[2:]))
 """
 
 
+def race(barrier: Path, env: dict, *args: str) -> list[tuple[str, str]]:
+    """Two :data:`RACER` processes running ``changelake <args>`` at once; both must succeed. Their
+    (stdout, stderr); the barrier directory holds a ``.reached`` file per process that reached its commit."""
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", RACER, str(barrier), *args],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    outs = [p.communicate(timeout=600) for p in procs]
+    assert all(p.returncode == 0 for p in procs), "\n---\n".join(o[1][-2500:] for o in outs)
+    return outs
+
+
 def test_two_racing_appliers_apply_each_batch_once(home, cli_env, catalog_uri, tmp_path_factory):
     (home / "tables" / "t.kv.yaml").write_text(SPEC)
     land_batches(
@@ -121,18 +139,7 @@ def test_two_racing_appliers_apply_each_batch_once(home, cli_env, catalog_uri, t
         },
     )
     barrier = tmp_path_factory.mktemp("barrier")
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", RACER, str(barrier), "apply", "t.kv"],
-            env=cli_env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for _ in range(2)
-    ]
-    outs = [p.communicate(timeout=600) for p in procs]
-    assert all(p.returncode == 0 for p in procs), "\n---\n".join(o[1][-2500:] for o in outs)
+    outs = race(barrier, cli_env, "apply", "t.kv")
     # Contention really happened: both processes reached the commit of batch 1, and exactly one lost it.
     assert sorted(m.read_text() for m in Path(barrier).glob("*.reached")) == ["1", "1"]
     lost = [err for _out, err in outs if "batch 1: another writer committed first; re-checking" in err]

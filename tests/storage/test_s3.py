@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from changelake.errors import BatchRefusedError
-from tests.engine.test_exactly_once import RACER
+from tests.engine.test_exactly_once import race
 from tests.helpers import land_batches, sparkless_lake, storage_options_of
 from tests.specs import kv
 
@@ -273,18 +273,7 @@ def test_two_appliers_racing_through_the_rest_catalog_apply_each_batch_once(
         store.put(f"{s3_prefix}/landing/{table}/{b}.jsonl", _lines(records))
     barrier = tmp_path / "barrier"
     barrier.mkdir()
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", RACER, str(barrier), "apply", table],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for _ in range(2)
-    ]
-    outs = [p.communicate(timeout=600) for p in procs]
-    assert all(p.returncode == 0 for p in procs), "\n---\n".join(o[1][-2500:] for o in outs)
+    outs = race(barrier, env, "apply", table)
     assert sorted(m.read_text() for m in barrier.glob("*.reached")) == ["1", "1"]
     lost = [err for _out, err in outs if "batch 1: another writer committed first; re-checking" in err]
     assert len(lost) == 1, "\n---\n".join(o[1][-2500:] for o in outs)
