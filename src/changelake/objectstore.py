@@ -85,6 +85,29 @@ def fileio_properties(options: Mapping[str, str]) -> dict[str, str]:
     return {_FILEIO_NAMES[k]: v for k, v in options.items() if k in _FILEIO_NAMES}
 
 
+#: Iceberg's Java S3FileIO (``iceberg-aws``) properties for each option: the JVM side of the same store.
+_JAVA_FILEIO_NAMES = {
+    "AWS_ENDPOINT_URL": "s3.endpoint",
+    "AWS_REGION": "client.region",
+    "AWS_ACCESS_KEY_ID": "s3.access-key-id",
+    "AWS_SECRET_ACCESS_KEY": "s3.secret-access-key",
+    "AWS_SESSION_TOKEN": "s3.session-token",
+}
+JAVA_S3_FILEIO = "org.apache.iceberg.aws.s3.S3FileIO"
+
+
+def java_fileio_properties(options: Mapping[str, str]) -> dict[str, str]:
+    """The storage options as Iceberg's Java catalog properties (its ``S3FileIO``, from ``iceberg-aws-bundle``):
+    what Spark's Iceberg catalog reads s3:// tables with, in the driver and, serialized with each table, in the
+    executors. A store behind an explicit endpoint is addressed path-style (``http://host/bucket/key``), as
+    pyarrow addresses it: a local or private endpoint has no per-bucket host names."""
+    out = {"io-impl": JAVA_S3_FILEIO}
+    out.update({_JAVA_FILEIO_NAMES[k]: v for k, v in options.items() if k in _JAVA_FILEIO_NAMES})
+    if options.get("AWS_ENDPOINT_URL"):
+        out["s3.path-style-access"] = "true"
+    return out
+
+
 def options_of_fileio(properties: Mapping[str, str]) -> dict[str, str]:
     """The storage options a pyiceberg FileIO's properties carry (the inverse of :func:`fileio_properties`):
     a task gets a table's FileIO properties and reaches the same store."""

@@ -336,3 +336,41 @@ def test_spark_tasks_decode_and_merge_through_the_object_store(
         "/dead-letter/" in str(i.path)
         for i in store.list(f"{s3_prefix}/warehouse/t/.changelake/kv", recursive=True)  # the side location
     )
+
+
+@pytest.mark.parametrize("catalog", ["sqlite", "rest"])
+def test_spark_reads_s3_tables_through_icebergs_s3fileio(
+    catalog, spark, s3_endpoint, rest_catalog, s3_prefix, tmp_path
+):
+    """Spark's ``changelake`` catalog (Iceberg's Spark runtime) reads an s3:// table through Iceberg's S3FileIO
+    with the storage options, over the SQLite catalog and over the REST catalog: the rows with their position
+    deletes applied, the changelog, a past batch, as pyiceberg reads them."""
+    table = f"r{uuid.uuid4().hex[:8]}.kv"
+    settings = {}
+    if catalog == "rest":
+        settings = dict(
+            catalog_type="rest",
+            catalog_uri=rest_catalog["CHANGELAKE_CATALOG_URI"],
+            catalog_properties={"token": rest_catalog["PYICEBERG_CATALOG__CHANGELAKE__TOKEN"]},
+        )
+    lake = _lake(tmp_path, table, s3_prefix, storage_options_of(s3_endpoint), **settings)
+    lake._spark = spark
+    lake.create_all()
+    _land(lake, table, BATCHES)
+    assert [r.status for r in lake.apply_pending(table)] == ["applied"] * 3
+    rows, log = _pyiceberg_state(lake, table)
+    assert len(rows) == 7
+    assert sorted((r["k"], r["v"]) for r in lake.rows(table).collect()) == rows
+    assert sorted((r["k"], r["v"]) for r in lake.rows(table, at_batch=1).collect()) == [
+        (k, f"a{k}") for k in range(1, 9)
+    ]
+    spark_log = lake.changelog(table).collect()
+    assert sorted(
+        ((r["_batch_id"], r["_change_type"], r["k"], r["v"]) for r in spark_log), key=lambda r: (r[0], r[2], r[1])
+    ) == log
+    # The catalog's settings in this session say how to reach the store; its secret is not on show.
+    name = lake.iceberg_table(table).split(".")[0].strip("`")
+    assert spark.conf.get(f"spark.sql.catalog.{name}.io-impl") == "org.apache.iceberg.aws.s3.S3FileIO"
+    secret = s3_endpoint["AWS_SECRET_ACCESS_KEY"]
+    shown = spark.sql("SET -v").collect() + spark.sql("SET").collect()
+    assert not any(secret in str(r) for r in shown)

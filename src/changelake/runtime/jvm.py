@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -31,8 +32,10 @@ import zipfile
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
+from changelake import objectstore
 from changelake.config import CHECKOUT, Settings
 from changelake.errors import ConfigError
+from changelake.storage.catalog import bearer_token
 
 #: The Spark catalog name changelake's tables are read under: ``changelake.<namespace>.<table>``.
 SPARK_CATALOG = "changelake"
@@ -41,6 +44,15 @@ JAVA_SOURCES = Path(__file__).with_name("java")
 #: The jar set of infra/jars/ that Spark needs, and a jar of it that must be there.
 JAR_SET = "spark"
 ICEBERG_RUNTIME = "iceberg-spark-runtime-"
+#: Spark settings whose values are credentials (Spark's own ``spark.redaction.regex`` default, and access-key
+#: ids and credentials besides): the session builder keeps them off the JVM's command line and Spark's UI,
+#: logs and event logs show them redacted.
+SECRET_SETTINGS = r"(?i)secret|password|token|access[.-]key|credential"
+
+
+def is_secret(key: str) -> bool:
+    """Whether the Spark setting ``key`` holds a credential (:data:`SECRET_SETTINGS`)."""
+    return re.search(SECRET_SETTINGS, key) is not None
 
 
 def jars_dir(settings: Settings) -> Path:
@@ -121,7 +133,12 @@ def catalog_conf(settings: Settings, name: str = SPARK_CATALOG) -> dict[str, str
     """Spark settings of the Spark catalog ``name`` over ``settings``' Iceberg catalog: Iceberg's JDBC catalog
     on the SQL catalog pyiceberg writes (SQLite or PostgreSQL, reading the rows registered under
     ``settings.catalog_name``), or Iceberg's REST catalog. No table cache: each query loads the table's
-    current metadata, so a batch is visible to Spark as soon as it is committed."""
+    current metadata, so a batch is visible to Spark as soon as it is committed.
+
+    A warehouse on an object store (``s3://``) is read through Iceberg's ``S3FileIO`` with the storage options
+    (:func:`changelake.objectstore.java_fileio_properties`): the driver plans with it, and each executor reads
+    the table's files with the copy serialized with the table, so no executor needs the store's settings of its
+    own. Some values are credentials (:func:`is_secret`)."""
     prefix = f"spark.sql.catalog.{name}"
     conf = {
         prefix: CATALOG_CLASS,
@@ -129,10 +146,16 @@ def catalog_conf(settings: Settings, name: str = SPARK_CATALOG) -> dict[str, str
         f"{prefix}.iceberg-catalog-name": settings.catalog_name,
         f"{prefix}.cache-enabled": "false",
     }
+    if objectstore.is_object_location(settings.warehouse):
+        options = settings.storage_options
+        conf.update({f"{prefix}.{k}": v for k, v in objectstore.java_fileio_properties(options).items()})
     if settings.catalog_type == "rest":
         conf[f"{prefix}.type"] = "rest"
         conf[f"{prefix}.uri"] = settings.catalog_uri
         conf.update({f"{prefix}.{k}": str(v) for k, v in settings.catalog_properties.items()})
+        token = bearer_token(settings)
+        if token:
+            conf[f"{prefix}.token"] = token
         return conf
     conf[f"{prefix}.type"] = "jdbc"
     conf[f"{prefix}.jdbc.schema-version"] = "V1"  # the schema pyiceberg's SqlCatalog creates

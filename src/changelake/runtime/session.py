@@ -20,6 +20,8 @@ _DEFAULTS = {
     "spark.ui.enabled": "false",
     "spark.driver.memory": "4g",
     "spark.sql.parquet.compression.codec": "zstd",
+    # the UI, the logs and event logs show these settings' values as *** (credentials: jvm.SECRET_SETTINGS)
+    "spark.redaction.regex": jvm.SECRET_SETTINGS,
 }
 
 
@@ -53,9 +55,9 @@ def get_spark(settings: Settings, app_name: str = "changelake", hive: bool = Fal
         SparkContext._ensure_initialized()
     given = SparkConf()
     builder = SparkSession.builder.appName(app_name)
-    if not given.contains("spark.master"):
-        builder = builder.master(settings.spark_master)
     conf = dict(_DEFAULTS)
+    if not given.contains("spark.master"):
+        conf["spark.master"] = settings.spark_master
     metastore = settings.metastore_dir
     conf["spark.sql.warehouse.dir"] = str(metastore / "spark-warehouse")
     log_config = Path(__file__).with_name("log4j2.properties")
@@ -78,9 +80,16 @@ def get_spark(settings: Settings, app_name: str = "changelake", hive: bool = Fal
         conf["spark.jars"] = (
             ",".join(str(j) for j in jvm.spark_jars(settings)) + "," + settings.spark_conf["spark.jars"]
         )
+    conf = {k: v for k, v in conf.items() if not given.contains(k)}
+    if SparkContext._gateway is None and not os.environ.get("PYSPARK_GATEWAY_PORT"):
+        # pyspark starts the JVM with spark-submit and every setting it has then as a --conf argument, which
+        # any local user reads in the process list: start it without the credentials (jvm.is_secret), which
+        # reach the SparkContext's configuration over py4j below, as every other setting does.
+        public = [(k, v) for k, v in conf.items() if not jvm.is_secret(k)]
+        launch = SparkConf(loadDefaults=False).setAll([*public, ("spark.app.name", app_name)])
+        SparkContext._ensure_initialized(conf=launch)
     for key, value in conf.items():
-        if not given.contains(key):
-            builder = builder.config(key, value)
+        builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark

@@ -284,12 +284,21 @@ class DirectSource(TableSource):
         raise Unsupported(f"file at {path}")
 
 
+def bearer_token(settings: Settings) -> str | None:
+    """The REST catalog's bearer token: ``token`` in the catalog properties, else pyiceberg's variable
+    ``PYICEBERG_CATALOG__<NAME>__TOKEN`` (which Iceberg's Java client does not read: Spark gets it from here)."""
+    import os
+
+    return settings.catalog_properties.get("token") or os.environ.get(
+        f"PYICEBERG_CATALOG__{settings.catalog_name.upper()}__TOKEN"
+    )
+
+
 def _rest_table(settings: Settings, namespace: str, name: str) -> dict[str, Any] | None:
     """A table's current metadata from a REST catalog (the Iceberg REST protocol's loadTable: two small GETs,
     where importing pyiceberg costs seconds), or None when there is no such table. Only a catalog reached with
     a bearer token (``token``, in the catalog properties or pyiceberg's ``PYICEBERG_CATALOG__<NAME>__TOKEN``) is
     read this way; any other authentication goes through pyiceberg (:class:`Unsupported`)."""
-    import os
     import urllib.error
     import urllib.parse
     import urllib.request
@@ -297,9 +306,7 @@ def _rest_table(settings: Settings, namespace: str, name: str) -> dict[str, Any]
     properties = {k: v for k, v in settings.catalog_properties.items() if k != "token"}
     if any(k in properties for k in ("credential", "oauth2-server-uri", "rest.sigv4-enabled", "auth.type")):
         raise Unsupported("a REST catalog with an authentication other than a bearer token")
-    token = settings.catalog_properties.get("token") or os.environ.get(
-        f"PYICEBERG_CATALOG__{settings.catalog_name.upper()}__TOKEN"
-    )
+    token = bearer_token(settings)
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     base = settings.catalog_uri.rstrip("/")
 
