@@ -111,3 +111,42 @@ def test_an_s3_landing_zone_is_an_object_path_of_the_configured_store(tmp_path):
     assert str(settings.landing_dir / "t.kv") == "s3://lake/landing/t.kv"
     assert settings.landing_dir.store.options["AWS_ENDPOINT_URL"] == "http://127.0.0.1:9"
     assert load_settings(home=tmp_path).landing_dir == tmp_path.resolve() / "landing"
+
+
+def test_spark_reads_an_s3_warehouse_through_icebergs_s3fileio_and_its_credentials_are_known_secrets(
+    tmp_path, monkeypatch
+):
+    from changelake.runtime import jvm
+
+    monkeypatch.setenv("PYICEBERG_CATALOG__CHANGELAKE__TOKEN", "t0ken")
+    settings = load_settings(
+        home=tmp_path,
+        warehouse="s3://lake/warehouse",
+        storage_options=OPTIONS,
+        catalog_type="rest",
+        catalog_uri="http://127.0.0.1:9",
+    )
+    conf = jvm.catalog_conf(settings)
+    prefix = "spark.sql.catalog.changelake."
+    io = {
+        k.removeprefix(prefix): v
+        for k, v in conf.items()
+        if k.startswith(prefix) and ("s3." in k or "io-" in k)
+    }
+    assert io == {
+        "io-impl": "org.apache.iceberg.aws.s3.S3FileIO",
+        "s3.endpoint": "http://127.0.0.1:9",
+        "s3.path-style-access": "true",  # a local endpoint has no per-bucket host names
+        "s3.access-key-id": "AK",
+        "s3.secret-access-key": "s3cr3t",
+    }
+    assert conf[prefix + "client.region"] == "us-east-1" and conf[prefix + "token"] == "t0ken"
+    # The session builder starts the JVM without these (its command line is for every local user to read).
+    assert {conf[k] for k in conf if jvm.is_secret(k)} == {"AK", "s3cr3t", "t0ken"}
+    postgres = load_settings(home=tmp_path, catalog_uri="postgresql://cl:pw@127.0.0.1:5/db")
+    assert [k for k, v in jvm.catalog_conf(postgres).items() if jvm.is_secret(k)] == [
+        prefix + "jdbc.password"
+    ]
+    # A warehouse on local disk keeps Iceberg's default FileIO.
+    local = jvm.catalog_conf(load_settings(home=tmp_path, storage_options=OPTIONS))
+    assert not any("s3." in k or "io-impl" in k for k in local)

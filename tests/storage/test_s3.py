@@ -365,12 +365,61 @@ def test_spark_reads_s3_tables_through_icebergs_s3fileio(
         (k, f"a{k}") for k in range(1, 9)
     ]
     spark_log = lake.changelog(table).collect()
-    assert sorted(
-        ((r["_batch_id"], r["_change_type"], r["k"], r["v"]) for r in spark_log), key=lambda r: (r[0], r[2], r[1])
-    ) == log
+    assert (
+        sorted(
+            ((r["_batch_id"], r["_change_type"], r["k"], r["v"]) for r in spark_log),
+            key=lambda r: (r[0], r[2], r[1]),
+        )
+        == log
+    )
     # The catalog's settings in this session say how to reach the store; its secret is not on show.
     name = lake.iceberg_table(table).split(".")[0].strip("`")
     assert spark.conf.get(f"spark.sql.catalog.{name}.io-impl") == "org.apache.iceberg.aws.s3.S3FileIO"
     secret = s3_endpoint["AWS_SECRET_ACCESS_KEY"]
     shown = spark.sql("SET -v").collect() + spark.sql("SET").collect()
     assert not any(secret in str(r) for r in shown)
+    if catalog == "rest":
+        _fresh_jvm_reads_without_credentials_on_its_command_line(rest_catalog, tmp_path, s3_prefix, table)
+
+
+#: A process that builds its own SparkSession from the environment (as the apps, the endpoint and dbt do),
+#: reads a table through the ``changelake`` catalog and waits for the test to look at the process list.
+_FRESH_SPARK_READS = """
+import sys
+from changelake.config import load_settings
+from changelake.runtime.session import get_spark
+
+spark = get_spark(load_settings(), app_name="changelake-s3-reader")
+print(spark.table("changelake." + sys.argv[1]).count(), flush=True)
+sys.stdin.readline()
+"""
+
+
+def _fresh_jvm_reads_without_credentials_on_its_command_line(
+    rest_catalog, home: Path, prefix: str, table: str
+):
+    """A JVM started by the session builder with the store's keys and the catalog's token in its settings reads
+    the table (so both reached Iceberg), while neither is on any process's command line, which every local user
+    can read (``ps``), nor in what it logs."""
+    env = _rest_env(rest_catalog, home, prefix)
+    secrets = ("AWS_SECRET_ACCESS_KEY", "PYICEBERG_CATALOG__CHANGELAKE__TOKEN")
+    reader = subprocess.Popen(
+        [sys.executable, "-c", _FRESH_SPARK_READS, table],
+        env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        count = reader.stdout.readline()
+        processes = subprocess.run(
+            ["ps", "-eww", "-o", "args="], capture_output=True, text=True, check=True
+        ).stdout
+    finally:
+        out, err = reader.communicate("\n", timeout=120)
+    assert reader.returncode == 0 and count.strip() == "7", err[-3000:]
+    # The list shows the JVM with its other settings (the S3 endpoint it reads), so it would show the keys.
+    launched = [p for p in processes.splitlines() if "changelake-s3-reader" in p and "SparkSubmit" in p]
+    assert launched and f"s3.endpoint={env['AWS_ENDPOINT_URL']}" in launched[0], (
+        "the reader's JVM is not listed"
+    )
+    # By name: a failure must not print the secret it found.
+    assert [s for s in secrets if env[s] in processes] == [], "on a command line"
+    assert [s for s in secrets if env[s] in out + err] == [], "in the reader's output"
