@@ -17,7 +17,7 @@ PYTEST_ARGS ?=
 AIRFLOW_PY := .venv-airflow/bin/python
 SPARK_MASTER ?=
 
-.PHONY: help setup uv check-java test test-unit test-data test-airflow lint format demo bench clean airflow airflow-stop \
+.PHONY: help setup uv check-java test test-unit test-data test-airflow lint format demo demo-s3 bench clean airflow airflow-stop \
 	spark-cluster spark-cluster-stop apply
 
 help: ## Show this help
@@ -134,6 +134,9 @@ format: setup ## Apply ruff formatting and safe fixes, and sqlfluff's fixes to t
 
 demo: setup ## Land sample batches and run the Airflow pipeline end to end (apply), then print a summary
 	@infra/demo.sh
+
+demo-s3: setup ## The demo on object storage: warehouse and landing zone on a local S3 endpoint, tables behind a local Iceberg REST catalog (both started and stopped for it; S3_PORT, REST_PORT)
+	@CHANGELAKE_HOME="$(CURDIR)/.changelake-s3" CHANGELAKE_DEMO_S3=1 infra/demo.sh
 
 demo-kafka: setup ## The demo with Kafka topics as the sources: a local broker, the demo's changes produced into topics (upsert-kafka Avro/Confluent, Debezium, Canal, Maxwell, changelog JSON), then the pipeline
 	@CHANGELAKE_HOME="$(CURDIR)/.changelake-kafka" CHANGELAKE_DEMO_KAFKA=1 infra/demo.sh

@@ -6,8 +6,13 @@ cd "$(dirname "$0")/.."
 # `make demo-kafka`: the same pipeline with Kafka topics as the tables' sources. A local broker (infra/kafka.sh)
 # runs for the demo, the specs are the demo's with a topic each (infra/demo_kafka_specs.py), and the demo
 # source DAG's `changelake datagen` produces into the topics instead of landing files.
+# `make demo-s3`: the same pipeline with the warehouse and the landing zone on a local S3 endpoint
+# (infra/s3.sh) and the tables behind a local Iceberg REST catalog (infra/rest_catalog.sh), both started for the
+# demo unless already running and stopped after it (before them, the warm endpoint that reads through them).
 SERVER_STARTED=0
 KAFKA_STARTED=0
+S3_STARTED=0
+REST_STARTED=0
 stop_server() {
   if [[ $SERVER_STARTED == 1 && "${CHANGELAKE_DEMO_KEEP_SERVER:-0}" != 1 ]]; then
     infra/spark_server.sh stop >/dev/null 2>&1 || true
@@ -15,8 +20,29 @@ stop_server() {
   if [[ $KAFKA_STARTED == 1 && "${CHANGELAKE_DEMO_KEEP_SERVER:-0}" != 1 ]]; then
     infra/kafka.sh stop >/dev/null 2>&1 || true
   fi
+  if [[ $REST_STARTED == 1 && "${CHANGELAKE_DEMO_KEEP_SERVER:-0}" != 1 ]]; then
+    infra/rest_catalog.sh stop >/dev/null 2>&1 || true
+  fi
+  if [[ $S3_STARTED == 1 && "${CHANGELAKE_DEMO_KEEP_SERVER:-0}" != 1 ]]; then
+    infra/s3.sh stop >/dev/null 2>&1 || true
+  fi
 }
 trap stop_server EXIT
+if [[ "${CHANGELAKE_DEMO_S3:-0}" == 1 ]]; then
+  echo "==> the local S3 endpoint and Iceberg REST catalog (infra/s3.sh, infra/rest_catalog.sh)"
+  started=$(infra/s3.sh start)
+  [[ $started == *"already running"* ]] || S3_STARTED=1
+  echo "$started" | head -1 | sed 's/^/    /'
+  started=$(infra/rest_catalog.sh start)
+  [[ $started == *"already running"* ]] || REST_STARTED=1
+  echo "$started" | head -1 | sed 's/^/    /'
+  # The endpoint, its keys, the catalog's address and token, the warehouse: every process below (the warm
+  # endpoint, Airflow's tasks, dbt, GX) inherits them; none is printed.
+  # shellcheck disable=SC1090
+  source "$(infra/rest_catalog.sh env)"
+  export CHANGELAKE_LANDING="${CHANGELAKE_LANDING:-s3://changelake/landing}"
+  echo "    warehouse $CHANGELAKE_WAREHOUSE, landing zone $CHANGELAKE_LANDING, catalog $CHANGELAKE_CATALOG_URI"
+fi
 if [[ "${CHANGELAKE_DEMO_KAFKA:-0}" == 1 ]]; then
   export CHANGELAKE_TABLES="$CHANGELAKE_HOME/kafka-tables"
   .venv/bin/python infra/demo_kafka_specs.py "$CHANGELAKE_TABLES" "$CHANGELAKE_HOME/kafka/schemas"
