@@ -42,9 +42,11 @@ if [[ "${CHANGELAKE_DEMO_S3:-0}" == 1 ]]; then
   source "$(infra/rest_catalog.sh env)"
   export CHANGELAKE_LANDING="${CHANGELAKE_LANDING:-s3://changelake/landing}"
   echo "    warehouse $CHANGELAKE_WAREHOUSE, landing zone $CHANGELAKE_LANDING, catalog $CHANGELAKE_CATALOG_URI"
+  DEMO_TARGET=demo-s3
 fi
 if [[ "${CHANGELAKE_DEMO_KAFKA:-0}" == 1 ]]; then
   export CHANGELAKE_TABLES="$CHANGELAKE_HOME/kafka-tables"
+  DEMO_TARGET=demo-kafka
   .venv/bin/python infra/demo_kafka_specs.py "$CHANGELAKE_TABLES" "$CHANGELAKE_HOME/kafka/schemas"
   if ! infra/kafka.sh status >/dev/null 2>&1; then
     echo "==> starting a local Kafka broker (infra/kafka.sh)"
@@ -97,5 +99,5 @@ run_dag changelake_quality
 .venv/bin/python infra/demo_summary.py --run-dir "$RUN_DIR"
 if [[ $SERVER_STARTED == 1 && "${CHANGELAKE_DEMO_KEEP_SERVER:-0}" != 1 ]]; then
   echo "(the warm Spark endpoint is stopped now: start it again with the make sql line above, or keep it"
-  echo " running after the demo with CHANGELAKE_DEMO_KEEP_SERVER=1 make demo)"
+  echo " running after the demo with CHANGELAKE_DEMO_KEEP_SERVER=1 make ${DEMO_TARGET:-demo})"
 fi

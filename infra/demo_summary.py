@@ -120,16 +120,35 @@ def where(lake: ChangeLake, run_dir: Path) -> list[str]:
     return lines
 
 
+#: What the REST catalog's env file (infra/rest_catalog.sh) sets besides the AWS variables.
+_REST_ENV = ("CHANGELAKE_CATALOG_TYPE", "CHANGELAKE_CATALOG_URI", "CHANGELAKE_WAREHOUSE")
+
+
 def next_steps(lake: ChangeLake) -> list[str]:
     """Commands to paste next, from the repository root: each names the settings (CHANGELAKE_HOME, ...) that
     the CLI would not find there by itself, and the ports `make` would not choose by itself."""
-    env = "".join(f"{k}={shlex.quote(v)} " for k, v in pasted_environment(lake.settings).items())
+    pasted = pasted_environment(lake.settings)
+    env = "".join(f"{k}={shlex.quote(v)} " for k, v in pasted.items())
     port = os.environ.get("AIRFLOW_PORT", "8080")
     airflow = env + ("" if port == "8080" else f"AIRFLOW_PORT={port} ")
     sql = env + "".join(f"{k}={os.environ[k]} " for k, d in PORT_DEFAULTS if os.environ.get(k, d) != d)
     cli = f"{env}.venv/bin/changelake"
+    services = []
+    if os.environ.get("CHANGELAKE_DEMO_S3") == "1":
+        # The demo stopped the S3 endpoint and the REST catalog; the commands below need them and their env file
+        # (the keys and the token, generated again at each start), which the shell reads, never the screen.
+        ports = "".join(f"{k}={os.environ[k]} " for k in ("S3_PORT", "REST_PORT") if os.environ.get(k))
+        exported = {k: v for k, v in pasted.items() if k not in _REST_ENV}
+        services = [
+            "  export " + " ".join(f"{k}={shlex.quote(v)}" for k, v in exported.items()),
+            f"  {ports}make rest-catalog   # the S3 endpoint and the REST catalog again, on the demo's objects",
+            '  source "$(infra/rest_catalog.sh env)"   # their address, keys and token (make rest-catalog-stop s3-stop)',
+        ]
+        cli, airflow = ".venv/bin/changelake", airflow.removeprefix(env)
+        sql = sql.removeprefix(env)
     return [
         f"next (paste from {REPO}):",
+        *services,
         f"  {cli} status",
         f"  {cli} scan shop.orders --limit 5",
         f"  {cli} lookup shop.orders order_id=22",
