@@ -423,3 +423,33 @@ def _fresh_jvm_reads_without_credentials_on_its_command_line(
     # By name: a failure must not print the secret it found.
     assert [s for s in secrets if env[s] in processes] == [], "on a command line"
     assert [s for s in secrets if env[s] in out + err] == [], "in the reader's output"
+
+
+@pytest.mark.slow
+def test_dbt_and_the_quality_checks_read_s3_tables_through_the_spark_catalog(
+    spark, s3_endpoint, s3_prefix, tmp_path, monkeypatch
+):
+    """What the pipeline runs after an apply, over the demo's tables on S3: dbt's session target and the GX
+    checks read them through the Spark catalog's S3FileIO, and the marts agree with the rows read without Spark."""
+    from changelake.quality.runner import run_quality
+    from changelake.runtime.dbt_runner import run_dbt
+    from tests.helpers import land_and_apply_demo
+
+    schema = f"analytics_{uuid.uuid4().hex[:8]}"  # the session is shared: marts of its own
+    monkeypatch.setenv("CHANGELAKE_DBT_SCHEMA", schema)
+    lake = _lake(tmp_path, "shop.orders", s3_prefix, storage_options_of(s3_endpoint))
+    lake._spark = spark
+    land_and_apply_demo(lake)
+    try:
+        assert run_dbt(["build"], lake.settings, progress=lambda m: None) == 0
+        orders = lake.rows_arrow("shop.orders").column("shop_id").to_pylist()
+        per_shop = {
+            r["shop_id"]: r["order_count"] for r in spark.table(f"{schema}.orders_per_shop").collect()
+        }
+        assert per_shop == {shop: orders.count(shop) for shop in set(orders)} and per_shop
+        messages: list[str] = []
+        assert run_quality(lake.settings, spark=spark, progress=messages.append) == 0, messages[-5:]
+        summary = json.loads((tmp_path / "quality" / "quality_summary.json").read_text())
+        assert summary["success"] and summary["suites"]["pk_uniqueness"]["validations"] >= 7
+    finally:
+        spark.sql(f"drop database if exists {schema} cascade")
