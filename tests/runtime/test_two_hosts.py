@@ -11,14 +11,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import textwrap
-import re
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -131,7 +130,9 @@ def test_a_worker_that_shares_no_disk_or_network_applies_compacts_and_reads_a_ta
         with running_service("s3.sh", s3, host_a / "s3" / "s3.env") as endpoint:
             assert endpoint["AWS_ENDPOINT_URL"].startswith(f"http://{address_a}:")
             prefix = f"s3://changelake/t-{uuid.uuid4().hex[:12]}"
-            base = {k: v for k, v in os.environ.items() if not k.startswith(("CHANGELAKE_", "AWS_", "SPARK_"))}
+            base = {
+                k: v for k, v in os.environ.items() if not k.startswith(("CHANGELAKE_", "AWS_", "SPARK_"))
+            }
             base.update({k: v for k, v in endpoint.items() if k.startswith("AWS_")})
             envs = {}
             for run in ("one-process", "cluster"):
@@ -168,7 +169,9 @@ def test_a_worker_that_shares_no_disk_or_network_applies_compacts_and_reads_a_ta
             }
             script = REPO / "infra" / "spark_cluster.sh"
             try:
-                subprocess.run([str(script), "start"], env=cluster, check=True, timeout=180, capture_output=True)
+                subprocess.run(
+                    [str(script), "start"], env=cluster, check=True, timeout=180, capture_output=True
+                )
                 worker = int((host_b / "spark-cluster" / "worker.pid").read_text())
                 # The worker's view of the machine: the driver's directory is empty there, and the driver's
                 # address on its loopback answers nothing (another host's loopback).
@@ -193,7 +196,9 @@ def test_a_worker_that_shares_no_disk_or_network_applies_compacts_and_reads_a_ta
             log = submitted.stdout + submitted.stderr
             (tmp_path / "driver.log").write_text(log)
             errors = [x for x in log.splitlines() if not SPARK_INFO.match(x) and not x.startswith("\tat ")]
-            assert submitted.returncode == 0, "\n".join(errors)[-6000:] + f"\n(all of it: {tmp_path}/driver.log)"
+            assert submitted.returncode == 0, (
+                "\n".join(errors)[-6000:] + f"\n(all of it: {tmp_path}/driver.log)"
+            )
             (line,) = [x for x in submitted.stdout.splitlines() if x.startswith("RESULT ")]
             result = json.loads(line.removeprefix("RESULT "))
             assert result["applied"] == ["applied", "applied"], log[-3000:]
