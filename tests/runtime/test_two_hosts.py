@@ -82,11 +82,13 @@ DRIVER = textwrap.dedent(
     from changelake import ChangeLake
     lake = ChangeLake()
     applied = [r.status for r in lake.apply_pending("shop.orders")]
-    (report,) = lake.maintain("shop.orders", full=True, expiry=False)
+    lake.maintain("shop.orders", full=True, expiry=False)
+    files = lake.storage.table_files(lake.storage.pk_table(lake.spec("shop.orders")))
+    merged_on_read = [f.path for f in files if f.is_delete or f.path.rsplit("/", 1)[-1].startswith("delta-")]
     rows = lake.rows("shop.orders").collect()
     executors = lake.spark.sparkContext._jsc.sc().getExecutorMemoryStatus().keySet().toString()
     print("RESULT " + json.dumps({"applied": applied, "rows": len(rows), "executors": executors,
-                                  "compaction": str(report)}))
+                                  "merged_on_read": merged_on_read, "files": len(files)}))
     """
 )
 
@@ -203,6 +205,8 @@ def test_a_worker_that_shares_no_disk_or_network_applies_compacts_and_reads_a_ta
             result = json.loads(line.removeprefix("RESULT "))
             assert result["applied"] == ["applied", "applied"], log[-3000:]
             assert "in this process" not in log  # both batches were decoded and merged in Spark tasks
+            # Batch 2 was merged on read (a delta and delete files); compaction folded them into the buckets.
+            assert "compacted" in log and result["merged_on_read"] == [] and result["files"] > 0, log[-3000:]
             # The executors ran on the other host: the worker's directory there holds their logs.
             assert address_b in result["executors"], result
             assert any((host_b / "spark-cluster" / "work").glob("app-*/*/stderr"))
