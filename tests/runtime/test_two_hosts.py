@@ -145,11 +145,13 @@ def test_a_worker_that_shares_no_disk_or_network_applies_compacts_and_reads_a_ta
                     "CHANGELAKE_WAREHOUSE": f"{prefix}/{run}/warehouse",
                     "CHANGELAKE_LANDING": f"{prefix}/{run}/landing",
                 }
-                generated = subprocess.run(
-                    [sys.executable, "-m", "changelake.cli", "datagen", "--batches", "2", "--records", "80"],
-                    env=envs[run], capture_output=True, text=True, timeout=300,
-                )  # fmt: skip
-                assert generated.returncode == 0, generated.stderr[-3000:]
+                # A large first batch, then a small one that is merged on read (a delta and delete files)
+                for records in ("400", "12"):
+                    generated = subprocess.run(
+                        [sys.executable, "-m", "changelake.cli", "datagen", "--batches", "1", "--records", records],
+                        env=envs[run], capture_output=True, text=True, timeout=300,
+                    )  # fmt: skip
+                    assert generated.returncode == 0, generated.stderr[-3000:]
             one = subprocess.run(
                 [sys.executable, "-m", "changelake.cli", "apply"], env=envs["one-process"], capture_output=True,
                 text=True, timeout=300,
@@ -205,14 +207,18 @@ def test_a_worker_that_shares_no_disk_or_network_applies_compacts_and_reads_a_ta
             result = json.loads(line.removeprefix("RESULT "))
             assert result["applied"] == ["applied", "applied"], log[-3000:]
             assert "in this process" not in log  # both batches were decoded and merged in Spark tasks
-            # Batch 2 was merged on read (a delta and delete files); compaction folded them into the buckets.
-            assert "compacted" in log and result["merged_on_read"] == [] and result["files"] > 0, log[-3000:]
+            # Batch 2 was merged on read; the compaction folded its delta and delete files into the buckets.
+            assert (
+                "compacted 1 partition(s) whole" in log
+                and result["merged_on_read"] == []
+                and result["files"] > 0
+            ), log[-3000:]
             # The executors ran on the other host: the worker's directory there holds their logs.
             assert address_b in result["executors"], result
             assert any((host_b / "spark-cluster" / "work").glob("app-*/*/stderr"))
 
             cluster_rows, cluster_log = stored(envs["cluster"])
             local_rows, local_log = stored(envs["one-process"])
-            assert result["rows"] == len(local_rows) > 20
+            assert result["rows"] == len(local_rows) > 100
             assert cluster_rows == local_rows
             assert cluster_log == local_log and {r["_change_type"] for r in local_log} >= {"+I", "-U", "+U"}
