@@ -2,7 +2,8 @@
 # start | stop | env — a local S3-compatible endpoint: S3Proxy (Maven Central, infra/jars/s3) serving a directory
 # of this machine on loopback, authenticating AWS Signature V4 requests with a key pair generated at each start.
 #
-#   infra/s3.sh start   start it (S3_PORT, default: a free port; S3_BUCKETS, default "changelake"), print where
+#   infra/s3.sh start   start it (S3_PORT, default: a free port; S3_BUCKETS, default "changelake"; S3_HOST, the
+#                       address it binds, default 127.0.0.1), print where
 #   infra/s3.sh env     print the path of the env file a shell sources to use it (AWS_ENDPOINT_URL, the keys)
 #   infra/s3.sh stop    stop it (its objects stay in $S3_DIR/data for the next start)
 #
@@ -30,7 +31,7 @@ case "${1:-}" in
     chmod 700 "$DIR"
     for bucket in $BUCKETS; do mkdir -p "$DIR/data/$bucket"; done
     port="${S3_PORT:-$(free_port)}"
-    url="http://127.0.0.1:$port"
+    url="http://${S3_HOST:-127.0.0.1}:$port"
     key="CL$(secret 9 | tr 'a-f' 'A-F')"
     umask 077
     cat >"$DIR/s3.properties" <<PROPS
