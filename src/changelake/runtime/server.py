@@ -484,22 +484,32 @@ class Server:
         """Poll for new snapshots until ``stop`` is set; a failing poll is reported and retried."""
         spark, refresher = self._running()
         spark.sparkContext.setLocalProperty("spark.scheduler.pool", SERVER_POOL)
-        jobs_path = server_dir(self.settings) / RUNNING_JOBS
-        published = None
+        # In a thread of its own: a poll that refreshes a view waits for a task slot, the list must not.
+        jobs = threading.Thread(
+            target=self._publish_jobs, args=(stop, poll_seconds), name="running-jobs", daemon=True
+        )
+        jobs.start()
         while not stop.wait(poll_seconds):
-            try:  # first: a poll waits for task slots when a table changed
-                jobs = running_jobs(spark)
-                if jobs != published:
-                    atomic_write_text(jobs_path, json.dumps(jobs, indent=2) + "\n")
-                    published = jobs
-            except Exception as e:  # noqa: BLE001 - an observation only: never a reason to stop serving
-                refresher.report_failure("jobs", f"[server] listing running jobs failed: {e}")
             try:
                 refresher.poll()
             except Exception as e:  # a bad spec or a catalog hiccup must not take the endpoint down
                 refresher.report_failure("", f"[server] poll failed, retrying: {type(e).__name__}: {e}")
             else:
                 refresher.clear_failure("")
+
+    def _publish_jobs(self, stop: threading.Event, seconds: float) -> None:
+        """Write the running jobs (:func:`running_jobs`) to ``jobs.json`` whenever they changed, until ``stop``."""
+        spark, refresher = self._running()
+        path = server_dir(self.settings) / RUNNING_JOBS
+        published = None
+        while not stop.wait(seconds):
+            try:
+                jobs = running_jobs(spark)
+                if jobs != published:
+                    atomic_write_text(path, json.dumps(jobs, indent=2) + "\n")
+                    published = jobs
+            except Exception as e:  # noqa: BLE001 - an observation only: never a reason to stop serving
+                refresher.report_failure("jobs", f"[server] listing running jobs failed: {e}")
 
     def stop(self) -> None:
         """Stop within seconds, also mid-query: every running job is cancelled first."""
@@ -524,7 +534,7 @@ def running_jobs(spark: SparkSession) -> list[dict[str, Any]]:
     """The endpoint's running Spark jobs: id and description (a Thrift statement's jobs carry its text), from
     the application's status store, so an operator or a test sees whether a statement still runs without
     Spark's web UI."""
-    context = spark._jsc.sc()  # type: ignore[attr-defined]
+    context = spark._jsc.sc()
     store = context.statusStore()
     jobs = []
     for job_id in sorted(context.statusTracker().getActiveJobIds()):
