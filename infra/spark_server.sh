@@ -67,6 +67,10 @@ case "${1:-start}" in
       started=$SECONDS
       kill -TERM "$pid" 2>/dev/null || true
       for _ in $(seq 1 120); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+      # Its JVM exits after it, once its shutdown hooks have run: a few seconds' grace for the group.
+      if ! kill -0 "$pid" 2>/dev/null; then
+        for _ in $(seq 1 20); do kill -0 -- "-$pid" 2>/dev/null || break; sleep 0.5; done
+      fi
       if kill -0 "$pid" 2>/dev/null; then
         kill -KILL -- "-$pid" 2>/dev/null || true
         echo "SQL endpoint stopped (SIGKILL: still running $((SECONDS - started))s after SIGTERM)"

@@ -475,8 +475,11 @@ def test_endpoint_serves_dbt_sql_clients_and_new_batches(demo, spark, endpoint, 
 #: than anything dbt or the checks above need.
 STATEMENT_TIMEOUT = 25
 MAX_RESULT_MB = 4
-#: The issue's runaway query: two tasks (one per range partition) that would run for minutes.
-RUNAWAY = "select count(*), '{marker}' from range(200000) a cross join range(200000) b"
+#: The issue's runaway query, a hundred times longer (its 4e10 rows took ~20 s on 2 idle cores): two tasks, one
+#: per partition of the first range, that would run for half an hour. Longer by its first range: a task checks
+#: whether it was cancelled between batches of that range's rows, so a larger second range (or a third) would
+#: leave a cancelled task running for many seconds.
+RUNAWAY = "select count(*), '{marker}' from range(20000000) a cross join range(200000) b"
 
 
 def _running_jobs(home: Path) -> list[dict]:
