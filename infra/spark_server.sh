@@ -62,11 +62,24 @@ case "${1:-start}" in
   stop)
     if running; then
       pid="$(cat "$PIDFILE")"
-      # The Python driver stops both servers and its JVM on SIGTERM; the group kill is the fallback.
+      # The Python driver cancels running jobs, stops both servers and its JVM on SIGTERM; the group kill is
+      # the fallback, and says so (tests check a mid-query stop did not need it).
+      started=$SECONDS
       kill -TERM "$pid" 2>/dev/null || true
-      for _ in $(seq 1 60); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
-      kill -KILL -- "-$pid" 2>/dev/null || true
-      echo "SQL endpoint stopped"
+      for _ in $(seq 1 120); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+      # Its JVM exits after it, once its shutdown hooks have run: a few seconds' grace for the group.
+      if ! kill -0 "$pid" 2>/dev/null; then
+        for _ in $(seq 1 20); do kill -0 -- "-$pid" 2>/dev/null || break; sleep 0.5; done
+      fi
+      if kill -0 "$pid" 2>/dev/null; then
+        kill -KILL -- "-$pid" 2>/dev/null || true
+        echo "SQL endpoint stopped (SIGKILL: still running $((SECONDS - started))s after SIGTERM)"
+      elif kill -0 -- "-$pid" 2>/dev/null; then
+        kill -KILL -- "-$pid" 2>/dev/null || true
+        echo "SQL endpoint stopped (SIGKILL: its process group outlived it)"
+      else
+        echo "SQL endpoint stopped (SIGTERM, $((SECONDS - started))s)"
+      fi
     else
       echo "SQL endpoint is not running"
     fi

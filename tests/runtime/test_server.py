@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -272,6 +274,9 @@ def endpoint(demo, tmp_path):
         SPARK_THRIFT_PORT=str(_free_port()),
         SPARK_CONNECT_PORT=str(_free_port()),
         CHANGELAKE_SERVER_GUARD_RECORD="1",  # what the guard checks, for _check_dbt_sends
+        # Small resource limits, for _check_resource_limits: longer than any statement of dbt's here.
+        CHANGELAKE_SERVER_STATEMENT_TIMEOUT=str(STATEMENT_TIMEOUT),
+        CHANGELAKE_SERVER_MAX_RESULT_MB=str(MAX_RESULT_MB),
     )
     script = REPO / "infra" / "spark_server.sh"
     started = time.monotonic()
@@ -338,7 +343,22 @@ def test_endpoint_serves_dbt_sql_clients_and_new_batches(demo, spark, endpoint, 
         cwd=REPO / "dbt_project", env=env, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert again.returncode == 0, again.stdout[-3000:]
-    dbt_sent = _guard_record(demo.settings.home)  # the start's scratch build, the build, the incremental run
+    # dbt's docs through the endpoint, as `changelake dbt docs generate` runs them warm: statistics, then the
+    # catalog queries; the catalog lists every model.
+    started = time.monotonic()
+    docs = subprocess.run(
+        [str(Path(sys.executable).with_name("changelake")), "dbt", "docs", "generate"],
+        env={**endpoint["env"], "CHANGELAKE_SPARK_REMOTE": endpoint["connect_url"]},
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    print(f"changelake dbt docs generate (warm): {time.monotonic() - started:.1f}s")
+    assert docs.returncode == 0, (docs.stdout + docs.stderr)[-3000:]
+    assert "(dbt target thrift)" in docs.stderr and "row counts not computed" not in docs.stderr, docs.stderr
+    catalog = json.loads((demo.settings.home / "dbt" / "target" / "catalog.json").read_text())
+    assert {f"model.changelake.{mart}" for mart in MARTS} <= set(catalog["nodes"]), sorted(catalog["nodes"])
+    assert not catalog.get("errors"), catalog["errors"]
+    # the start's scratch build, the build, the incremental run, the docs
+    dbt_sent = _guard_record(demo.settings.home)
 
     remote = connect_session(url=endpoint["connect_url"], settings=demo.settings)
     try:
@@ -444,8 +464,182 @@ def test_endpoint_serves_dbt_sql_clients_and_new_batches(demo, spark, endpoint, 
     finally:
         remote.stop()
     assert demo.rows("shop.orders").count() == len(demo.rows_arrow("shop.orders"))
+    _check_resource_limits(endpoint, demo)
     _check_locked_down(endpoint, demo)
-    _check_dbt_sends(dbt_sent)  # last: a new kind dbt sends should not hide what the attack corpus finds
+    _check_dbt_sends(dbt_sent)  # a new kind dbt sends should not hide what the attack corpus finds
+    _check_stop_mid_query(endpoint)  # last: the endpoint is gone after it
+
+
+# --- resource limits (issue 42: a reader's runaway query, a dropped client, a stop mid-query, a huge result) --
+#: The endpoint fixture's statement timeout (seconds) and result cap (MB): small enough to wait for, larger
+#: than anything dbt or the checks above need.
+STATEMENT_TIMEOUT = 25
+MAX_RESULT_MB = 4
+#: The issue's runaway query, a hundred times longer (its 4e10 rows took ~20 s on 2 idle cores): two tasks, one
+#: per partition of the first range, that would run for half an hour. Longer by its first range: a task checks
+#: whether it was cancelled between batches of that range's rows, so a larger second range (or a third) would
+#: leave a cancelled task running for many seconds.
+RUNAWAY = "select count(*), '{marker}' from range(20000000) a cross join range(200000) b"
+
+
+def _running_jobs(home: Path) -> list[dict]:
+    """The endpoint's running Spark jobs, as its poll publishes them (changelake.runtime.server.running_jobs)."""
+    from changelake.runtime.server import RUNNING_JOBS
+
+    try:
+        return json.loads((home / "spark-server" / RUNNING_JOBS).read_text())
+    except (OSError, ValueError):
+        return []
+
+
+def _statement_runs(home: Path, marker: str) -> bool:
+    return any(marker in (job["description"] or "") for job in _running_jobs(home))
+
+
+def _wait(condition, seconds: float, what: str) -> float:
+    """Poll ``condition`` until it holds; the seconds it took (fails naming ``what`` after ``seconds``)."""
+    started = time.monotonic()
+    while not condition():
+        assert time.monotonic() - started < seconds, f"{what}: not after {seconds}s"
+        time.sleep(0.2)
+    return time.monotonic() - started
+
+
+def _runaway_in_background(endpoint, marker: str) -> tuple[threading.Thread, dict]:
+    """The runaway query of a reader in a thread of this process; its outcome (error, seconds) when it ends."""
+    outcome: dict = {}
+
+    def run() -> None:
+        started = time.monotonic()
+        try:
+            outcome["rows"] = _query(_hive(endpoint).cursor(), RUNAWAY.format(marker=marker))
+        except Exception as e:  # noqa: BLE001 - the statement timeout's error is what the test wants
+            outcome["error"] = str(e)
+        outcome["seconds"] = time.monotonic() - started
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, outcome
+
+
+def _check_resource_limits(endpoint, demo) -> None:
+    """A result over the cap is refused and the driver serves on; a reader's runaway query neither delays a
+    batch applied beside it (nor its view) and ends at the statement timeout; a client killed mid-query has
+    its jobs cancelled within seconds."""
+    _check_result_cap(endpoint)
+    _check_runaway_beside_an_apply(endpoint, demo)
+    _check_killed_client(endpoint, demo.settings)
+
+
+def _check_result_cap(endpoint) -> None:
+    """A statement whose result is over CHANGELAKE_SERVER_MAX_RESULT_MB fails with Spark's words; the
+    session (and the driver) answer the next statement."""
+    reader = _hive(endpoint).cursor()
+    # The cap: ~25 MB of hashes (they hardly compress) against a 4 MB cap; then the same session answers.
+    with pytest.raises(Exception, match=r"spark\.driver\.maxResultSize") as refused:
+        _query(reader, "select id, sha2(cast(id as string), 512) as h from range(200000)")
+    assert f"({float(MAX_RESULT_MB)} MiB)" in str(refused.value), str(refused.value)[:500]
+    assert _query(reader, "select count(*) from range(200000)") == [(200000,)]
+    # The issue's result (40 strings of 30 MB, OutOfMemoryError under the default cap): they compress ~250
+    # times, so they pass a cap counted compressed only when it is small; refused here, and the driver lives.
+    with pytest.raises(Exception, match=r"spark\.driver\.maxResultSize") as huge:
+        _query(reader, "select repeat('x', 30000000) as s from range(40)")
+    print(f"the issue's 1.2 GB result: {str(huge.value)[:300]}")
+    assert _query(reader, "select count(*) from range(10)") == [(10,)]
+
+
+def _check_runaway_beside_an_apply(endpoint, demo) -> None:
+    """A reader's runaway query runs; a batch applied meanwhile is committed, its view refreshed and both seen
+    by another session long before the statement timeout ends the runaway query with its error."""
+    from changelake.inputs.datagen import generate
+    from changelake.runtime.server import wait_for_views
+
+    home = demo.settings.home
+    reader = _hive(endpoint).cursor()
+    thread, outcome = _runaway_in_background(endpoint, "runaway-beside-an-apply")
+    _wait(lambda: _statement_runs(home, "runaway-beside-an-apply"), 60, "the runaway query's job")
+    running_since = time.monotonic()
+    last_batch = "select max(_batch_id) from changelake.shop.orders__changelog"
+    [(batch_before,)] = _query(reader, last_batch)
+    [(view_before,)] = _query(reader, "select count(*) from global_temp.shop__orders__input")
+    generate(demo.spec("shop.orders"), demo.settings.landing_dir, batches=1, records=40)
+    warm = {**endpoint["env"], "CHANGELAKE_SPARK_REMOTE": endpoint["connect_url"]}
+    app = subprocess.run(
+        [sys.executable, str(REPO / "spark_apps" / "apply_app.py"), "shop.orders"],
+        env=warm, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert app.returncode == 0 and "committed" in app.stderr, app.stderr[-3000:]
+    after = len(demo.rows_arrow("shop.orders"))
+    wait_for_views(demo.settings, timeout=STATEMENT_TIMEOUT, progress=lambda _m: None)
+    other = _hive(endpoint).cursor()  # another session sees the batch, in the table and in its view
+    assert _query(other, last_batch) == [(batch_before + 1,)]
+    assert _query(other, "select count(*) from changelake.shop.orders") == [(after,)]
+    [(view_rows,)] = _query(other, "select count(*) from global_temp.shop__orders__input")
+    beside = time.monotonic() - running_since
+    print(
+        f"a batch applied and read beside a runaway query: {beside:.1f}s (statement timeout {STATEMENT_TIMEOUT}s)"
+    )
+    assert thread.is_alive(), f"the runaway query ended before the batch was visible: {outcome}"
+    assert view_rows > view_before and _statement_runs(home, "runaway-beside-an-apply")
+    thread.join(STATEMENT_TIMEOUT + 60)
+    assert "error" in outcome and re.search(r"TIMEDOUT|timed? ?out", outcome["error"], re.I), outcome
+    assert STATEMENT_TIMEOUT - 1 < outcome["seconds"] < STATEMENT_TIMEOUT + 30, outcome
+    _wait(lambda: not _statement_runs(home, "runaway-beside-an-apply"), 15, "the timed-out query's jobs")
+    assert _query(other, "select count(*) from changelake.shop.orders") == [(after,)]  # usable after
+
+
+def _check_killed_client(endpoint, settings) -> None:
+    """A client killed mid-query: its statement's jobs are cancelled within seconds, not at the timeout."""
+    from changelake.runtime.endpoint_auth import hive_login
+
+    home = settings.home
+    login = hive_login(settings, "reader")
+    client = subprocess.Popen(
+        [sys.executable, "-c", (
+            "import os, sys; from pyhive import hive\n"
+            "c = hive.connect(host='127.0.0.1', port=int(sys.argv[1]), username='reader', auth='CUSTOM',"
+            " password=os.environ['READER_PASSWORD']).cursor()\n"
+            "c.execute(sys.argv[2]); print(c.fetchall())\n"
+        ), endpoint["env"]["SPARK_THRIFT_PORT"], RUNAWAY.format(marker="runaway-of-a-killed-client")],
+        env={**os.environ, "READER_PASSWORD": login["password"]},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        _wait(lambda: _statement_runs(home, "runaway-of-a-killed-client"), 60, "the killed client's job")
+    finally:
+        client.kill()
+        client.communicate(timeout=30)
+    killed = time.monotonic()
+    gone = _wait(
+        lambda: not _statement_runs(home, "runaway-of-a-killed-client"),
+        STATEMENT_TIMEOUT / 2,
+        "the jobs of a client killed mid-query still run",
+    )
+    print(f"a killed client's query cancelled {gone:.1f}s after the kill")
+    assert time.monotonic() - killed < STATEMENT_TIMEOUT / 2
+    log = (home / "spark-server" / "server.log").read_text()
+    assert "a Thrift client disconnected mid-statement" in log, log[-2000:]
+    assert _query(_hive(endpoint).cursor(), "select count(*) from range(10)") == [(10,)]
+
+
+def _check_stop_mid_query(endpoint) -> None:
+    """`make sql-stop`'s script ends the endpoint within seconds while a runaway query runs, on SIGTERM: the
+    driver cancelled the query and stopped, no SIGKILL needed."""
+    home = Path(endpoint["env"]["CHANGELAKE_HOME"])
+    thread, outcome = _runaway_in_background(endpoint, "runaway-at-stop")
+    _wait(lambda: _statement_runs(home, "runaway-at-stop"), 60, "the runaway query's job")
+    started = time.monotonic()
+    stop = subprocess.run(
+        [str(REPO / "infra" / "spark_server.sh"), "stop"],
+        env=endpoint["env"], capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    took = time.monotonic() - started
+    print(f"stop mid-query: {took:.1f}s: {stop.stdout.strip()}")
+    assert stop.returncode == 0 and "SQL endpoint stopped (SIGTERM" in stop.stdout, stop.stdout + stop.stderr
+    assert took < 20
+    assert "\n[server] stopped" in (home / "spark-server" / "server.log").read_text()[-5000:]  # stop() ran
+    thread.join(30)
+    assert not thread.is_alive() and "error" in outcome, outcome  # the client was told, not left hanging
 
 
 # --- security (issue 42: the endpoint allows what dbt needs and nothing else) ------------------------------
@@ -454,15 +648,16 @@ def test_endpoint_serves_dbt_sql_clients_and_new_batches(demo, spark, endpoint, 
 #: and unit tests' queries, and dbt's catalog reads. A kind dbt starts sending fails the test below, whether the
 #: guard admits it or not: review it against Guard.java's allowlist and docs/sql-endpoint.md, then add it here.
 #: dbt's snapshots need file_format delta, iceberg or hudi, none of which the metastore's tables have here.
+#: `changelake dbt docs generate` adds ANALYZE TABLE (compute_statistics) and SHOW TABLE EXTENDED (the catalog).
 DBT_SENDS = frozenset(
     {
-        "Aggregate", "CTERelationDef", "CTERelationRef", "CreateDataSourceTableAsSelectCommand",
+        "Aggregate", "AnalyzeTableCommand", "CTERelationDef", "CTERelationRef", "CreateDataSourceTableAsSelectCommand",
         "CreateNamespace", "CreateViewCommand", "DataSourceV2Relation", "DescribeTableCommand",
         "DeserializeToObject", "Distinct", "DropNamespace", "DropTable", "DropTempViewCommand", "Filter",
         "GlobalLimit", "InsertIntoHadoopFsRelationCommand", "Join", "LocalLimit", "LocalRelation",
         "LogicalRelation", "OneRowRelation", "Project", "RepairTableCommand", "ResolvedIdentifier",
         "ResolvedNamespace", "SetCatalogAndNamespace", "SetCommand", "ShowNamespacesCommand", "ShowTablesCommand",
-        "SubqueryAlias", "Union", "View", "Window", "WithCTE",
+        "ShowTablesExtended", "SubqueryAlias", "Union", "View", "Window", "WithCTE",
     }
 )  # fmt: skip
 
@@ -491,6 +686,9 @@ def _check_dbt_sends(record: list[tuple[str, str, frozenset[str]]]) -> None:
     # The materializations the project uses, the incremental model's second run among them.
     assert {"CreateDataSourceTableAsSelectCommand", "InsertIntoHadoopFsRelationCommand", "DropTable"} <= sent
     assert {"CreateViewCommand", "DropTempViewCommand", "SetCommand"} <= sent, sorted(sent)
+    assert {"AnalyzeTableCommand", "ShowTablesExtended"} <= sent, sorted(
+        sent
+    )  # the docs' statistics, catalog
 
 
 _GUARD = "changelake SQL endpoint:"
@@ -577,6 +775,19 @@ _GUARDED = [
     f'execute immediate "select {_REFLECT}"',
     "select transform(order_id) using 'cat {f}' as (x string) from changelake.shop.orders",
     "delete from changelake.shop.orders where order_id = -1",
+    # writes to changelake's tables, their changelogs and the server's views (INSERT: Spark refuses it first)
+    "delete from changelake.shop.orders__changelog",
+    "update changelake.shop.orders set shop_id = 0 where order_id = -1",
+    "update changelake.shop.orders__changelog set _batch_id = 0",
+    "merge into changelake.shop.orders t using (select -1 as order_id) s on t.order_id = s.order_id "
+    "when matched then delete",
+    "merge into changelake.shop.orders t using changelake.shop.orders s on t.order_id = s.order_id "
+    "when matched then update set * when not matched then insert *",
+    "delete from global_temp.shop__orders__input where order_id = -1",
+    "update global_temp.shop__orders__input set order_id = 999999",
+    "merge into global_temp.shop__orders__input t using (select 999999 as order_id) s "
+    "on t.order_id = s.order_id when not matched then insert (order_id) values (s.order_id)",
+    "truncate table changelake.shop.orders",
     "create table changelake.shop.x{n} (a int)",
     "drop table changelake.shop.orders",
     "set spark.sql.runSQLOnFiles=true",
@@ -591,6 +802,19 @@ _GUARDED = [
 _REFUSED_BY_SPARK = {
     **{f"select * from {src}": "TABLE_OR_VIEW_NOT_FOUND" for src in _PATH_READS},
     "insert into changelake.shop.orders select * from changelake.shop.orders": "UNSUPPORTED_FEATURE",
+    "insert overwrite changelake.shop.orders select * from changelake.shop.orders": "UNSUPPORTED_FEATURE",
+    "insert into changelake.shop.orders__changelog select * from changelake.shop.orders__changelog": (
+        "UNSUPPORTED_FEATURE"
+    ),
+    "insert overwrite changelake.shop.orders__changelog select * from changelake.shop.orders__changelog": (
+        "UNSUPPORTED_FEATURE"
+    ),
+    "insert into global_temp.shop__orders__input select * from global_temp.shop__orders__input": (
+        "UNSUPPORTED_INSERT.RDD_BASED"
+    ),
+    "insert overwrite table global_temp.shop__orders__input select * from global_temp.shop__orders__input": (
+        "UNSUPPORTED_INSERT.RDD_BASED"
+    ),
     "call changelake.system.rollback_to_snapshot('shop.orders', 1)": "FAILED_TO_LOAD_ROUTINE",
     "create database db{n} with dbproperties ('location'='{d}')": "SET_NAMESPACE_PROPERTY",
 }

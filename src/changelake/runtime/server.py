@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import sys
@@ -100,6 +101,7 @@ def server_conf(settings: Settings, endpoint: Endpoint, classes: Path | None = N
         "spark.sql.thriftServer.queryTimeout": f"{tuned('server_statement_timeout')}s",
         "spark.sql.thriftServer.interruptOnCancel": "true",
         "spark.driver.maxResultSize": f"{tuned('server_max_result_mb')}m",
+        **reserved_slot(settings.spark_master),
         # Clients' statements and the server's own work (input views, applies) in separate pools: the server's
         # pool takes the next free core first, so a reader's long query does not queue an apply behind all its
         # tasks (running tasks are not preempted: the timeout bounds those).
@@ -130,6 +132,23 @@ def server_conf(settings: Settings, endpoint: Endpoint, classes: Path | None = N
 
 #: The scheduler pool of the endpoint's own jobs (view refreshes, applies over the socket).
 SERVER_POOL = "changelake"
+
+
+def reserved_slot(master: str) -> dict[str, str]:
+    """One task slot more than ``local[n]`` asks for, and statements still split into ``n`` tasks by default:
+    a reader's few long tasks (a cross join of two ranges: one task per partition, each running for minutes)
+    fill the cores but not the last slot, which the server's pool takes first, so applies and view refreshes
+    go on beside it. A statement that asks for more partitions can still fill every slot; the statement timeout
+    bounds it. Other masters are left alone (a cluster's executors are sized there)."""
+    match = re.fullmatch(r"local\[(\d+)\]", master.strip())
+    if match is None:
+        return {}
+    cores = int(match.group(1))
+    return {
+        "spark.master": f"local[{cores + 1}]",
+        "spark.default.parallelism": str(cores),
+        "spark.sql.leafNodeDefaultParallelism": str(cores),
+    }
 
 
 def scheduler_pools(settings: Settings) -> Path:
@@ -400,6 +419,10 @@ class Server:
         jvm = spark._jvm
         thrift = jvm.org.apache.spark.sql.hive.thriftserver.HiveThriftServer2
         self._thrift = thrift.startWithContext(spark._jsparkSession.sqlContext())
+        # A client gone mid-statement has its jobs cancelled at once, not at the statement timeout: HiveServer2
+        # notices a dropped connection only when the statement has run (Disconnects.java).
+        if not jvm.changelake.endpoint.Disconnects.install(self._thrift, spark._jsc.sc()):
+            self.progress("[server] Thrift over HTTP: a dropped client's statement runs until its timeout")
         slots = max(1, spark.sparkContext.defaultParallelism)
         warm_python_workers(spark, slots)
         lake = ChangeLake(settings=settings, spark=spark, progress=lambda _m: None)
@@ -461,6 +484,11 @@ class Server:
         """Poll for new snapshots until ``stop`` is set; a failing poll is reported and retried."""
         spark, refresher = self._running()
         spark.sparkContext.setLocalProperty("spark.scheduler.pool", SERVER_POOL)
+        # In a thread of its own: a poll that refreshes a view waits for a task slot, the list must not.
+        jobs = threading.Thread(
+            target=self._publish_jobs, args=(stop, poll_seconds), name="running-jobs", daemon=True
+        )
+        jobs.start()
         while not stop.wait(poll_seconds):
             try:
                 refresher.poll()
@@ -468,6 +496,20 @@ class Server:
                 refresher.report_failure("", f"[server] poll failed, retrying: {type(e).__name__}: {e}")
             else:
                 refresher.clear_failure("")
+
+    def _publish_jobs(self, stop: threading.Event, seconds: float) -> None:
+        """Write the running jobs (:func:`running_jobs`) to ``jobs.json`` whenever they changed, until ``stop``."""
+        spark, refresher = self._running()
+        path = server_dir(self.settings) / RUNNING_JOBS
+        published = None
+        while not stop.wait(seconds):
+            try:
+                jobs = running_jobs(spark)
+                if jobs != published:
+                    atomic_write_text(path, json.dumps(jobs, indent=2) + "\n")
+                    published = jobs
+            except Exception as e:  # noqa: BLE001 - an observation only: never a reason to stop serving
+                refresher.report_failure("jobs", f"[server] listing running jobs failed: {e}")
 
     def stop(self) -> None:
         """Stop within seconds, also mid-query: every running job is cancelled first."""
@@ -482,6 +524,28 @@ class Server:
         if self.spark is not None:
             self.spark.stop()  # stops the Spark Connect service with the context
             self.spark = None
+
+
+#: The Spark jobs running on the endpoint, rewritten by each poll when they changed (:func:`running_jobs`).
+RUNNING_JOBS = "jobs.json"
+
+
+def running_jobs(spark: SparkSession) -> list[dict[str, Any]]:
+    """The endpoint's running Spark jobs: id and description (a Thrift statement's jobs carry its text), from
+    the application's status store, so an operator or a test sees whether a statement still runs without
+    Spark's web UI."""
+    context = spark._jsc.sc()
+    store = context.statusStore()
+    jobs = []
+    for job_id in sorted(context.statusTracker().getActiveJobIds()):
+        try:
+            description = store.job(int(job_id)).description()
+        except Exception:  # noqa: BLE001 - the job ended between the two reads
+            continue
+        jobs.append(
+            {"job": int(job_id), "description": description.get() if description.isDefined() else None}
+        )
+    return jobs
 
 
 def _table_views(name: str) -> list[str]:
