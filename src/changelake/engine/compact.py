@@ -45,7 +45,7 @@ import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pyarrow as pa
@@ -73,6 +73,8 @@ INLINE_FULL_BYTES = 256 << 20
 #: Changelog files smaller than this are merged, once there are CHANGELOG_MERGE_AT of them.
 CHANGELOG_SMALL_BYTES = 32 << 20
 CHANGELOG_MERGE_AT = 10
+#: Merged changelog files become one file per this many bytes of them, at most (what one merge holds in memory).
+CHANGELOG_GROUP_BYTES = 256 << 20
 
 
 @dataclass
@@ -551,22 +553,23 @@ def compact_changelog(
     written: list[str] = []
     try:
         if merge:
-            rows = pa.concat_tables(
-                [_changelog_rows(spec, io, f.path) for f in sorted(merge, key=lambda f: f.batches or (0, 0))]
-            )
-            order = ["_batch_id", *spec.partition_keys, "_bucket", "_log_offset"]
-            rows = rows.take(pc.sort_indices(rows, sort_keys=[(c, "ascending") for c in order]))
-            path = f"{table.location()}/data/compact-{uuid.uuid4().hex[:12]}/changelog-{uuid.uuid4().hex}.parquet"
             codec, level = buckets.compression_of(dict(table.properties))
-            ctx = rewrite_context(storage, spec, table, changelog=True)
-            meta = [*spec.partition_keys, "_change_type", "_batch_id", "_bucket", "_commit_timestamp"]
-            from dataclasses import replace
-
-            buckets.write_file(
-                io, path, rows, meta, replace(ctx, compression=codec, compression_level=level), changelog=True
+            ctx = replace(
+                rewrite_context(storage, spec, table, changelog=True),
+                compression=codec,
+                compression_level=level,
             )
-            written.append(path)
-            out.rows_written = rows.num_rows
+            directory = f"{table.location()}/data/compact-{uuid.uuid4().hex[:12]}"
+            order = ["_batch_id", *spec.partition_keys, "_bucket", "_log_offset"]
+            meta = [*spec.partition_keys, "_change_type", "_batch_id", "_bucket", "_commit_timestamp"]
+            for group in _changelog_groups(sorted(merge, key=lambda f: f.batches or (0, 0))):
+                rows = pa.concat_tables([_changelog_rows(spec, io, f.path) for f in group])
+                rows = rows.take(pc.sort_indices(rows, sort_keys=[(c, "ascending") for c in order]))
+                path = f"{directory}/changelog-{uuid.uuid4().hex}.parquet"
+                buckets.write_file(io, path, rows, meta, ctx, changelog=True)
+                written.append(path)
+                out.rows_written += rows.num_rows
+                del rows
         removed = gone | {f.path for f in merge}
         props = {**Storage.state_properties(table), summary.OPERATION: "compact"}
         kept = [f.batches[0] for f in files if f.path not in gone and f.batches is not None]
@@ -594,6 +597,20 @@ def compact_changelog(
         f"table.log.ttl removed in {time.monotonic() - started:.1f}s"
     )
     return out
+
+
+def _changelog_groups(files: list[TableFile]) -> list[list[TableFile]]:
+    """Consecutive files (in batch order) of at most CHANGELOG_GROUP_BYTES together, each group merged into
+    one file: a forced merge of many small files never holds more than that in this process."""
+    groups: list[list[TableFile]] = [[]]
+    size = 0
+    for f in files:
+        if groups[-1] and size + f.size > CHANGELOG_GROUP_BYTES:
+            groups.append([])
+            size = 0
+        groups[-1].append(f)
+        size += f.size
+    return [g for g in groups if g]
 
 
 def _upper(f: TableFile, field_id: int) -> int | None:
