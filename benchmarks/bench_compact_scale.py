@@ -226,6 +226,31 @@ def compact(home: Path, loaded: dict) -> dict:
     }
 
 
+def _load(home: Path, args: argparse.Namespace) -> dict:
+    """The load, in a child process (its memory is not the driver's)."""
+    print(f"loading {args.gb} GB into {home}", flush=True)
+    child = subprocess.run(
+        [
+            sys.executable,
+            __file__,
+            "--gb",
+            str(args.gb),
+            "--buckets",
+            str(args.buckets),
+            "--generate-only",
+            str(home),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        check=True,
+    )
+    out = child.stdout.strip().splitlines()
+    print("\n".join(out[:-1]), flush=True)
+    loaded = json.loads(out[-1])
+    print(f"loaded: {loaded}", flush=True)
+    return loaded
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--gb", type=float, default=3.2, help="GB of bucket files to load (default 3.2)")
@@ -234,6 +259,12 @@ def main(argv: list[str] | None = None) -> int:
         "--work", type=Path, default=None, help="where the table goes (default: a temp dir in .cache)"
     )
     ap.add_argument("--keep", action="store_true", help="keep the table afterwards")
+    ap.add_argument(
+        "--load-only", action="store_true", help="load the table into --work and stop (implies --keep)"
+    )
+    ap.add_argument(
+        "--reuse", action="store_true", help="compact the table an earlier --load-only left in --work"
+    )
     ap.add_argument("--generate-only", type=Path, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.generate_only is not None:  # the child process of the load
@@ -244,26 +275,14 @@ def main(argv: list[str] | None = None) -> int:
     home = work / "lake"
     (home / "tables").mkdir(parents=True, exist_ok=True)
     try:
-        print(f"loading {args.gb} GB into {home}", flush=True)
-        child = subprocess.run(
-            [
-                sys.executable,
-                __file__,
-                "--gb",
-                str(args.gb),
-                "--buckets",
-                str(args.buckets),
-                "--generate-only",
-                str(home),
-            ],
-            stdout=subprocess.PIPE,
-            text=True,
-            check=True,
-        )
-        out = child.stdout.strip().splitlines()
-        print("\n".join(out[:-1]), flush=True)
-        loaded = json.loads(out[-1])
-        print(f"loaded: {loaded}", flush=True)
+        saved = work / "loaded.json"
+        if args.reuse:
+            loaded = json.loads(saved.read_text())
+        else:
+            loaded = _load(home, args)
+            saved.write_text(json.dumps(loaded))
+        if args.load_only:
+            return 0
         figures = compact(home, loaded)
         result = {
             "command": os.environ.get("BENCH_COMMAND")
@@ -285,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 0 if ok and figures["in_spark"] else 1
     finally:
-        if not args.keep:
+        if not (args.keep or args.load_only):
             shutil.rmtree(work, ignore_errors=True)
 
 
