@@ -198,3 +198,17 @@ def test_a_spark_compaction_losing_to_a_batch_leaves_nothing(lake, monkeypatch):
     assert _compaction_files(table) == []
     assert _rows(table) == sorted([*rows, (5000, "a", 1, "racer")])
     assert _compact(lake, spec, 0, monkeypatch, full=True).full == 2
+
+
+def test_maintain_sends_a_large_compaction_to_spark_and_says_where(lake, monkeypatch):
+    """``changelake maintain``/``compact`` (the API under them, and the maintenance DAG's task) hand the
+    compaction their Spark session: above the threshold its buckets run as Spark tasks, and the progress
+    names the table, the partition, its buckets and rows."""
+    spec = _spec("c.maintained", minor=False)
+    _load(lake, spec)
+    monkeypatch.setenv("CHANGELAKE_SPARK_COMPACT_BYTES", "0")
+    lake.messages.clear()
+    (report,) = lake.maintain(spec.full_name, full=True, expiry=False)
+    assert report.compacted[0].full == 2
+    assert any(m.startswith("[c.maintained] compacting partition ['a']: 4 bucket(s)") for m in lake.messages)
+    assert any("in 8 Spark task(s)" in m for m in lake.messages)
