@@ -806,7 +806,9 @@ process with `spark.master=local[2]` and `spark.driver.memory=512m`, `maintain -
 partition is far above `CHANGELAKE_SPARK_COMPACT_BYTES`, so each bucket is rewritten in a Spark task and only
 paths and counts reach the driver ([operations.md](operations.md#maintenance)). It checks the result from the
 metadata (one file per bucket, the rows loaded minus the deleted plus the delta's) and the key order of the
-largest file, then removes the table.
+largest file, then removes the table. The driver's memory does not grow with the partition; a Python
+worker holds one bucket's rows (read, then sorted: several times its Parquet size), so its peak grows with
+the bucket's size, which `bucket.num` sets.
 """
 
 
