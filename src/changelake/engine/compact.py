@@ -380,7 +380,37 @@ def _run_spark(spark: Callable[[], Any], function, n: int) -> list[dict]:
     session = spark()
     schema = ", ".join(f"{name} {'bigint' if t == pa.int64() else 'string'}" for name, t in _MARKER_FIELDS)
     frame = session.range(0, n, 1, n)
-    return [r.asDict() for r in frame.mapInArrow(function, schema).collect()]
+    try:
+        context = session.sparkContext
+    except Exception:  # noqa: BLE001 - Spark Connect has no sparkContext
+        context = None
+    group = f"changelake-compact-{uuid.uuid4().hex[:12]}"
+    if context is not None:
+        context.setJobGroup(group, "changelake compaction", interruptOnCancel=True)
+    try:
+        return [r.asDict() for r in frame.mapInArrow(function, schema).collect()]
+    except BaseException:
+        if context is not None:
+            _wait_for_tasks(context, group)
+        raise
+    finally:
+        if context is not None:
+            context.setLocalProperty("spark.jobGroup.id", None)
+
+
+def _wait_for_tasks(context, group: str, timeout_s: float = 60.0) -> None:
+    """Wait (at most ``timeout_s``) until no task of the job group runs: a failed job's other tasks are killed
+    asynchronously and may still write their file, which the driver's cleanup must see. A task's Python
+    worker may outlive its task by Spark's ``spark.python.task.killTimeout``: what it writes then is the
+    orphan sweep's."""
+    tracker = context.statusTracker()
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        jobs = [tracker.getJobInfo(j) for j in tracker.getJobIdsForGroup(group)]
+        stages = [tracker.getStageInfo(s) for job in jobs if job is not None for s in job.stageIds]
+        if all(stage is None or stage.numActiveTasks == 0 for stage in stages):
+            return
+        time.sleep(0.1)
 
 
 def _remove_written(table, ctx: BucketContext, written: list[str], in_spark: bool) -> None:
