@@ -89,7 +89,7 @@ rest-catalog: s3 ## Start a local Iceberg REST catalog (loopback, token required
 rest-catalog-stop: ## Stop the REST catalog started by `make rest-catalog`
 	@infra/rest_catalog.sh stop
 
-.PHONY: sql sql-stop kafka kafka-stop demo-kafka bench-latency bench-dbt bench-small bench-longrun bench-kafka bench-kafka-source bench-spark
+.PHONY: sql sql-stop kafka kafka-stop demo-kafka bench-compact-scale bench-latency bench-dbt bench-small bench-longrun bench-kafka bench-kafka-source bench-spark
 sql: setup ## Start the warm SQL endpoint (Spark Connect + Thrift/JDBC, loopback) in the background; print URLs
 	@SPARK_MASTER="$(SPARK_MASTER)" infra/spark_server.sh start
 
@@ -163,6 +163,9 @@ bench-kafka-source: setup ## Kafka topics as a source: records/s beside the same
 S3_BENCH_ARGS ?=
 bench-s3: setup ## The apply and the reads on the local S3 endpoint beside local disk, with each batch's requests (S3_BENCH_ARGS=--rows N) -> docs/benchmarks.md
 	@rc=0; $(PY) benchmarks/bench_s3.py $(S3_BENCH_ARGS) || rc=$$?; $(PY) benchmarks/render_results.py; exit $$rc
+
+bench-compact-scale: setup ## A full compaction of a >= 3 GB table in Spark tasks with spark.driver.memory=512m (COMPACT_SCALE_ARGS=--gb N) -> docs/benchmarks.md
+	@rc=0; $(PY) benchmarks/bench_compact_scale.py $(COMPACT_SCALE_ARGS) || rc=$$?; $(PY) benchmarks/render_results.py; exit $$rc
 
 bench-latency: setup ## CLI latency on the bench's 5M-row table (lookup, scan, status, changelog; warm vs cold 100-record apply) -> docs/benchmarks.md
 	@rc=0; $(PY) benchmarks/bench_latency.py $(LATENCY_ARGS) || rc=$$?; $(PY) benchmarks/render_results.py; exit $$rc

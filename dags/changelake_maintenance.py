@@ -4,7 +4,8 @@ Every apply already compacts and expires what is due after its commit; this DAG 
 to it: full compactions of large partitions, expiry of tables that stopped taking batches, and the orphan
 sweep, which removes files nothing of the table names (a killed apply's or compaction's) once they are older
 than its safety age. It is the whole maintenance of tables with `write-only: true`. Each table's task runs
-`changelake maintain <table> --json` (pyarrow and pyiceberg only, no Spark) and logs what it did; a step that
+`changelake maintain <table> --json` (pyarrow and pyiceberg; Spark tasks, one per bucket, only for a compaction
+larger than CHANGELAKE_SPARK_COMPACT_BYTES) and logs what it did; a step that
 loses a race to a batch leaves the table as it was and is tried again next hour. docs/operations.md#maintenance.
 """
 

@@ -663,8 +663,9 @@ class ChangeLake:
     ) -> list:
         """Maintain a table (or every table that exists): the compactions due (``full``: every partition with
         delta or delete files rewritten), expiry of the snapshots its retention lets go, and with
-        ``orphans_older_than_s`` the orphan sweep. No Spark. See :mod:`changelake.engine.maintain`; a
-        :class:`~changelake.engine.maintain.Report` per table."""
+        ``orphans_older_than_s`` the orphan sweep. Spark only for a compaction larger than
+        ``CHANGELAKE_SPARK_COMPACT_BYTES`` (its buckets merged in Spark tasks; the session started then). See
+        :mod:`changelake.engine.maintain`; a :class:`~changelake.engine.maintain.Report` per table."""
         from changelake.engine.maintain import maintain
 
         names = (
@@ -696,6 +697,7 @@ class ChangeLake:
                     compaction=compaction,
                     expiry=expiry,
                     orphans_older_than_s=orphans_older_than_s,
+                    spark=lambda: self.spark,
                     progress=self.progress,
                 )
             )

@@ -245,6 +245,9 @@ TUNING: dict[str, tuple[str, int | float, int]] = {
     "local_apply_bytes": ("CHANGELAKE_LOCAL_APPLY_BYTES", 64 << 20, 0),
     # ... and the files it must read (beyond the rows this process keeps) at most this many
     "local_read_bytes": ("CHANGELAKE_LOCAL_READ_BYTES", 512 << 20, 0),
+    # a compaction whose partitions' files (the rewritten buckets', the merged deltas', their delete files')
+    # hold more than this many bytes runs in Spark tasks, one per bucket, when a Spark session is at hand
+    "spark_compact_bytes": ("CHANGELAKE_SPARK_COMPACT_BYTES", 512 << 20, 0),
     # the rows of files this process wrote or read, kept for the next merge (MiB; least recently used out)
     "kept_rows_mb": ("CHANGELAKE_KEPT_ROWS_MB", 1024, 0),
     # JSON lines are planned in ranges of about this many bytes ...

@@ -695,7 +695,14 @@ class Applier:
 
         fault("before-maintenance")
         try:
-            maintain(self.storage, spec, lambda _spec: table, inline=True, progress=self.progress)
+            maintain(
+                self.storage,
+                spec,
+                lambda _spec: table,
+                inline=True,
+                spark=lambda: self.spark,
+                progress=self.progress,
+            )
         except Exception as e:  # noqa: BLE001 - the batch is committed; maintenance is retried next time
             self.progress(f"[{spec.full_name}] maintenance after the batch failed, to be tried again: {e}")
 

@@ -6,7 +6,9 @@ expiry once at least ten snapshots are due -- so a table that takes a batch a mi
 to schedule (Paimon's writers compact and expire the same way). ``write-only: true`` turns that off for tables
 whose maintenance runs elsewhere. ``changelake maintain`` and the Airflow ``changelake_maintenance`` DAG run
 everything: every due compaction whatever its size, every due expiry, and the orphan sweep (files older than a
-day by default), which lists the table's directory and so is not run after each batch.
+day by default), which lists the table's directory and so is not run after each batch. A compaction larger
+than ``CHANGELAKE_SPARK_COMPACT_BYTES`` runs in Spark tasks, per bucket (engine/compact.py); the rest needs no
+Spark.
 
 Every step is its own optimistic commit; a step that loses a race to a batch leaves the table as it was and is
 tried again by the next run.
@@ -18,6 +20,7 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.table import Table
@@ -77,18 +80,23 @@ def maintain(
     expiry: bool = True,
     full: bool = False,
     orphans_older_than_s: float | None = None,
+    spark: Callable[[], Any] | None = None,
     progress: Callable[[str], None] = lambda _m: None,
 ) -> Report:
     """Maintain one table: compactions due (``full``: every partition with deltas or deletes), expiry of the
     snapshots its retention lets go (after a batch, ``inline``, once at least ten are due), and, with
     ``orphans_older_than_s``, the orphan sweep. ``roll_forward`` first commits a committed batch's changelog
-    (no snapshot of a batch whose changelog is not committed is ever expired) and returns the PK table."""
+    (no snapshot of a batch whose changelog is not committed is ever expired) and returns the PK table.
+    ``spark`` returns a SparkSession: a compaction larger than ``CHANGELAKE_SPARK_COMPACT_BYTES`` runs in its
+    executors (:mod:`changelake.engine.compact`)."""
     started = time.monotonic()
     report = Report(spec.full_name)
     pk = roll_forward(spec)
     log_table = storage.changelog_table(spec)
     if compaction:
-        done = compact.compact_table(storage, spec, full=full, inline=inline, table=pk, progress=progress)
+        done = compact.compact_table(
+            storage, spec, full=full, inline=inline, table=pk, spark=spark, progress=progress
+        )
         pk = done.committed or pk
         report.compacted.append(done)
         done = compact.compact_changelog(storage, spec, force=full, table=log_table, progress=progress)
