@@ -422,6 +422,36 @@ def range_lines(config: dict[str, str], r: PartitionRange, spec: TableSpec) -> b
     return b"\n".join(lines) + b"\n" if lines else b""
 
 
+def reread(
+    config: dict[str, str], ranges: list[PartitionRange], spec: TableSpec, what: str
+) -> list[tuple[str, bytes, int]]:
+    """A committed batch's ranges read again, as ``(label, lines, first offset)`` (:func:`range_lines`): what
+    the ``__input`` view shows of a topic batch. Offsets that retention deleted since the batch applied them
+    are a ChangelakeError naming them (``what`` says whose input they were), never a shorter input."""
+    from confluent_kafka import TopicPartition
+
+    wanted = [r for r in ranges if r.size]
+    consumer = _consumer(config)
+    try:
+        for r in wanted:
+            low, _high = _watermarks(consumer, TopicPartition(r.topic, r.partition), spec, TIMEOUT_S)
+            if low > r.start:
+                raise ChangelakeError(
+                    f"{spec.full_name}: {what} was read from offsets {r.start}..{r.end - 1} of {r.topic} partition "
+                    f"{r.partition}, and the topic no longer holds offsets {r.start}..{min(low, r.end) - 1} "
+                    "(retention deleted them): that input cannot be shown again"
+                )
+    finally:
+        consumer.close()
+    out = []
+    for r in wanted:
+        try:
+            out.append((r.label, range_lines(config, r, spec), r.start))
+        except BadInput as e:  # deleted between the check and the read
+            raise ChangelakeError(f"{spec.full_name}: {what} cannot be read again: {e}") from None
+    return out
+
+
 # --- producing (datagen's simulated sources, the Kafka demo) --------------------------------------------
 def ensure_topic(config: dict[str, str], topic: str, partitions: int) -> None:
     """Create ``topic`` with ``partitions`` partitions unless it exists (a demo's topics; no replication)."""
