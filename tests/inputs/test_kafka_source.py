@@ -32,8 +32,9 @@ def new_topic(broker, partitions: int = 3, **config: str) -> str:
     return name
 
 
-def spec(table: str, topic: str, **source: object) -> str:
-    source = {"format": "upsert-kafka", "topic": topic, **source}
+def spec(table: str, topic: str | None, **source: object) -> str:
+    """A table of upsert-kafka records from ``topic`` (None: from landed files)."""
+    source = {"format": "upsert-kafka", **({"topic": topic} if topic else {}), **source}
     return json.dumps(
         {
             "name": table,
@@ -429,3 +430,50 @@ def test_the_input_of_a_topic_batch_whose_offsets_retention_deleted_is_an_error_
         ChangelakeError, match=rf"batch 1's input .* offsets 0\.\.4 of {topic} partition 0.*offsets 0\.\.2"
     ):
         lake.input_arrow("k.gone")
+
+
+def test_confluent_avro_records_from_a_topic_give_the_table_their_landed_lines_give(
+    kafka_home, kafka_broker, monkeypatch
+):
+    # A topic's Avro keys and values go to the column-wise Avro decoder as read: never through the JSON lines a
+    # landed file holds them in (rendering those lines fails here), with the same rows and changelog.
+    from changelake.inputs import kafka
+    from changelake.inputs.formats import FORMATS, SourceEvent
+    from changelake.spec import TableSpec
+
+    topic = new_topic(kafka_broker, partitions=2)
+    schemas = str(kafka_home / "schemas")
+    avro = {
+        "key.format": "avro-confluent",
+        "key.avro-confluent.schema-dir": schemas,
+        "value.format": "avro-confluent",
+        "value.avro-confluent.schema-dir": schemas,
+    }
+    (kafka_home / "tables" / "k.avro.yaml").write_text(spec("k.avro", topic, **avro))
+    (kafka_home / "tables" / "k.avrol.yaml").write_text(spec("k.avrol", None, **avro))
+    lake = sparkless_lake(kafka_home)
+    events = []
+    for i in range(400):
+        k = i % 60
+        row = {"id": k, "name": f"v{i}", "n": i}
+        kind = "delete" if i % 9 == 8 else ("update" if i >= 60 else "insert")
+        before, after = (row, None) if kind == "delete" else (None, row)
+        events.append(
+            SourceEvent(kind, before, after, kafka=(topic, k % 2, i))
+        )  # a key's records: one partition
+    landed_spec = TableSpec.from_dict(json.loads((kafka_home / "tables" / "k.avrol.yaml").read_text()))
+    lines = FORMATS["upsert-kafka"].render(landed_spec, events)
+    kafka.produce_lines(kafka_broker.config, topic, lake.spec("k.avro"), lines)
+    landing = kafka_home / "landing" / "k.avrol"
+    landing.mkdir(parents=True)
+    (landing / "1.jsonl").write_text("\n".join(lines) + "\n")
+    (landed,) = lake.apply_pending("k.avrol")
+
+    def rendered(*_args):
+        raise AssertionError("a topic's Avro records were rendered as JSON lines to be decoded")
+
+    monkeypatch.setattr(kafka, "render_lines", rendered)
+    (result,) = lake.apply_pending("k.avro")
+    assert result.source["messages"] == landed.source["messages"] == 400
+    assert result.counts == landed.counts
+    assert table_of(lake, "k.avro") == table_of(lake, "k.avrol")
