@@ -44,7 +44,7 @@ from changelake.spec import SpecDirectory, TableSpec, check_new_table, load_spec
 from changelake.storage import sparkread
 from changelake.storage.fastread import FastReader, changelog_order, expired_before, json_default
 from changelake.storage.iceberg import CHANGELOG_SUFFIX, Storage
-from changelake.storage.summary import API, LOOKUP, SQL, WriterPosition, check_writer_name
+from changelake.storage.summary import API, LOOKUP, SQL, BatchSummary, WriterPosition, check_writer_name
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -757,9 +757,11 @@ class ChangeLake:
         ``source:`` settings recorded in its snapshot (a spec file edited later changes nothing here), after
         checking the files against the checksum its commit recorded. A landed file changed or missing since
         its batch committed is a ChangelakeError naming the file and the batch: the exact recomputation must
-        not run on input the table never saw. Quarantined records are not part of the input. Batches that
-        did not come from landed files (API records, lookup inserts, ``apply --file`` from elsewhere) have no
-        landed input. A batch committed before the apply recorded how it read it (no ``changelake.input`` in
+        not run on input the table never saw. Quarantined records are not part of the input. A batch read
+        from a Kafka topic is read again from the offset ranges its snapshot names, decoded the same way
+        (``_line`` is the offset); offsets retention or compaction took since are a ChangelakeError naming
+        them. Batches that did not come from landed files or topics (API records, lookup inserts, ``apply
+        --file`` from elsewhere) have no input here. A batch committed before the apply recorded how it read it (no ``changelake.input`` in
         its snapshot) is read from the landed file of its id with today's source settings, still checked
         against its checksum; that such a file went missing cannot be told from a batch never landed."""
         return self._committed_input(self.spec(table))
@@ -785,7 +787,8 @@ class ChangeLake:
         return empty.unionByName(row.where(F.raise_error(F.lit(message)).isNull()))
 
     def _committed_input(self, spec: TableSpec) -> pa.Table:
-        """Read every committed landed batch of ``spec``'s table as it was applied (see :meth:`input_arrow`)."""
+        """Read every committed landed or topic batch of ``spec``'s table as it was applied (see
+        :meth:`input_arrow`)."""
         import pyarrow as pa
 
         parts = []
@@ -795,6 +798,11 @@ class ChangeLake:
             batch_id = summary.batch_id
             if summary.input is not None:
                 how = summary.input
+                if how.get("kafka"):
+                    parts.append(
+                        _project(_topic_batch_input(spec, batch_id, how, summary, self.settings), spec)
+                    )
+                    continue
                 if not how.get("landed"):
                     continue  # API records or a file from elsewhere: no landed input
                 paths = [directory / name for name in how["files"]]
@@ -811,6 +819,33 @@ class ChangeLake:
             _verify(spec, batch_id, paths, batch_spec, fmt, target_columns, summary.checksum, merge_mode)
             parts.append(_project(_batch_input(batch_id, paths, batch_spec, fmt), spec))
         return pa.concat_tables(parts) if parts else _input_schema(spec).empty_table()
+
+
+def _topic_batch_input(
+    spec: TableSpec, batch_id: int, how: dict, summary: BatchSummary, settings: Settings
+) -> pa.Table:
+    """A topic batch's records as delivered, read again from the offset ranges its snapshot recorded (Kafka's
+    records at given offsets never change; retention and compaction can only take some away, which is an
+    error here: the drift checks must not recompute from less than the batch applied)."""
+    from changelake.inputs.readers import delivered_topic_records
+
+    batch_spec = _as_applied(spec, how, batch_id)
+    config_spec = spec if spec.source_options.kafka is not None else batch_spec
+    ranges = [kafka.PartitionRange(str(t), int(p), int(a), int(b)) for t, p, a, b in how["kafka"]]
+    what = f"batch {batch_id}'s input"
+    lines = kafka.reread(kafka.client_config(config_spec, settings), ranges, batch_spec, what)
+    records, messages = delivered_topic_records(batch_id, lines, batch_spec)
+    committed = int(summary.source.get("messages", 0))
+    if messages != committed:
+        raise ChangelakeError(
+            f"{spec.full_name}: {what} was {committed} message(s) at offsets {_describe_ranges(ranges)}; the topic "
+            f"now holds {messages} there (compaction or deletion since): that input cannot be shown again"
+        )
+    return records
+
+
+def _describe_ranges(ranges: list[kafka.PartitionRange]) -> str:
+    return ", ".join(f"{r.topic}/{r.partition}:{r.start}..{r.end - 1}" for r in ranges if r.size)
 
 
 def _own_records(spec: TableSpec, fmt: str) -> TableSpec:

@@ -32,8 +32,9 @@ def new_topic(broker, partitions: int = 3, **config: str) -> str:
     return name
 
 
-def spec(table: str, topic: str, **source: object) -> str:
-    source = {"format": "upsert-kafka", "topic": topic, **source}
+def spec(table: str, topic: str | None, **source: object) -> str:
+    """A table of upsert-kafka records from ``topic`` (None: from landed files)."""
+    source = {"format": "upsert-kafka", **({"topic": topic} if topic else {}), **source}
     return json.dumps(
         {
             "name": table,
@@ -339,3 +340,140 @@ def test_producing_waits_while_the_local_queue_is_full():
     _produce(producer, "t", value=b"v", partition=0)
     assert producer.produced == [("t", {"value": b"v", "partition": 0})]
     assert producer.polls == 2
+
+
+def _delivered(
+    produced: dict[int, list[tuple]], batch_id: int, topic: str, first: dict[int, int]
+) -> list[tuple]:
+    """The input rows a batch of upsert-kafka records produced to given partitions must show: per record its
+    batch, partition, offset (``first``: each partition's offset before the batch), change and key/name."""
+    out = []
+    for partition, records in sorted(produced.items()):
+        for n, (key, value) in enumerate(records):
+            offset = first.get(partition, 0) + n
+            name = None if value is None else json.loads(value)["name"]
+            op = "-D" if value is None else "+U"
+            out.append((batch_id, topic, partition, offset, offset, op, json.loads(key)["id"], name))
+    return out
+
+
+def input_rows(table) -> list[tuple]:
+    cols = ("_batch_id", "_topic", "_partition", "_offset", "_line", "_op", "id", "name")
+    return [tuple(r[c] for c in cols) for r in table.to_pylist()]
+
+
+def test_the_input_of_topic_batches_is_read_again_from_the_offsets_each_batch_committed(
+    kafka_home, kafka_broker
+):
+    # The __input view the drift checks recompute aggregates from: for a topic batch it is the records at the
+    # offsets the batch's snapshot names, in the batch's arrival order (partition, then offset), tombstones and
+    # all -- not the records the topic holds now (the third lot below is produced after the second batch).
+    topic = new_topic(kafka_broker)
+    (kafka_home / "tables" / "k.input.yaml").write_text(spec("k.input", topic))
+    lake = sparkless_lake(kafka_home)
+    first = {p: upserts(range(p * 100, p * 100 + 7), tombstone_every=3) for p in range(3)}
+    for p, records in first.items():
+        kafka_broker.produce(topic, records, partition=p)
+    lake.apply_pending("k.input")
+    second = {0: upserts([1, 2, 3], start=50), 2: upserts([7], start=60, tombstone_every=1)}
+    for p, records in second.items():
+        kafka_broker.produce(topic, records, partition=p)
+    lake.apply_pending("k.input")
+    kafka_broker.produce(topic, upserts([5], start=70), partition=1)  # not applied: not input
+    expected = _delivered(first, 1, topic, {}) + _delivered(second, 2, topic, {0: 7, 2: 7})
+    assert input_rows(lake.input_arrow("k.input")) == expected
+
+
+def test_the_input_of_cdc_values_from_a_topic_leaves_out_quarantined_records(kafka_home, kafka_broker):
+    topic = new_topic(kafka_broker, partitions=1)
+    table = {
+        "name": "k.cdcin",
+        "columns": [{"name": "id", "type": "BIGINT"}, {"name": "name", "type": "STRING"}],
+        "primary_key": ["id"],
+        "source": {"format": "debezium-json", "topic": topic, "on-bad-record": "quarantine"},
+    }
+    (kafka_home / "tables" / "k.cdcin.yaml").write_text(json.dumps(table))
+    lake = sparkless_lake(kafka_home)
+    kafka_broker.produce(
+        topic,
+        [
+            (None, json.dumps({"before": None, "after": {"id": 1, "name": "a"}, "op": "c"})),
+            (None, "{not json"),
+            (None, None),  # a tombstone: no message
+            (
+                None,
+                json.dumps({"before": {"id": 1, "name": "a"}, "after": {"id": 1, "name": "b"}, "op": "u"}),
+            ),
+        ],
+    )
+    (result,) = lake.apply_pending("k.cdcin")
+    assert result.source["quarantined"] == 1
+    got = [(r["_line"], r["_op"], r["id"], r["name"]) for r in lake.input_arrow("k.cdcin").to_pylist()]
+    assert got == [(0, "+I", 1, "a"), (3, "-U", 1, "a"), (3, "+U", 1, "b")]
+
+
+def test_the_input_of_a_topic_batch_whose_offsets_retention_deleted_is_an_error_naming_them(
+    kafka_home, kafka_broker
+):
+    from changelake.errors import ChangelakeError
+
+    topic = new_topic(kafka_broker, partitions=1)
+    (kafka_home / "tables" / "k.gone.yaml").write_text(spec("k.gone", topic))
+    lake = sparkless_lake(kafka_home)
+    kafka_broker.produce(topic, upserts(range(5)))
+    lake.apply_pending("k.gone")
+    kafka_broker.produce(topic, upserts(range(5, 8), start=5))
+    lake.apply_pending("k.gone")
+    assert lake.input_arrow("k.gone").num_rows == 8
+    kafka_broker.delete_records(topic, 0, 3)  # retention, after both batches applied
+    with pytest.raises(
+        ChangelakeError, match=rf"batch 1's input .* offsets 0\.\.4 of {topic} partition 0.*offsets 0\.\.2"
+    ):
+        lake.input_arrow("k.gone")
+
+
+def test_confluent_avro_records_from_a_topic_give_the_table_their_landed_lines_give(
+    kafka_home, kafka_broker, monkeypatch
+):
+    # A topic's Avro keys and values go to the column-wise Avro decoder as read: never through the JSON lines a
+    # landed file holds them in (rendering those lines fails here), with the same rows and changelog.
+    from changelake.inputs import kafka
+    from changelake.inputs.formats import FORMATS, SourceEvent
+    from changelake.spec import TableSpec
+
+    topic = new_topic(kafka_broker, partitions=2)
+    schemas = str(kafka_home / "schemas")
+    avro = {
+        "key.format": "avro-confluent",
+        "key.avro-confluent.schema-dir": schemas,
+        "value.format": "avro-confluent",
+        "value.avro-confluent.schema-dir": schemas,
+    }
+    (kafka_home / "tables" / "k.avro.yaml").write_text(spec("k.avro", topic, **avro))
+    (kafka_home / "tables" / "k.avrol.yaml").write_text(spec("k.avrol", None, **avro))
+    lake = sparkless_lake(kafka_home)
+    events = []
+    for i in range(400):
+        k = i % 60
+        row = {"id": k, "name": f"v{i}", "n": i}
+        kind = "delete" if i % 9 == 8 else ("update" if i >= 60 else "insert")
+        before, after = (row, None) if kind == "delete" else (None, row)
+        events.append(
+            SourceEvent(kind, before, after, kafka=(topic, k % 2, i))
+        )  # a key's records: one partition
+    landed_spec = TableSpec.from_dict(json.loads((kafka_home / "tables" / "k.avrol.yaml").read_text()))
+    lines = FORMATS["upsert-kafka"].render(landed_spec, events)
+    kafka.produce_lines(kafka_broker.config, topic, lake.spec("k.avro"), lines)
+    landing = kafka_home / "landing" / "k.avrol"
+    landing.mkdir(parents=True)
+    (landing / "1.jsonl").write_text("\n".join(lines) + "\n")
+    (landed,) = lake.apply_pending("k.avrol")
+
+    def rendered(*_args):
+        raise AssertionError("a topic's Avro records were rendered as JSON lines to be decoded")
+
+    monkeypatch.setattr(kafka, "render_lines", rendered)
+    (result,) = lake.apply_pending("k.avro")
+    assert result.source["messages"] == landed.source["messages"] == 400
+    assert result.counts == landed.counts
+    assert table_of(lake, "k.avro") == table_of(lake, "k.avrol")

@@ -391,7 +391,40 @@ def read_range(config: dict[str, str], r: PartitionRange) -> Iterator[Any]:
         consumer.close()
 
 
+@dataclass(frozen=True)
+class RangeRecords:
+    """The records of one range as read (:func:`range_records`): each one's offset, key, value and
+    timestamp (None: the record has none), in offset order."""
+
+    range: PartitionRange
+    offsets: list[int]
+    keys: list[bytes | None]
+    values: list[bytes | None]
+    timestamps: list[int | None]
+
+
+def range_records(config: dict[str, str], r: PartitionRange) -> RangeRecords:
+    """The records at offsets ``[r.start, r.end)`` of one partition, held as plain lists (what a decode task
+    needs of a ``Message``, taken once)."""
+    offsets: list[int] = []
+    keys: list[bytes | None] = []
+    values: list[bytes | None] = []
+    timestamps: list[int | None] = []
+    for m in read_range(config, r):
+        timestamp_type, timestamp = m.timestamp()
+        offsets.append(m.offset())
+        keys.append(m.key())
+        values.append(m.value())
+        timestamps.append(timestamp if timestamp_type else None)
+    return RangeRecords(r, offsets, keys, values, timestamps)
+
+
 def range_lines(config: dict[str, str], r: PartitionRange, spec: TableSpec) -> bytes:
+    """A range's records as the JSON lines its format's decoder reads (:func:`render_lines`)."""
+    return render_lines(range_records(config, r), spec)
+
+
+def render_lines(records: RangeRecords, spec: TableSpec) -> bytes:
     """A range's records as the JSON lines its format's decoder reads, line ``n`` (0-based) holding offset
     ``r.start + n`` and an empty line for an offset without a record. upsert-kafka lines are what a landed
     upsert-kafka line holds (:func:`changelake.inputs.formats.kafka_container.kafka_line`); the CDC and
@@ -399,27 +432,57 @@ def range_lines(config: dict[str, str], r: PartitionRange, spec: TableSpec) -> b
     is no message)."""
     from changelake.inputs.formats import kafka_container
 
+    r = records.range
     lines: list[bytes] = [b""] * r.size
     fmt = spec.source.get("format")
+    rows = zip(records.offsets, records.keys, records.values, records.timestamps, strict=True)
     if fmt == "upsert-kafka":
         render = kafka_container.line_renderer(spec)
-        for m in read_range(config, r):
-            timestamp_type, timestamp = m.timestamp()
+        for offset, key, value, timestamp in rows:
             record = {
-                "key": m.key(),
-                "value": m.value(),
+                "key": key,
+                "value": value,
                 "topic": r.topic,
                 "partition": r.partition,
-                "offset": m.offset(),
-                "timestamp": timestamp if timestamp_type else None,
+                "offset": offset,
+                "timestamp": timestamp,
             }
-            lines[m.offset() - r.start] = render(record, r.label, m.offset())[:-1]
+            lines[offset - r.start] = render(record, r.label, offset)[:-1]
     else:
-        for m in read_range(config, r):
-            value = m.value()
+        for offset, _key, value, _timestamp in rows:
             if value is not None:
-                lines[m.offset() - r.start] = value.replace(b"\r", b" ").replace(b"\n", b" ")
+                lines[offset - r.start] = value.replace(b"\r", b" ").replace(b"\n", b" ")
     return b"\n".join(lines) + b"\n" if lines else b""
+
+
+def reread(
+    config: dict[str, str], ranges: list[PartitionRange], spec: TableSpec, what: str
+) -> list[tuple[str, bytes, int]]:
+    """A committed batch's ranges read again, as ``(label, lines, first offset)`` (:func:`range_lines`): what
+    the ``__input`` view shows of a topic batch. Offsets that retention deleted since the batch applied them
+    are a ChangelakeError naming them (``what`` says whose input they were), never a shorter input."""
+    from confluent_kafka import TopicPartition
+
+    wanted = [r for r in ranges if r.size]
+    consumer = _consumer(config)
+    try:
+        for r in wanted:
+            low, _high = _watermarks(consumer, TopicPartition(r.topic, r.partition), spec, TIMEOUT_S)
+            if low > r.start:
+                raise ChangelakeError(
+                    f"{spec.full_name}: {what} was read from offsets {r.start}..{r.end - 1} of {r.topic} partition "
+                    f"{r.partition}, and the topic no longer holds offsets {r.start}..{min(low, r.end) - 1} "
+                    "(retention deleted them): that input cannot be shown again"
+                )
+    finally:
+        consumer.close()
+    out = []
+    for r in wanted:
+        try:
+            out.append((r.label, range_lines(config, r, spec), r.start))
+        except BadInput as e:  # deleted between the check and the read
+            raise ChangelakeError(f"{spec.full_name}: {what} cannot be read again: {e}") from None
+    return out
 
 
 # --- producing (datagen's simulated sources, the Kafka demo) --------------------------------------------

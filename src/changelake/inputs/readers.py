@@ -180,15 +180,20 @@ class _JsonReader:
             raise stop
         return entries
 
-    def read_lines(self, path: PurePath) -> tuple[list[_Entry], BadRecordError | None]:
+    def read_lines(
+        self, path: PurePath, data: bytes | None = None, first_line: int = 1
+    ) -> tuple[list[_Entry], BadRecordError | None]:
         """The lines of a landed file as :meth:`read` decodes them, and the bad record that stopped it (under
         ``on-bad-record: fail``; quarantined ones are dead letters). No line is read whole past
-        CHANGELAKE_MAX_RECORD_BYTES: a longer one is a bad record, its rest skipped in bounded reads."""
+        CHANGELAKE_MAX_RECORD_BYTES: a longer one is a bad record, its rest skipped in bounded reads.
+        ``data``: the lines themselves (a Kafka range's, :func:`changelake.inputs.kafka.range_lines`), which
+        ``path`` then only names, numbered from ``first_line`` (a range's first offset) as its decode task
+        numbers them."""
         entries: list[_Entry] = []
         limit = max_record_bytes()
         try:
-            with _open_lines(path, self.spec) as fh:
-                line_no = 0
+            with io.BytesIO(data) if data is not None else _open_lines(path, self.spec) as fh:
+                line_no = first_line - 1
                 while line := fh.readline(limit + 1):
                     line_no += 1
                     too_long = len(line) > limit and not line.endswith(b"\n")
@@ -389,19 +394,54 @@ def delivered_records(batches: dict[int, LandedPath], spec: TableSpec) -> pa.Tab
     """Every record of the given JSON-lines batches as delivered (no ordering, no dedup), with its batch,
     line and Kafka topic/partition/offset; quarantined lines are left out. Parquet batches are skipped."""
     opts = spec.source_options
-    names = [*spec.column_names, *(n for n, _ in INPUT_META)]
-    columns: dict[str, list] = {n: [] for n in names}
+    columns = _delivered_columns(spec)
     for batch_id, path in batches.items():
         fmt = format_for(path, spec)
         if not isinstance(formats.FORMATS.get(fmt), formats.JsonLinesFormat):
             continue
         scratch = DecodedBatch(batch_arrow_schema(spec).empty_table())
         reader = _JsonReader(spec, fmt, opts, scratch)
-        for entry in reader.claim_offsets(reader.read(path), 0, OffsetIndex({0: str(path)})):
-            meta = (batch_id, entry.line, *(entry.kafka or (None, None, None)))
-            for op, values in entry.changes:
-                for name, value in zip(names, (*values, op, *meta), strict=True):
-                    columns[name].append(value)
+        _deliver(columns, batch_id, reader.claim_offsets(reader.read(path), 0, OffsetIndex({0: str(path)})))
+    return _delivered_table(columns, spec)
+
+
+def delivered_topic_records(
+    batch_id: int, ranges: list[tuple[str, bytes, int]], spec: TableSpec
+) -> tuple[pa.Table, int]:
+    """:func:`delivered_records` of one topic batch: its ranges as ``(label, lines, first offset)``, the lines
+    :func:`changelake.inputs.kafka.range_lines` makes of them, decoded as the batch's decode tasks decode them
+    (``_line`` is the offset, as in the apply's dead letters). Also the messages read, which the caller
+    compares with the count the batch committed: a topic may lose records (compaction) that a checksum of its
+    offsets cannot show."""
+    opts = spec.source_options
+    fmt = str(spec.source.get("format"))
+    columns = _delivered_columns(spec)
+    scratch = DecodedBatch(batch_arrow_schema(spec).empty_table())
+    reader = _JsonReader(spec, fmt, opts, scratch)
+    offsets = OffsetIndex({index: label for index, (label, _, _) in enumerate(ranges)})
+    for index, (label, lines, first) in enumerate(ranges):
+        entries, stop = reader.read_lines(PurePath(label), lines, first)
+        if stop is not None:
+            raise stop
+        _deliver(columns, batch_id, reader.claim_offsets(entries, index, offsets))
+    return _delivered_table(columns, spec), scratch.messages
+
+
+def _delivered_columns(spec: TableSpec) -> dict[str, list]:
+    return {n: [] for n in (*spec.column_names, *(n for n, _ in INPUT_META))}
+
+
+def _deliver(columns: dict[str, list], batch_id: int, entries: list[_Entry]) -> None:
+    """Append each change of ``entries`` with its batch, line and Kafka topic/partition/offset."""
+    names = list(columns)
+    for entry in entries:
+        meta = (batch_id, entry.line, *(entry.kafka or (None, None, None)))
+        for op, values in entry.changes:
+            for name, value in zip(names, (*values, op, *meta), strict=True):
+                columns[name].append(value)
+
+
+def _delivered_table(columns: dict[str, list], spec: TableSpec) -> pa.Table:
     schema = pa.schema(
         [pa.field(c.name, c.type.arrow_type()) for c in spec.columns]
         + [pa.field(n, t) for n, t in INPUT_META]

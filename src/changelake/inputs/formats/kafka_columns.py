@@ -56,16 +56,8 @@ def decode_columns(
 ) -> tuple[np.ndarray, pa.Array, list[pa.Array], list[pa.Array]] | None:
     """(line numbers, ops, storage-typed columns, [topic, partition, offset]) of a range of upsert-kafka lines
     whose key and value are Avro, or None to decode it message by message."""
-    from changelake.inputs.records import ColumnRules
-
     opts = spec.source_options
-    if not all(
-        isinstance(c, kafka_codecs.AvroCodec | kafka_codecs.RawCodec) for c in (key_codec, value_codec)
-    ):
-        return None
-    if not any(isinstance(c, kafka_codecs.AvroCodec) for c in (key_codec, value_codec)):
-        return None  # raw alone: not worth a path of its own
-    if ColumnRules(spec).checks or opts.ordering != "arrival" or opts.ignore_unknown_fields:
+    if not _columnar(spec, key_codec, value_codec):
         return None
     line_numbers = object_lines(data, first_line)
     if line_numbers is None:
@@ -94,11 +86,68 @@ def decode_columns(
     values = _base64_values(env["value"])
     if keys is None or values is None:
         return None
+    return _records(spec, key_codec, value_codec, keys, values, line_numbers, kafka)
+
+
+def decode_records(
+    keys: list[bytes | None],
+    values: list[bytes | None],
+    topic: str,
+    partition: int,
+    offsets: np.ndarray,
+    spec: TableSpec,
+    key_codec: Any,
+    value_codec: Any,
+) -> tuple[np.ndarray, pa.Array, list[pa.Array], list[pa.Array]] | None:
+    """:func:`decode_columns` of records read from a topic partition (offsets in order, each its line number
+    as a topic range numbers them): their key and value bytes go straight to the Avro decoder, without the
+    JSON line a landed file holds them in (base64 text rendered, then parsed and decoded again). None when the
+    per-message path must decide (the same conditions as for a range of lines)."""
+    if not _columnar(spec, key_codec, value_codec):
+        return None
+    n = len(offsets)
+    line_numbers = np.asarray(offsets, np.int64)
+    if not n:
+        return line_numbers, pa.array([], pa.string()), [], []
+    if any(k is None for k in keys):
+        return None
+    kafka = [
+        pa.array([topic] * n, pa.string()),
+        pa.array(np.full(n, partition, np.int32)),
+        pa.array(line_numbers, pa.int64()),
+    ]
+    return _records(spec, key_codec, value_codec, keys, values, line_numbers, kafka)
+
+
+def _columnar(spec: TableSpec, key_codec: Any, value_codec: Any) -> bool:
+    """Whether the table's key and value formats and source settings have a column-wise decode."""
+    from changelake.inputs.records import ColumnRules
+
+    opts = spec.source_options
+    if not all(
+        isinstance(c, kafka_codecs.AvroCodec | kafka_codecs.RawCodec) for c in (key_codec, value_codec)
+    ):
+        return False
+    if not any(isinstance(c, kafka_codecs.AvroCodec) for c in (key_codec, value_codec)):
+        return False  # raw alone: not worth a path of its own
+    return not (ColumnRules(spec).checks or opts.ordering != "arrival" or opts.ignore_unknown_fields)
+
+
+def _records(
+    spec: TableSpec,
+    key_codec: Any,
+    value_codec: Any,
+    keys: list[bytes | None],
+    values: list[bytes | None],
+    line_numbers: np.ndarray,
+    kafka: list[pa.Array],
+) -> tuple[np.ndarray, pa.Array, list[pa.Array], list[pa.Array]] | None:
     key_cols = _part_columns(key_codec, keys, spec)
     value_cols = _part_columns(value_codec, values, spec)
     if key_cols is None or value_cols is None:
         return None
-    return _rows(spec, key_cols, value_cols, env["value"], opts, n, line_numbers, kafka)
+    tombstone = pa.array([v is None for v in values], pa.bool_())
+    return _rows(spec, key_cols, value_cols, tombstone, spec.source_options, len(keys), line_numbers, kafka)
 
 
 def _one_name_per_line(data: bytes | memoryview, env: dict[str, pa.Array], n: int) -> bool:
@@ -376,15 +425,15 @@ def _rows(
     spec: TableSpec,
     key_cols: dict[str, pa.Array],
     value_cols: dict[str, pa.Array],
-    value_text: pa.Array,
+    tombstone: pa.Array,
     opts: Any,
     n: int,
     line_numbers: np.ndarray,
     kafka: list[pa.Array],
 ) -> tuple[np.ndarray, pa.Array, list[pa.Array], list[pa.Array]] | None:
-    """The records: ``+U`` with the value's columns and the key's, ``-D`` (the key only) for a null value."""
+    """The records: ``+U`` with the value's columns and the key's, ``-D`` (the key only) for a null value
+    (``tombstone``)."""
     prefix = opts.key_fields_prefix
-    tombstone = pc.is_null(value_text)
     op = pc.if_else(tombstone, "-D", "+U")
     arrays = []
     for column in spec.columns:

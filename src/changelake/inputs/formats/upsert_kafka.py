@@ -98,6 +98,20 @@ class UpsertKafka(JsonLinesFormat):
         key_codec, value_codec = self.codecs(spec, opts)
         return decode_columns(data, first_line, spec, key_codec, value_codec)
 
+    def record_columns(self, records: Any, spec: TableSpec) -> Any:
+        """:meth:`columns` of a topic range's records (:class:`changelake.inputs.kafka.RangeRecords`), their
+        key and value bytes decoded as read, without a JSON line between; None to decode their lines."""
+        import numpy as np
+
+        from changelake.inputs.formats.kafka_columns import decode_records
+
+        key_codec, value_codec = self.codecs(spec, spec.source_options)
+        r = records.range
+        offsets = np.asarray(records.offsets, np.int64)
+        return decode_records(
+            records.keys, records.values, r.topic, r.partition, offsets, spec, key_codec, value_codec
+        )
+
     def codecs(self, spec: TableSpec, opts: SourceOptions) -> tuple[kafka_codecs.Codec, kafka_codecs.Codec]:
         """The table's key and value codecs (SpecError if its columns cannot take the chosen formats)."""
         return kafka_codecs.codecs_for(
