@@ -104,8 +104,8 @@ def local_path(location: str) -> str | None:
 
 
 #: An object of at most this many bytes (its size known from the manifest) is read whole by one GET: a delete
-#: file, a batch's new rows. A larger one is read by ranges: its footer and the row groups a read needs (with its
-#: size from the manifest, which Iceberg's readers trust too, and no HEAD to ask the store for it).
+#: file, a batch's new rows. A larger one is opened (a HEAD) and read by ranges: its footer and the row groups a
+#: read needs.
 WHOLE_OBJECT_BYTES = 1 << 20
 
 
@@ -280,7 +280,7 @@ class DirectSource(TableSource):
                 import pyarrow as pa
 
                 return pa.BufferReader(self.store.read(path))  # one GET, where an open is a HEAD and GETs
-            return self.store.open_input(path, size)
+            return self.store.open_input(path)
         raise Unsupported(f"file at {path}")
 
 
