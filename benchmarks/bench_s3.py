@@ -106,10 +106,12 @@ def cold(env: dict[str, str], args: list[str], runs: int) -> list[float]:
     for _ in range(runs):
         settle()
         start = time.perf_counter()
-        subprocess.run(
-            [str(REPO / ".venv" / "bin" / "changelake"), *args], env=env, check=True, capture_output=True
+        done = subprocess.run(
+            [str(REPO / ".venv" / "bin" / "changelake"), *args], env=env, capture_output=True, text=True
         )
         out.append(time.perf_counter() - start)
+        if done.returncode != 0:
+            raise SystemExit(f"changelake {' '.join(args)} exited {done.returncode}:\n{done.stderr[-3000:]}")
     return out
 
 

@@ -795,6 +795,8 @@ def render_s3(r: dict[str, Any]) -> str:
     out.append(f"| a cold scan --limit 10 | {_requests(r['scan_cold']['requests_per_run'])} |")
     runs = ", ".join(f"{x['where']} {x['batch_s']:.2f} s" for x in r["runs"])
     out += ["", f"Every large-batch run: {runs}. The table on S3: {f['table_bytes_s3']:,} bytes."]
+    if r.get("note"):  # where the time goes, measured beside the run (said where the figures are)
+        out += ["", f"Note: {r['note']}"]
     return "\n".join(out) + "\n"
 
 

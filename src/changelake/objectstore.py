@@ -186,17 +186,12 @@ class Store:
         modified = meta.get(b"Last-Modified") or meta.get("Last-Modified")
         return ObjectInfo(p, size, _time_ns(modified), _text(etag).strip('"') if etag else None)
 
-    def open_input(self, path: ObjectPath | str, size: int | None = None) -> Any:
+    def open_input(self, path: ObjectPath | str) -> Any:
         """The object for reading (a pyarrow random-access file: ``read``, ``read_at``, ``seek``, ``size``).
-        Raises FileNotFoundError when there is none. With its ``size`` known, no HEAD request is made."""
-        import pyarrow.fs as pafs
-
+        Raises FileNotFoundError when there is none. Opening costs a HEAD request for the object's size even
+        when the caller knows it: pyarrow's Python binding opens by path only (its C++ API takes a FileInfo)."""
         p = self._as_path(path)
         try:
-            if size is not None:
-                return self.filesystem.open_input_file(
-                    pafs.FileInfo(p.key_path, pafs.FileType.File, size=size)
-                )
             return self.filesystem.open_input_file(p.key_path)
         except OSError as e:
             if _not_found(e):
