@@ -415,16 +415,9 @@ def test_endpoint_serves_dbt_sql_clients_and_new_batches(demo, spark, endpoint, 
     assert seen() == before
     from changelake.inputs.datagen import generate
 
-    generate(demo.spec("shop.orders"), demo.settings.landing_dir, batches=1, records=40)
-    # Applied as the pipeline's warm path does: the apply app hands the batch to the endpoint's driver.
+    app = _apply_a_batch_warm(endpoint, demo)
+    assert "[shop.orders] landing batch 3 (table batch 3) committed" in app.stderr, app.stderr[-3000:]
     warm = {**endpoint["env"], "CHANGELAKE_SPARK_REMOTE": endpoint["connect_url"]}
-    app = subprocess.run(
-        [sys.executable, str(REPO / "spark_apps" / "apply_app.py"), "shop.orders"],
-        env=warm, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert app.returncode == 0 and "[shop.orders] landing batch 3 (table batch 3) committed" in app.stderr, (
-        app.stderr[-3000:]
-    )
     assert "[apply] on the warm endpoint" in app.stderr
     committed = time.monotonic()
     new_keys = frozenset(demo.rows_arrow("shop.orders").column("order_id").to_pylist())
@@ -505,6 +498,21 @@ def _wait(condition, seconds: float, what: str) -> float:
     return time.monotonic() - started
 
 
+def _apply_a_batch_warm(endpoint, demo) -> subprocess.CompletedProcess:
+    """A new landed batch of 40 records for shop.orders, applied as the pipeline's warm path does (the apply app
+    hands it to the endpoint's driver); the app's run, which must have succeeded."""
+    from changelake.inputs.datagen import generate
+
+    generate(demo.spec("shop.orders"), demo.settings.landing_dir, batches=1, records=40)
+    warm = {**endpoint["env"], "CHANGELAKE_SPARK_REMOTE": endpoint["connect_url"]}
+    app = subprocess.run(
+        [sys.executable, str(REPO / "spark_apps" / "apply_app.py"), "shop.orders"],
+        env=warm, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert app.returncode == 0, app.stderr[-3000:]
+    return app
+
+
 def _runaway_in_background(endpoint, marker: str) -> tuple[threading.Thread, dict]:
     """The runaway query of a reader in a thread of this process; its outcome (error, seconds) when it ends."""
     outcome: dict = {}
@@ -551,7 +559,6 @@ def _check_result_cap(endpoint) -> None:
 def _check_runaway_beside_an_apply(endpoint, demo) -> None:
     """A reader's runaway query runs; a batch applied meanwhile is committed, its view refreshed and both seen
     by another session long before the statement timeout ends the runaway query with its error."""
-    from changelake.inputs.datagen import generate
     from changelake.runtime.server import wait_for_views
 
     home = demo.settings.home
@@ -562,13 +569,8 @@ def _check_runaway_beside_an_apply(endpoint, demo) -> None:
     last_batch = "select max(_batch_id) from changelake.shop.orders__changelog"
     [(batch_before,)] = _query(reader, last_batch)
     [(view_before,)] = _query(reader, "select count(*) from global_temp.shop__orders__input")
-    generate(demo.spec("shop.orders"), demo.settings.landing_dir, batches=1, records=40)
-    warm = {**endpoint["env"], "CHANGELAKE_SPARK_REMOTE": endpoint["connect_url"]}
-    app = subprocess.run(
-        [sys.executable, str(REPO / "spark_apps" / "apply_app.py"), "shop.orders"],
-        env=warm, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert app.returncode == 0 and "committed" in app.stderr, app.stderr[-3000:]
+    app = _apply_a_batch_warm(endpoint, demo)
+    assert "committed" in app.stderr, app.stderr[-3000:]
     after = len(demo.rows_arrow("shop.orders"))
     wait_for_views(demo.settings, timeout=STATEMENT_TIMEOUT, progress=lambda _m: None)
     other = _hive(endpoint).cursor()  # another session sees the batch, in the table and in its view
