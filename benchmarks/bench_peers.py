@@ -73,7 +73,8 @@ def run_delta(data: Path, work: Path) -> dict[str, Any]:
     cdf = pa.RecordBatchReader.from_stream(
         table.load_cdf(starting_version=table.version(), ending_version=table.version())
     ).read_all()
-    by_type = cdf.group_by("_change_type").aggregate([("_change_type", "count")]).to_pylist()
+    # deltalake 1.x hands the change type back as string_view, which pyarrow's group_by cannot key on
+    by_type = pc.value_counts(cdf.column("_change_type").cast(pa.string())).to_pylist()
     return {
         "write_s": round(write_s, 2),
         "merge_cdf_s": round(merge_s, 2),
@@ -81,7 +82,7 @@ def run_delta(data: Path, work: Path) -> dict[str, Any]:
         "merge_peak_rss_mb": merge_mb,
         "fingerprint": fingerprint(table.to_pyarrow_dataset().to_table(columns=FINGERPRINT_COLUMNS)),
         "cdf_rows": cdf.num_rows,
-        "cdf_by_type": {r["_change_type"]: r["_change_type_count"] for r in by_type},
+        "cdf_by_type": {r["values"]: r["counts"] for r in by_type},
         "merge_metrics": {k: v for k, v in metrics.items() if isinstance(v, int)},
     }
 
