@@ -266,7 +266,8 @@ class Hudi(Peer):
     ``bulk_insert`` (Hudi's advice for loading a table), every batch one ``upsert`` whose ``-D`` records
     carry ``_hoodie_is_deleted`` (Hudi's way to delete in the same write). No ordering (precombine) field:
     the latest write wins, as in changelake's last-row tables. Everything else Hudi's defaults. The
-    aggregation batch is Hudi's Spark SQL MERGE INTO with ``t.v + s.v``."""
+    aggregation batch joins the batch with the table's rows and upserts ``t.v + s.v`` (Hudi's MERGE INTO
+    refuses target columns on the right of a merge-on-read table's update)."""
 
     name = "hudi"
     runtime = "hudi-spark3.5-bundle_2.12 1.2.0"
@@ -310,19 +311,28 @@ class Hudi(Peer):
             .mode("overwrite")
             .save(self.path(table))
         )
-        # The aggregation MERGE is SQL: the table is registered (its files stay where they are).
-        spark.sql(f"CREATE TABLE IF NOT EXISTS {table} USING hudi LOCATION '{self.path(table)}'")
 
     def apply(self, spark, table: str, path: str, aggregate: bool = False) -> None:
         from pyspark.sql import functions as F
 
         if aggregate:
-            spark.sql(merge_sql(table, batch_view(spark, path), aggregate=True))
-            return
-        df = spark.read.parquet(path).withColumn("_hoodie_is_deleted", F.col("op") == "-D")
+            # Hudi's MERGE INTO refuses ``t.v + s.v`` on a merge-on-read table ("Target table's field
+            # cannot be the right-value of the update clause for MOR table"), and Hudi has no summing
+            # payload: a user joins the batch with the table's current rows and upserts the sums.
+            batch = spark.read.parquet(path).filter(F.col("op") != "-D")
+            current = self.rows(spark, table).select(
+                "order_id", *[F.col(c).alias(f"_current_{c}") for c in SUMMED]
+            )
+            joined = batch.join(current, "order_id", "left")
+            for c in SUMMED:
+                summed = F.coalesce(F.col(f"_current_{c}"), F.lit(0)) + F.col(c)
+                joined = joined.withColumn(c, summed.cast(batch.schema[c].dataType))
+            df = joined.select(*COLUMNS)
+        else:
+            df = spark.read.parquet(path).withColumn("_hoodie_is_deleted", F.col("op") == "-D")
+            df = df.select(*COLUMNS, "_hoodie_is_deleted")
         (
-            df.select(*COLUMNS, "_hoodie_is_deleted")
-            .write.format("hudi")
+            df.write.format("hudi")
             .options(**self.options(table))
             .option("hoodie.datasource.write.operation", "upsert")
             .mode("append")
