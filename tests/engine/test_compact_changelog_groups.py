@@ -37,3 +37,17 @@ def test_a_forced_changelog_merge_writes_one_file_per_group(tmp_path):
         keys = [tuple(r.values()) for r in pq.read_table(local(f.path), columns=ORDER).to_pylist()]
         assert keys == sorted(keys)
     assert FastReader(lake.settings).changelog_arrow(spec.full_name).to_pylist() == before
+
+
+def test_changelog_rows_are_put_in_order_and_rows_in_order_are_not_copied():
+    """A changelog merge sorts its rows by (batch, bucket, offset); rows that arrive sorted come back as they
+    are (no reordering copy), rows that do not are sorted."""
+    import pyarrow as pa
+
+    from changelake.engine.compact import _in_order
+
+    order = ["_batch_id", "_bucket", "_log_offset"]
+    sorted_rows = pa.table({"_batch_id": [1, 1, 2, 2], "_bucket": [0, 1, 0, 0], "_log_offset": [0, 0, 0, 1]})
+    assert _in_order(sorted_rows, order) is sorted_rows
+    shuffled = sorted_rows.take([2, 0, 3, 1])
+    assert _in_order(shuffled, order).equals(sorted_rows)

@@ -84,6 +84,28 @@ def test_a_stale_table_still_loses_its_commit_race(catalogs):
         append(stale, tmp / "2.parquet", [2])
 
 
+def test_a_commit_does_not_load_its_table_again_and_a_stale_one_changes_nothing(catalogs):
+    """The commit's base is the table being committed (no SELECT of the catalog row inside commit_table); a
+    commit on a stale table still fails, and the catalog row keeps naming the winner's metadata."""
+    from sqlalchemy import event
+
+    a, b, _, tmp = catalogs
+    statements: list[str] = []
+    event.listen(a.engine, "before_cursor_execute", lambda _c, _cur, sql, *_: statements.append(sql))
+    table = a.load_table(("ns", "t"))
+    statements.clear()
+    committed = append(table, tmp / "1.parquet", [1])
+    selects = [s for s in statements if s.lstrip().upper().startswith("SELECT")]
+    assert selects == [] and any(s.lstrip().upper().startswith("UPDATE") for s in statements)
+    stale = a.load_table(("ns", "t"))
+    winner = append(b.load_table(("ns", "t")), tmp / "2.parquet", [2])
+    with pytest.raises(CommitFailedException):
+        append(stale, tmp / "3.parquet", [3])
+    now = a.load_table(("ns", "t"))
+    assert now.metadata_location == winner.metadata_location != committed.metadata_location
+    assert sorted(now.scan().to_arrow()["k"].to_pylist()) == [1, 2]
+
+
 def test_a_dropped_table_is_gone_and_the_cache_is_bounded(catalogs):
     a, b, _, tmp = catalogs
     for i in range(METADATA_CACHE_ENTRIES + 5):

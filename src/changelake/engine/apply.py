@@ -69,7 +69,7 @@ from changelake.storage import sparkread
 from changelake.storage.files import Layout, TableFile, side_location
 from changelake.storage.iceberg import CommitFailedException, Storage, TableState
 from changelake.storage.maintenance import delete_files
-from changelake.storage.rollforward import MAX_COMMIT_ATTEMPTS, roll_forward_changelog
+from changelake.storage.rollforward import MAX_COMMIT_ATTEMPTS, roll_forward_changelog, roll_forward_tables
 from changelake.storage.summary import (
     LANDING,
     SOURCE_COUNTERS,
@@ -390,7 +390,7 @@ class Applier:
         spec, position = batch.spec, batch.position
         decoded: decode.DecodeSummary | None = None
         for _attempt in range(MAX_COMMIT_ATTEMPTS):
-            table, state, writers, done = self._check_state(batch)
+            table, log_table, state, writers, done = self._check_state(batch)
             if done is not None:
                 return done
             if based_on is not None and state.last_batch != based_on:
@@ -401,7 +401,7 @@ class Applier:
             if decoded is None:
                 # What a batch decodes to does not depend on the table: decode once, retry commits.
                 decoded = self._decode(batch, table, state.last_batch + 1)
-            plan = self._plan(batch, table, state, writers, decoded)
+            plan = self._plan(batch, table, state, writers, decoded, log_table)
             merged = self._merge(plan)
             fault("after-data-files")
             written = self._write(plan, merged)
@@ -415,22 +415,26 @@ class Applier:
                     )
                     continue
                 committed = recommitted
-            return self._finish(plan, committed, started)
+            return self._finish(plan, *committed, started, log_table)
         raise CommitConflict(
             f"{spec.full_name}: {position} lost {MAX_COMMIT_ATTEMPTS} commit races; retry later"
         )
 
     # --- exactly-once bookkeeping ---------------------------------------------------------------------
-    def _check_state(self, batch: BatchInput) -> tuple[Any, TableState, dict[str, int], BatchResult | None]:
+    def _check_state(
+        self, batch: BatchInput
+    ) -> tuple[Any, Any, TableState, dict[str, int], BatchResult | None]:
         """Steps 1 and 2: roll the changelog forward, then read the table's state and its writers' positions;
-        with them, the no-op result of a batch already committed with this input (None for the next batch)."""
+        with them, the no-op result of a batch already committed with this input (None for the next batch).
+        Also returns the changelog table as the roll-forward left it, for the batch's changelog commit."""
         # The PK table as the roll-forward read it (that step commits to the changelog table only): a batch
         # committed by another writer since is caught by this attempt's commit, as one committed a moment
-        # after a fresh read would be.
-        table = self.roll_forward_changelog(batch.spec)
+        # after a fresh read would be. These two loads are the batch's only reads of the catalog before its
+        # commit: every later step takes the tables in hand.
+        table, log_table = roll_forward_tables(self.storage, batch.spec, MAX_COMMIT_ATTEMPTS)
         state = Storage.state(table)
         writers = Storage.writer_positions(table, state)
-        return table, state, writers, self._already_committed(batch, table, writers)
+        return table, log_table, state, writers, self._already_committed(batch, table, writers)
 
     def _already_committed(self, batch: BatchInput, table, writers: dict[str, int]) -> BatchResult | None:
         """A no-op result for a batch its writer committed with this input, None for the writer's next batch;
@@ -520,6 +524,7 @@ class Applier:
         state: TableState,
         writers: dict[str, int],
         decoded: decode.DecodeSummary,
+        log_table: Any,
     ) -> ApplyPlan:
         """Step 4: this attempt's bucket tasks from the table's current snapshot, and what the commit will record
         besides their results. A batch the table's delete behaviour refuses stops here, before any task."""
@@ -549,7 +554,7 @@ class Applier:
         if decoded.groups:
             id_ranges, id_counter = _allocate_ids(spec, state.batch, decoded)
             tasks = _bucket_tasks(spec, Storage.layout(table), decoded, files, log_ends, id_ranges)
-            context = self._bucket_context(batch, batch_id, table, state.batch, commit_ts)
+            context = self._bucket_context(batch, batch_id, table, log_table, state.batch, commit_ts)
         local = decoded.records <= tuned("local_apply_records") and _local_work(spec, tasks, files)
         if local and context is not None:
             context = replace(context, threads=True, keep_rows=True)  # this process has the cores to itself
@@ -633,9 +638,10 @@ class Applier:
         referenced = {p for m in merged.groups for d in json.loads(m["_deletes"] or "[]") for p in d["files"]}
         return WrittenBatch(added, deletes, removed, summary, referenced)
 
-    def _commit(self, plan: ApplyPlan, written: WrittenBatch) -> BatchResult:
-        """Step 7, the commit point: one snapshot swapping the touched buckets' files, its summary the batch's.
-        Raises CommitFailedException when another writer committed first."""
+    def _commit(self, plan: ApplyPlan, written: WrittenBatch) -> tuple[BatchResult, Any]:
+        """Step 7, the commit point: one snapshot swapping the touched buckets' files, its summary the batch's;
+        the result and the PK table as committed. Raises CommitFailedException when another writer committed
+        first."""
         if losing_commits():
             raise CommitFailedException("injected: another writer committed first (CHANGELAKE_FAULT)")
         committed = self.storage.commit_batch(
@@ -643,11 +649,12 @@ class Applier:
         )
         fault("after-pk-commit")
         snap = committed.current_snapshot()
-        return BatchResult.of(
+        result = BatchResult.of(
             plan.spec.full_name, "applied", written.summary, snap.snapshot_id if snap else None
         )
+        return result, committed
 
-    def _commit_after_race(self, plan: ApplyPlan, written: WrittenBatch) -> BatchResult | None:
+    def _commit_after_race(self, plan: ApplyPlan, written: WrittenBatch) -> tuple[BatchResult, Any] | None:
         """After a lost commit race: when the winner committed no batch (a compaction, an expiry) and left every
         file this batch replaces or deletes rows of, the batch's files are still right -- commit them on the
         new snapshot without merging again. None when the batch must go back to the state check."""
@@ -670,10 +677,19 @@ class Applier:
             return result
         return None
 
-    def _finish(self, plan: ApplyPlan, result: BatchResult, started: float) -> BatchResult:
+    def _finish(
+        self, plan: ApplyPlan, result: BatchResult, committed: Any, started: float, log_table: Any
+    ) -> BatchResult:
         """Step 8 (the changelog commit), then the staged records dropped, the batch reported, and the table's
-        maintenance that is due (:func:`changelake.engine.maintain.maintain`, unless ``write-only``)."""
-        table = self.roll_forward_changelog(plan.spec)
+        maintenance that is due (:func:`changelake.engine.maintain.maintain`, unless ``write-only``).
+
+        The changelog commit starts from the tables in hand, not the catalog: the PK table as this batch
+        committed it and the changelog table as its state check read it (``log_table``). Another writer's
+        changelog commit since makes that commit fail its optimistic check, and the roll-forward then loads
+        both (:func:`changelake.storage.rollforward.roll_forward_tables`)."""
+        table, log_table = roll_forward_tables(
+            self.storage, plan.spec, MAX_COMMIT_ATTEMPTS, in_hand=(committed, log_table)
+        )
         self._drop_staging(plan.table, plan.decoded)
         result.seconds = time.monotonic() - started
         c = result.counts
@@ -684,13 +700,14 @@ class Applier:
             f"{result.changelog_records:,} changelog records"
         )
         if not plan.spec.storage.write_only:
-            self.maintain_inline(plan.spec, table)
+            self.maintain_inline(plan.spec, table, log_table)
         return result
 
-    def maintain_inline(self, spec: TableSpec, table) -> None:
-        """The maintenance due after a batch (``table``: the PK table as the batch's changelog commit read it):
-        compactions and expiry (bounded; see engine/maintain.py). The batch is committed whatever happens here:
-        a failure is reported, and the next batch tries again."""
+    def maintain_inline(self, spec: TableSpec, table, log_table=None) -> None:
+        """The maintenance due after a batch (``table``: the PK table as the batch's changelog commit read it;
+        ``log_table``: the changelog table as that commit left it, None to load it): compactions and expiry
+        (bounded; see engine/maintain.py). The batch is committed whatever happens here: a failure is reported,
+        and the next batch tries again."""
         from changelake.engine.maintain import maintain
 
         fault("before-maintenance")
@@ -702,6 +719,7 @@ class Applier:
                 inline=True,
                 spark=lambda: self.spark,
                 progress=self.progress,
+                changelog_table=log_table,
             )
         except Exception as e:  # noqa: BLE001 - the batch is committed; maintenance is retried next time
             self.progress(f"[{spec.full_name}] maintenance after the batch failed, to be tried again: {e}")
@@ -720,14 +738,19 @@ class Applier:
         return self.storage.read_json(table, state.changelog_manifest) if state.changelog_manifest else {}
 
     def _bucket_context(
-        self, batch: BatchInput, batch_id: int, table, previous: BatchSummary | None, commit_ts: dt.datetime
+        self,
+        batch: BatchInput,
+        batch_id: int,
+        table,
+        log_table,
+        previous: BatchSummary | None,
+        commit_ts: dt.datetime,
     ) -> BucketContext:
-        """What every bucket task of this attempt needs: the spec, fresh output directories, the batch's
-        commit timestamp, and the Kafka offsets applied before it."""
+        """What every bucket task of this attempt needs: the spec, fresh output directories (the changelog's
+        under ``log_table``'s location), the batch's commit timestamp, and the Kafka offsets applied before it."""
         spec = batch.spec
         opts = spec.source_options
         codec, level = buckets.compression_of(dict(table.properties))
-        log_table = self.storage.changelog_table(spec)
         return BucketContext(
             spec=spec,
             partition_columns=(*spec.partition_keys, "_bucket"),

@@ -48,6 +48,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyiceberg.exceptions import CommitFailedException, ValidationException
@@ -594,7 +595,7 @@ def compact_changelog(
             meta = [*spec.partition_keys, "_change_type", "_batch_id", "_bucket", "_commit_timestamp"]
             for group in _changelog_groups(sorted(merge, key=lambda f: f.batches or (0, 0))):
                 rows = pa.concat_tables([_changelog_rows(spec, io, f.path) for f in group])
-                rows = rows.take(pc.sort_indices(rows, sort_keys=[(c, "ascending") for c in order]))
+                rows = _in_order(rows, order)
                 path = f"{directory}/changelog-{uuid.uuid4().hex}.parquet"
                 buckets.write_file(io, path, rows, meta, ctx, changelog=True)
                 written.append(path)
@@ -627,6 +628,17 @@ def compact_changelog(
         f"table.log.ttl removed in {time.monotonic() - started:.1f}s"
     )
     return out
+
+
+def _in_order(rows: pa.Table, order: list[str]) -> pa.Table:
+    """``rows`` sorted by the ``order`` columns. The files of a changelog merge are concatenated in batch order,
+    and a batch's file is written in that order, so the rows mostly arrive sorted: the reordering copy (a
+    ``take`` of every column, ~100 ms for the ten 20,000-row files of ten one-bucket batches, half the merge)
+    is made only when the sort moves a row."""
+    indices = pc.sort_indices(rows, sort_keys=[(c, "ascending") for c in order])
+    if np.array_equal(indices.to_numpy(), np.arange(len(indices))):
+        return rows
+    return rows.take(indices)
 
 
 def _changelog_groups(files: list[TableFile]) -> list[list[TableFile]]:

@@ -82,17 +82,19 @@ def maintain(
     orphans_older_than_s: float | None = None,
     spark: Callable[[], Any] | None = None,
     progress: Callable[[str], None] = lambda _m: None,
+    changelog_table: Table | None = None,
 ) -> Report:
     """Maintain one table: compactions due (``full``: every partition with deltas or deletes), expiry of the
     snapshots its retention lets go (after a batch, ``inline``, once at least ten are due), and, with
     ``orphans_older_than_s``, the orphan sweep. ``roll_forward`` first commits a committed batch's changelog
     (no snapshot of a batch whose changelog is not committed is ever expired) and returns the PK table.
     ``spark`` returns a SparkSession: a compaction larger than ``CHANGELAKE_SPARK_COMPACT_BYTES`` runs in its
-    executors (:mod:`changelake.engine.compact`)."""
+    executors (:mod:`changelake.engine.compact`). ``changelog_table``: the changelog table as the caller's
+    roll-forward left it (None: loaded here)."""
     started = time.monotonic()
     report = Report(spec.full_name)
     pk = roll_forward(spec)
-    log_table = storage.changelog_table(spec)
+    log_table = changelog_table if changelog_table is not None else storage.changelog_table(spec)
     if compaction:
         done = compact.compact_table(
             storage, spec, full=full, inline=inline, table=pk, spark=spark, progress=progress

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import json
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -122,13 +123,22 @@ def _cache_metadata(catalog: Catalog) -> Catalog:
     history: after 300 batches it is 540 kB and a load took 12.6 ms, all but ~1 ms of it reading and parsing.
     The catalog's row is still read on every load, so a commit by another process is seen at once; committed
     metadata goes into the cache as it is written. Other catalog types return the metadata with the table
-    (REST) and are left as they are."""
+    (REST) and are left as they are.
+
+    A commit does not load the table either: pyiceberg's SQL catalog loads it inside ``commit_table`` to check
+    the commit's requirements against it and to swap the row only from that metadata location. Here the
+    table being committed is that base: its requirements hold on it (it is what the commit was planned on),
+    and the row is swapped only if it still names the table's metadata location (``UPDATE ... WHERE
+    metadata_location = ...``), so a commit on a table another writer has committed since still fails with
+    CommitFailedException, as before, and nothing is changed. (The failing commit leaves its metadata file
+    unreferenced, for the orphan sweep; a fresh load would have failed before writing it.)"""
     from pyiceberg.catalog.sql import SqlCatalog
 
     if not isinstance(catalog, SqlCatalog):
         return catalog
     cache: BoundedLRU[TableMetadata] = BoundedLRU(METADATA_CACHE_ENTRIES)
-    convert, commit = catalog._convert_orm_to_iceberg, catalog.commit_table
+    convert, commit, load = catalog._convert_orm_to_iceberg, catalog.commit_table, catalog.load_table
+    committing = threading.local()  # the table this thread's commit_table is committing, as its base
 
     def cached_convert(orm_table):
         location = orm_table.metadata_location
@@ -145,13 +155,24 @@ def _cache_metadata(catalog: Catalog) -> Catalog:
             catalog=catalog,
         )
 
+    def base_or_load(identifier):
+        base = getattr(committing, "table", None)
+        if base is not None and base.name() == Catalog.identifier_to_tuple(identifier):
+            return base
+        return load(identifier)
+
     def cached_commit(table, requirements, updates):
-        response = commit(table, requirements, updates)
+        committing.table = table if table.metadata_location else None
+        try:
+            response = commit(table, requirements, updates)
+        finally:
+            committing.table = None
         cache.put(response.metadata_location, response.metadata)
         return response
 
     setattr(catalog, "_convert_orm_to_iceberg", cached_convert)  # noqa: B010 (mypy: method-assign)
     setattr(catalog, "commit_table", cached_commit)  # noqa: B010
+    setattr(catalog, "load_table", base_or_load)  # noqa: B010
     return catalog
 
 

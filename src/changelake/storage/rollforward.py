@@ -25,14 +25,31 @@ MAX_COMMIT_ATTEMPTS = 5
 def roll_forward_changelog(storage: Storage, spec: TableSpec, attempts: int = MAX_COMMIT_ATTEMPTS) -> Any:
     """Commit changelog snapshots for batches the PK table committed but the changelog lacks; the PK table
     as this read it. A commit lost to a concurrent roll-forward is re-read and checked, ``attempts`` times."""
-    for _attempt in range(attempts):
-        pk = storage.pk_table(spec)
-        log_table = storage.changelog_table(spec)
+    return roll_forward_tables(storage, spec, attempts)[0]
+
+
+def roll_forward_tables(
+    storage: Storage,
+    spec: TableSpec,
+    attempts: int = MAX_COMMIT_ATTEMPTS,
+    in_hand: tuple[Any, Any] | None = None,
+) -> tuple[Any, Any]:
+    """:func:`roll_forward_changelog`, returning the PK table and the changelog table as it left them.
+
+    ``in_hand``: the two tables as the caller holds them (an apply, right after its own commit: the PK table
+    as committed, the changelog table as the apply's state check read it), used for the first attempt instead
+    of loading both from the catalog. A stale one is safe: a changelog commit on a changelog table that is not
+    the catalog's current one fails its optimistic check, and the next attempt loads both afresh."""
+    for attempt in range(attempts):
+        if attempt == 0 and in_hand is not None:
+            pk, log_table = in_hand
+        else:
+            pk, log_table = storage.pk_table(spec), storage.changelog_table(spec)
         logged = Storage.changelog_state(log_table)
         log_last = logged.batch_id if logged else 0
         lagging = [(s, BatchSummary.of_batch(s)) for s in storage.batch_snapshots_after(pk, log_last)]
         if not lagging:
-            return pk
+            return pk, log_table
         try:
             for snap, batch in lagging:
                 manifest = storage.read_json(pk, batch.changelog_manifest)
@@ -47,9 +64,9 @@ def roll_forward_changelog(storage: Storage, spec: TableSpec, attempts: int = MA
                         pk_snapshot_id=snap.snapshot_id,
                     ),
                 )
-            return pk
+            return pk, log_table
         except CommitFailedException:
-            continue  # a concurrent applier rolled forward; re-read and check
+            continue  # a concurrent applier rolled forward (or the table in hand was stale); re-read and check
     raise CommitConflict(
         f"{spec.full_name}: could not commit the changelog after {attempts} attempts; retry later"
     )
