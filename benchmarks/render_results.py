@@ -292,6 +292,14 @@ def render_apply(r: dict[str, Any]) -> str:
                 f"; median of {len(runs)} batches ({', '.join(seconds(x) for x in runs)})"
                 if (runs := r.get("apply_one_bucket_runs_s"))
                 else ""
+            )
+            + (
+                "; the maintenance after each, in the background "
+                f"({', '.join(seconds(x) for x in upkeep)}); each batch with the wait for it "
+                f"({', '.join(seconds(x) for x in both)})"
+                if (upkeep := r.get("apply_one_bucket_maintenance_runs_s"))
+                and (both := r.get("apply_one_bucket_with_maintenance_runs_s"))
+                else ""
             ),
         ],
     ]

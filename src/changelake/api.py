@@ -66,12 +66,16 @@ class ChangeLake:
         settings: Settings | None = None,
         spark=None,
         progress: Progress | None = stderr_progress,
+        background_maintenance: Progress | None = None,
         **overrides: Any,
     ):
         self.settings = settings or load_settings(**overrides)
         self.storage = Storage(self.settings)
         self._spark = spark
         self.progress: Progress = progress or (lambda _msg: None)
+        #: None: the maintenance due after a batch runs before apply() returns; a progress function: it runs
+        #: in the background, reporting there, and the table's next write waits for it (Applier.maintain_after)
+        self.background_maintenance = background_maintenance
         self.reader = FastReader(self.settings, self.progress, storage=self.storage)
 
     @property
@@ -85,7 +89,7 @@ class ChangeLake:
 
     @property
     def applier(self) -> Applier:
-        return Applier(lambda: self.spark, self.storage, self.progress)
+        return Applier(lambda: self.spark, self.storage, self.progress, self.background_maintenance)
 
     # --- specs and tables ------------------------------------------------------------------------------
     def specs(self) -> SpecDirectory:
@@ -260,6 +264,14 @@ class ChangeLake:
                 based_on,
                 merge_mode=merge_mode,
             )
+
+    def wait_for_maintenance(self, table: str) -> float:
+        """Wait until the maintenance running in the background after ``table``'s last batch in this process
+        (``background_maintenance``) is done; the seconds waited (0 when none runs). The table's next write
+        waits for it anyway; this is for a caller that wants the table maintained now (a benchmark, a test)."""
+        from changelake.engine.maintain import wait_for
+
+        return wait_for((self.settings.catalog_uri, self.spec(table).full_name))
 
     @writes_private
     def apply_pending(
@@ -676,6 +688,7 @@ class ChangeLake:
         reports = []
         for name in names:
             spec = self.spec(name)
+            self.applier.wait_for_maintenance(spec)
             self.progress(
                 f"[{spec.full_name}] maintenance: "
                 + ", ".join(

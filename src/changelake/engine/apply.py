@@ -202,12 +202,21 @@ class WrittenBatch:
 class Applier:
     """Applies batches for one SparkSession and catalog."""
 
-    def __init__(self, spark, storage: Storage, progress: Progress = stderr_progress):
+    def __init__(
+        self,
+        spark,
+        storage: Storage,
+        progress: Progress = stderr_progress,
+        background_maintenance: Progress | None = None,
+    ):
         """``spark`` is a SparkSession or a callable returning one (started only when a batch needs it,
-        so a bad input file is reported without waiting for a JVM)."""
+        so a bad input file is reported without waiting for a JVM). ``background_maintenance``: None runs the
+        maintenance due after a batch before the apply returns; a progress function runs it in the background
+        instead, reporting there (:meth:`maintain_after`)."""
         self._spark = spark
         self.storage = storage
         self.progress = progress
+        self.background_maintenance = background_maintenance
 
     @property
     def spark(self):
@@ -230,6 +239,7 @@ class Applier:
         number on that were applied already: each is verified against its checksum and changes nothing (a
         backfill of a range is safe to repeat).
         """
+        self.wait_for_maintenance(spec)
         table = self.roll_forward_changelog(spec)
         last = Storage.writer_positions(table).get(LANDING, 0)
         # A bad landed file blocks this table from its batch on; the batches below it still apply. An
@@ -344,6 +354,7 @@ class Applier:
         one plan again from the offsets it left; nothing to read is an empty list."""
         config = kafka.client_config(spec, self.storage.settings)
         merge.check_retraction_format(spec, spec.source.get("format"))
+        self.wait_for_maintenance(spec)
         for _attempt in range(MAX_COMMIT_ATTEMPTS):
             started = time.monotonic()
             table = self.roll_forward_changelog(spec)
@@ -388,6 +399,7 @@ class Applier:
         """The protocol's steps for one planned batch (module docstring), the commit retried from the state
         check when another writer committed first (the batch then takes the table's next batch id)."""
         spec, position = batch.spec, batch.position
+        self.wait_for_maintenance(spec)
         decoded: decode.DecodeSummary | None = None
         for _attempt in range(MAX_COMMIT_ATTEMPTS):
             table, log_table, state, writers, done = self._check_state(batch)
@@ -700,8 +712,38 @@ class Applier:
             f"{result.changelog_records:,} changelog records"
         )
         if not plan.spec.storage.write_only:
-            self.maintain_inline(plan.spec, table, log_table)
+            self.maintain_after(plan.spec, table, log_table)
         return result
+
+    def maintain_after(self, spec: TableSpec, table, log_table) -> None:
+        """The maintenance due after a committed and reported batch: here (:meth:`maintain_inline`), or, with
+        ``background_maintenance``, in a thread while the apply returns (a long-lived process: the warm
+        endpoint, an application applying through the API). Either way a failure is reported and leaves the
+        batch committed; in the background, the next write to the table in this process waits for it, and a
+        process that ends waits for it (engine/maintain.py, :func:`~changelake.engine.maintain.in_background`)."""
+        background = self.background_maintenance
+        if background is None:
+            self.maintain_inline(spec, table, log_table)
+            return
+        from changelake.engine.maintain import in_background
+
+        def run() -> None:
+            started = time.monotonic()
+            Applier(self._spark, self.storage, background).maintain_inline(spec, table, log_table)
+            background(f"[{spec.full_name}] maintenance after the batch: {time.monotonic() - started:.2f}s")
+
+        in_background(self._maintenance_key(spec), run)
+
+    def wait_for_maintenance(self, spec: TableSpec) -> None:
+        """Wait for the table's maintenance running in the background in this process, if any."""
+        from changelake.engine.maintain import wait_for
+
+        waited = wait_for(self._maintenance_key(spec))
+        if waited >= 0.05:
+            self.progress(f"[{spec.full_name}] waited {waited:.2f}s for the maintenance after the last batch")
+
+    def _maintenance_key(self, spec: TableSpec) -> tuple[str, str]:
+        return (self.storage.settings.catalog_uri, spec.full_name)
 
     def maintain_inline(self, spec: TableSpec, table, log_table=None) -> None:
         """The maintenance due after a batch (``table``: the PK table as the batch's changelog commit read it;

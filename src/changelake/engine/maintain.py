@@ -17,6 +17,7 @@ tried again by the next run.
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -32,6 +33,38 @@ from changelake.storage.iceberg import Storage
 
 #: The orphan sweep's default safety age: files younger than this may be an apply's not yet committed.
 ORPHANS_OLDER_THAN_S = 86_400.0
+
+#: The maintenance after a batch that runs in the background (:func:`in_background`), per table (the catalog's
+#: URI and the table's name): one at a time per table in this process.
+_RUNNING: dict[tuple[str, str], threading.Thread] = {}
+_RUNNING_LOCK = threading.Lock()
+
+
+def in_background(key: tuple[str, str], run: Callable[[], None]) -> None:
+    """Run ``run`` (the maintenance after a batch that is committed and reported) in a thread of its own.
+    The thread is not a daemon: a process that ends (a CLI command) waits for it first, so maintenance is not
+    cut off midway (a cut one would be safe, its commit being all or nothing, but its work lost). The next
+    write to the table in this process waits for it (:func:`wait_for`), so it never races this process's
+    own commits."""
+    wait_for(key)
+    thread = threading.Thread(target=run, name=f"changelake-maintain-{key[1]}", daemon=False)
+    with _RUNNING_LOCK:
+        _RUNNING[key] = thread
+    thread.start()
+
+
+def wait_for(key: tuple[str, str]) -> float:
+    """Wait for the background maintenance of the table ``key`` names, if one runs; the seconds waited."""
+    with _RUNNING_LOCK:
+        thread = _RUNNING.get(key)
+    if thread is None or thread is threading.current_thread():
+        return 0.0
+    started = time.monotonic()
+    thread.join()
+    with _RUNNING_LOCK:
+        if _RUNNING.get(key) is thread:
+            del _RUNNING[key]
+    return time.monotonic() - started
 
 
 @dataclass
