@@ -11,6 +11,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from changelake.engine import buckets
 from changelake.inputs import decode
@@ -302,3 +304,17 @@ def test_a_shared_file_is_read_by_the_row_groups_of_a_bucket(tmp_path):
         offset, got, live = read[False]
         assert offset == 20 * bucket and got == list(range(20 * bucket, 20 * bucket + 20))
         assert live == [p for p in range(20 * bucket, 20 * bucket + 20) if p not in (3, 25, 26, 59)]
+
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sets(st.integers(0, 300), max_size=40), max_size=5), st.booleans(), st.booleans())
+def test_merge_positions_is_the_sorted_distinct_positions_of_its_parts(parts, in_order, as_arrow):
+    """Parts sorted (a delete file's order) or not, overlapping, numpy or Arrow: the sorted distinct positions,
+    in a new array (the parts, which the kept rows share, are left as they were)."""
+    arrays = [np.array(sorted(p, reverse=not in_order), np.int64) for p in parts]
+    before = [a.copy() for a in arrays]
+    merged = buckets.merge_positions([pa.array(a) for a in arrays] if as_arrow else arrays)
+    expected = sorted(set().union(*parts))
+    assert merged.dtype == np.int64 and merged.tolist() == expected
+    assert all(a.tolist() == b.tolist() for a, b in zip(arrays, before, strict=True))
