@@ -306,7 +306,6 @@ def test_a_shared_file_is_read_by_the_row_groups_of_a_bucket(tmp_path):
         assert live == [p for p in range(20 * bucket, 20 * bucket + 20) if p not in (3, 25, 26, 59)]
 
 
-
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.sets(st.integers(0, 300), max_size=40), max_size=5), st.booleans(), st.booleans())
 def test_merge_positions_is_the_sorted_distinct_positions_of_its_parts(parts, in_order, as_arrow):
