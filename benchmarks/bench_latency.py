@@ -327,6 +327,16 @@ class Truth:
     def last_batch(self) -> int:
         return max(self.batch_snapshots(), default=0)
 
+    def last_landed(self) -> int:
+        """The landing writer's last batch number, as the newest batch commit recorded every writer's
+        (``changelake.writers``): a landed file is named by it, not by the table's batch id, which the SQL
+        statements and the build's API batches also advance."""
+        for snap in sorted(self.pk.snapshots(), key=lambda s: s.sequence_number, reverse=True):
+            writers = snap.summary.additional_properties.get("changelake.writers") if snap.summary else None
+            if writers is not None:
+                return int(json.loads(writers).get("landing", 0))
+        return 0
+
     def current_snapshot_id(self) -> int | None:
         snap = self.pk.current_snapshot()
         return snap.snapshot_id if snap else None
@@ -575,13 +585,14 @@ class Batches:
         self.rng = np.random.default_rng(seed)
 
     def land(self, size: int = APPLY_RECORDS) -> tuple[int, pa.Table]:
-        batch_id = self.truth.last_batch() + 1
+        """Land the landing writer's next batch; the table batch id it will commit as, and its records."""
+        batch_id, seq = self.truth.last_batch() + 1, self.truth.last_landed() + 1
         records = change_batch(self.alive, self.next_key, size, self.rng)
         directory = self.home / "landing" / self.truth.name
         directory.mkdir(parents=True, exist_ok=True)
-        tmp = directory / f".{batch_id}.parquet.tmp"  # not a batch name until renamed
+        tmp = directory / f".{seq}.parquet.tmp"  # not a batch name until renamed
         pq.write_table(records, tmp)
-        tmp.replace(directory / f"{batch_id}.parquet")
+        tmp.replace(directory / f"{seq}.parquet")
         return batch_id, records
 
     def applied(self, records: pa.Table) -> None:
