@@ -20,8 +20,8 @@ changelake scenarios (same JVM, only through the public API):
   versioned         the batch on the versioned table (ver-column updated_at), 30% of records older
   aggregation       the batch on the aggregation table: amount sum, qty max, item listagg
   apply 1 bucket    ``--small`` updates whose keys all live in one bucket, ``--small-runs`` batches (median, p90),
-                    as the warm endpoint applies them: the maintenance after each runs in the background, is
-                    waited for outside the timing, and is listed per batch beside the batch plus that wait
+                    with the maintenance after each in the background (ChangeLake(background_maintenance=)),
+                    waited for outside the timing and listed per batch beside the batch plus that wait
   apply (json)      a batch of the same shape landed as changelog JSON lines (the table's second large batch)
   parquet, second   the same records as Parquet into tables in the same state: the JSON target's baseline
   huge (--huge)     a ``--huge-records`` batch (default 20M, keys repeating), applied last
@@ -454,9 +454,9 @@ def main() -> int:
     # job, and this process touching memory the VM has not backed yet (the first run after the big scenarios
     # took 0.25-0.28 s in every run, the next ones 0.12-0.17 s). So the same updates go in as --small-runs
     # consecutive batches and the median is reported, every run listed beside it.
-    # They go in as the warm endpoint applies a batch: the maintenance due after it (a minor compaction every
-    # fifth batch, the changelog's merge every tenth, expiry) runs in the background once the batch is committed
-    # and reported (ChangeLake(background_maintenance=...)). Its time is not the batch's, and it is not hidden:
+    # The maintenance due after each batch (a minor compaction every fifth batch, the changelog's merge every
+    # tenth, expiry) runs in the background once the batch is committed and reported
+    # (ChangeLake(background_maintenance=...)). Its time is not the batch's, and it is not hidden:
     # after each timing the run waits for it (outside the timing) and lists, per batch, the maintenance's own
     # seconds and the batch plus that wait -- what a caller applying batches back to back, or a CLI command,
     # which exits only after it, waits.

@@ -70,8 +70,9 @@ delta-rs's each in a fresh process, and the medians are compared; every run is l
 before `--reps` existed (no runs listed) are single runs. Every timed phase, changelake's and each peer's,
 starts after `os.sync()`: the kernel writes out what the phases before wrote (from 30 s after a write) on
 the same 2 cores, and a phase should not pay for another's files (ten one-bucket batches after 1.5 GB of
-fresh writes: 95 ms at the median, 79 ms with the writes flushed first). The one-bucket batches run as the
-warm endpoint applies them: the maintenance due after each (a compaction every fifth, the changelog's merge
+fresh writes: 95 ms at the median, 79 ms with the writes flushed first). The one-bucket batches run with
+the maintenance in the background (`ChangeLake(background_maintenance=...)`): the maintenance due after each
+(a compaction every fifth, the changelog's merge
 every tenth) runs in the background once the batch is committed and reported; the run waits for it after each
 timing, outside it, and lists its seconds and each batch plus that wait (what a caller applying batches back
 to back, or a CLI command, waits).

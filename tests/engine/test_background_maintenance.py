@@ -1,5 +1,4 @@
-"""Maintenance after a batch in the background (ChangeLake(background_maintenance=...), as the warm endpoint
-applies): the apply returns with its batch committed and visible while the maintenance runs; the table's next
+"""Maintenance after a batch in the background (ChangeLake(background_maintenance=...)): the apply returns with its batch committed and visible while the maintenance runs; the table's next
 write waits for it; a failing maintenance is reported and leaves the batch committed. No Spark."""
 
 from __future__ import annotations

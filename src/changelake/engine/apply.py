@@ -717,8 +717,8 @@ class Applier:
 
     def maintain_after(self, spec: TableSpec, table, log_table) -> None:
         """The maintenance due after a committed and reported batch: here (:meth:`maintain_inline`), or, with
-        ``background_maintenance``, in a thread while the apply returns (a long-lived process: the warm
-        endpoint, an application applying through the API). Either way a failure is reported and leaves the
+        ``background_maintenance``, in a thread while the apply returns (a long-lived process applying
+        through the API). Either way a failure is reported and leaves the
         batch committed; in the background, the next write to the table in this process waits for it, and a
         process that ends waits for it (engine/maintain.py, :func:`~changelake.engine.maintain.in_background`)."""
         background = self.background_maintenance

@@ -437,17 +437,10 @@ class Server:
         finally:
             remote.stop()
 
-        # `changelake apply` hands whole batches to this driver (see changelake.runtime.applyservice). The
-        # maintenance due after a batch runs here after the client has its result (reported in the server's
-        # log): the client's command returns once its batch is committed and visible.
+        # `changelake apply` hands whole batches to this driver (see changelake.runtime.applyservice).
         def lake_for(request_settings, progress):
             spark.sparkContext.setLocalProperty("spark.scheduler.pool", SERVER_POOL)  # this request's thread
-            return ChangeLake(
-                settings=request_settings,
-                spark=spark,
-                progress=progress,
-                background_maintenance=self.progress,
-            )
+            return ChangeLake(settings=request_settings, spark=spark, progress=progress)
 
         self.apply_service = ApplyService(settings, lake_for, log=self.progress)
         self.apply_service.start()
