@@ -6,8 +6,10 @@
 #                                   cache already matches its lock is not touched (no Maven, no network)
 #   infra/jars.sh --lock SET...     (maintainers) fetch, then write jars.lock from what Maven copied
 #
-# Maven's own download cache is .cache/m2 inside the checkout, so a set-up checkout runs offline and nothing
-# lands outside it. Spark reads .cache/jars/spark/*.jar (changelake.runtime.session, spark_server.sh).
+# Maven's own download cache is the user's (~/.m2/repository, or MAVEN_REPO_LOCAL), shared by every checkout
+# as uv's cache is: a fresh clone copies its ~340 MB of jars from it instead of downloading them again (48 s
+# against 25 s for the four sets on the project's machine). A set-up checkout runs offline either way: Spark
+# reads .cache/jars/spark/*.jar (changelake.runtime.session, spark_server.sh), checked against the lock.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cache="$root/.cache/jars"
@@ -31,7 +33,7 @@ for set in "$@"; do
   rm -rf "$tmp"
   mkdir -p "$tmp"
   echo "fetching the '$set' jars from Maven Central (pinned in infra/jars/$set/pom.xml)..."
-  if ! mvn -B -q -f "$pom" -Dmaven.repo.local="$root/.cache/m2" \
+  if ! mvn -B -q -f "$pom" -Dmaven.repo.local="${MAVEN_REPO_LOCAL:-$HOME/.m2/repository}" \
       org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy-dependencies \
       -DoutputDirectory="$tmp" -DincludeScope=runtime >"$tmp.log" 2>&1; then
     cat "$tmp.log" >&2; rm -rf "$tmp" "$tmp.log"; exit 1
