@@ -32,7 +32,7 @@ check-java: ## Fail early unless Java >= 17 is on PATH (Spark needs it)
 # The jars are fetched beside the two environments' syncs (Maven mostly waits on the network and copies files,
 # uv compiles bytecode): in a fresh clone that takes the jars' ~half a minute off the set-up.
 setup: uv check-java ## Create both environments from their lock files (.venv, .venv-airflow); pinned JVM jars (.cache/jars: Spark's, the S3 endpoint's, the REST catalog's); the PostgreSQL server for tests
-	@jars_log=$$(mktemp); infra/jars.sh spark kafka s3 rest >"$$jars_log" 2>&1 & jars=$$!; \
+	@set -e; jars_log=$$(mktemp); infra/jars.sh spark kafka s3 rest >"$$jars_log" 2>&1 & jars=$$!; \
 	trap 'kill $$jars 2>/dev/null || true; rm -f "$$jars_log"' EXIT; \
 	$(UV) sync --frozen --quiet; \
 	echo "data env ready: $$($(PY) -c 'import pyspark, pyiceberg; print("pyspark", pyspark.__version__, "pyiceberg", pyiceberg.__version__)')"; \
