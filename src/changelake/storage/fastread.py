@@ -510,13 +510,13 @@ class FastReader:
         ticker = _Ticker(self.progress)
         deleted = self._deleted(source, files)
         files = [f for f in files if not f.is_delete]
-        footers = _each(lambda f: pq.ParquetFile(source.open(f.path, f.size)), files)
-        for i, (f, pf) in enumerate(zip(files, footers, strict=True)):
-            ticker.tick(functools.partial("{}: keys of {}/{} files read".format, label, i, len(files)))
-            opened.append(pf)
-            stats.files_read += 1
-            stats.row_groups += pf.metadata.num_row_groups
+
+        def smallest_keys(f: TableFile) -> tuple[pq.ParquetFile, list[pa.Table]]:
+            # A file's footer and its row groups' key columns, read in the thread that opened it: on an object
+            # store each is a request, and the files' requests overlap (the smallest keys are in every bucket).
+            pf = pq.ParquetFile(source.open(f.path, f.size))
             starts, gone = group_starts(pf.metadata), deleted.get(f.path)
+            out = []
             for g in range(pf.metadata.num_row_groups):
                 keys = _unify(pf.read_row_group(g, columns=pk, use_threads=False))
                 rows = _positions(keys.num_rows)
@@ -524,12 +524,22 @@ class FastReader:
                     live = _live(rows, starts[g], gone)
                     keys, rows = keys.filter(live), rows.filter(live)
                 index = pc.select_k_unstable(keys, k=min(limit, keys.num_rows), sort_keys=order)
-                candidates.append(
+                out.append(
                     keys.take(index)
-                    .append_column("_file", pa.array([i] * len(index), pa.int32()))
                     .append_column("_group", pa.array([g] * len(index), pa.int32()))
                     .append_column("_row", rows.take(index))
                 )
+            return pf, out
+
+        for i, (pf, smallest) in enumerate(_each(smallest_keys, files)):
+            ticker.tick(functools.partial("{}: keys of {}/{} files read".format, label, i, len(files)))
+            opened.append(pf)
+            stats.files_read += 1
+            stats.row_groups += pf.metadata.num_row_groups
+            candidates += [
+                t.add_column(t.num_columns - 2, "_file", pa.array([i] * t.num_rows, pa.int32()))
+                for t in smallest
+            ]
         if not candidates:
             return schema.empty_table()
         keys = pa.concat_tables(candidates)
