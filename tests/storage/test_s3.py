@@ -186,6 +186,88 @@ def test_wrong_keys_are_refused_and_the_secret_is_never_shown(s3_endpoint, s3_pr
     assert secret not in shown
 
 
+class _NoOpen:
+    """A pyarrow S3 file system whose opens for reading fail: each costs a HEAD request before its GETs."""
+
+    def __init__(self, filesystem):
+        self._filesystem = filesystem
+
+    def __getattr__(self, name):
+        if name in ("open_input_file", "open_input_stream"):
+            raise AssertionError(f"pyarrow's {name}: a HEAD request per object")
+        return getattr(self._filesystem, name)
+
+
+def _forbid_pyarrow_opens(monkeypatch) -> None:
+    """Reads of the S3 endpoint's objects must not open them through pyarrow (a HEAD each) from here on."""
+    from changelake import objectstore
+
+    plain = objectstore.Store.filesystem
+    monkeypatch.setattr(objectstore.Store, "filesystem", property(lambda self: _NoOpen(plain.fget(self))))
+
+
+@pytest.fixture()
+def no_pyarrow_open(monkeypatch):
+    _forbid_pyarrow_opens(monkeypatch)
+
+
+def test_objects_are_read_by_signed_gets_whole_by_ranges_or_by_their_tail(
+    s3_endpoint, s3_prefix, no_pyarrow_open
+):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from changelake import objectstore
+
+    store = objectstore.Store(storage_options_of(s3_endpoint))
+    rows = pa.table({"k": pa.array(range(300_000)), "v": pa.array([f"v{i}" for i in range(300_000)])})
+    sink = pa.BufferOutputStream()
+    pq.write_table(rows, sink, row_group_size=100_000)
+    data = sink.getvalue().to_pybytes()
+    assert len(data) > objectstore.TAIL_BYTES
+    path = store.path(f"{s3_prefix}/direct/a file, ünïcode + spaces.parquet")  # encoded as S3 signs it
+    store.put(path, data)
+    assert store.read(path) == data
+    # Size known: read whole up to the limit, by ranges above it; size not known: its tail tells it.
+    for size, whole_up_to in [(len(data), len(data)), (len(data), 0), (None, 0), (None, len(data))]:
+        opened = store.open_input(path, size, whole_up_to)
+        assert opened.size() == len(data)
+        assert isinstance(opened, pa.BufferReader) == (whole_up_to >= len(data))
+        assert pq.ParquetFile(opened).read_row_group(1).equals(rows.slice(100_000, 100_000))
+    small = store.path(f"{s3_prefix}/direct/small")
+    store.put(small, b"0123456789")
+    assert store.open_input(small).read() == b"0123456789"  # one GET of its "tail" is all of it
+    opened = store.open_input(small, 10, 0)
+    assert (opened.read_at(4, 3), opened.read_at(5, 8)) == (b"3456", b"89")
+    empty = store.path(f"{s3_prefix}/direct/empty")
+    store.put(empty, b"")
+    assert store.open_input(empty).read() == b""
+    with pytest.raises(FileNotFoundError, match="no such object"):
+        store.read(store.path(f"{s3_prefix}/direct/missing"))
+    with pytest.raises(FileNotFoundError, match="no such object"):
+        store.open_input(store.path(f"{s3_prefix}/direct/missing"))
+    secret = "wrong-" + uuid.uuid4().hex
+    wrong = objectstore.Store({**storage_options_of(s3_endpoint), "AWS_SECRET_ACCESS_KEY": secret})
+    with pytest.raises(PermissionError, match="403") as refused:
+        wrong.read(f"{s3_prefix}/direct/small")
+    assert secret not in str(refused.value)
+
+
+def test_lookups_and_scans_without_a_jvm_open_no_object_through_pyarrow(s3_endpoint, s3_prefix, tmp_path):
+    lake = _lake(tmp_path, "t.kv", s3_prefix, storage_options_of(s3_endpoint))
+    lake.create_all()
+    _land(lake, "t.kv", BATCHES)
+    lake.apply_pending("t.kv")
+    expected = _pyiceberg_state(lake, "t.kv")[0]
+    with pytest.MonkeyPatch.context() as patch:
+        _forbid_pyarrow_opens(patch)
+        assert lake.reader.direct
+        assert lake.lookup("t.kv", {"k": 9}) == [{"k": 9, "v": "c9"}]
+        first = lake.reader.rows_arrow("t.kv", limit=3, by_key=True)  # scan --limit 3
+        assert [(r["k"], r["v"]) for r in first.to_pylist()] == expected[:3]
+        assert sorted((r["k"], r["v"]) for r in lake.rows_arrow("t.kv").to_pylist()) == expected
+
+
 # --- behind the REST catalog -------------------------------------------------------------------------------
 
 
