@@ -842,6 +842,8 @@ class GroupWriter:
     def _write_deletes(self, path: str, table: pa.Table) -> None:
         with self.io.open_output(path) as sink:
             write_position_deletes(sink, table, self.ctx.delta_compression)
+            written = sink.tell()
+        self.io.know({path: written})  # its size for the commit, without asking the store (a HEAD)
 
     def finish(self) -> dict:
         """Flush, then the group's marker row: the files it wrote."""
