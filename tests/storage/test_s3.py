@@ -464,6 +464,36 @@ def test_spark_reads_s3_tables_through_icebergs_s3fileio(
         _fresh_jvm_reads_without_credentials_on_its_command_line(rest_catalog, tmp_path, s3_prefix, table)
 
 
+@pytest.mark.parametrize(
+    "wrong",
+    [
+        {"io-impl": "org.apache.iceberg.hadoop.HadoopFileIO"},  # Hadoop's, with no file system for s3://
+        {"s3.endpoint": "http://127.0.0.1:9"},  # nothing listens there
+    ],
+    ids=["io-impl", "endpoint"],
+)
+def test_a_spark_catalog_whose_fileio_cannot_read_the_warehouse_fails_its_first_query_saying_so(
+    wrong, spark, s3_endpoint, s3_prefix, tmp_path
+):
+    """Iceberg retries a table's metadata read 20 times, for minutes, whatever failed: the catalog tries its
+    FileIO on the warehouse once when it is built and names what it could not do."""
+    from changelake.runtime import jvm
+
+    table = f"w{uuid.uuid4().hex[:8]}.kv"
+    lake = _lake(tmp_path, table, s3_prefix, storage_options_of(s3_endpoint))
+    lake.create_all()
+    name = f"wrong_{uuid.uuid4().hex[:8]}"
+    for key, value in {
+        **jvm.catalog_conf(lake.settings, name),
+        **{f"spark.sql.catalog.{name}.{k}": v for k, v in wrong.items()},
+    }.items():
+        spark.conf.set(key, value)
+    with pytest.raises(Exception, match=r"cannot read the warehouse s3://") as failed:
+        spark.table(f"{name}.{table}").count()
+    assert f"catalog {name}" in str(failed.value)
+    assert s3_endpoint["AWS_SECRET_ACCESS_KEY"] not in str(failed.value)
+
+
 #: A process that builds its own SparkSession from the environment (as the apps, the endpoint and dbt do),
 #: reads a table through the ``changelake`` catalog and waits for the test to look at the process list.
 _FRESH_SPARK_READS = """
