@@ -147,7 +147,9 @@ class Store:
     @property
     def filesystem(self) -> Any:
         """The pyarrow S3 file system (``pyarrow.fs.S3FileSystem``)."""
-        return _filesystem(self._key)
+        filesystem = _filesystem(self._key)
+        _STORES.setdefault(id(filesystem), (filesystem, self))
+        return filesystem
 
     def path(self, uri: str) -> ObjectPath:
         """``uri`` (``s3://bucket/key``) as an :class:`ObjectPath` of this store."""
@@ -321,6 +323,16 @@ def _path_type(store: Store, scheme: str) -> type[ObjectPath]:
                 "ObjectPath", (ObjectPath,), {"store": store, "scheme": scheme}
             )
         return made
+
+
+#: The store each file system :attr:`Store.filesystem` gave is of (by id; the file system kept with it).
+_STORES: dict[int, tuple[Any, Store]] = {}
+
+
+def store_of_filesystem(filesystem: Any) -> Store | None:
+    """The :class:`Store` whose :attr:`~Store.filesystem` ``filesystem`` is, else None (another S3 client)."""
+    entry = _STORES.get(id(filesystem))
+    return entry[1] if entry is not None and entry[0] is filesystem else None
 
 
 @functools.lru_cache(maxsize=16)

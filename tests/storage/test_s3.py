@@ -186,33 +186,44 @@ def test_wrong_keys_are_refused_and_the_secret_is_never_shown(s3_endpoint, s3_pr
     assert secret not in shown
 
 
-class _NoOpen:
-    """A pyarrow S3 file system whose opens for reading fail: each costs a HEAD request before its GETs."""
+class _OpenLog:
+    """A pyarrow S3 file system that logs its opens for reading: each costs a HEAD request before its GETs."""
 
-    def __init__(self, filesystem):
-        self._filesystem = filesystem
+    def __init__(self, filesystem, opened: list[str]):
+        self._filesystem, self._opened = filesystem, opened
 
     def __getattr__(self, name):
         if name in ("open_input_file", "open_input_stream"):
-            raise AssertionError(f"pyarrow's {name}: a HEAD request per object")
+            return lambda path, *args, **kwargs: (
+                self._opened.append(path),
+                getattr(self._filesystem, name)(path, *args, **kwargs),
+            )[1]
         return getattr(self._filesystem, name)
 
 
-def _forbid_pyarrow_opens(monkeypatch) -> None:
-    """Reads of the S3 endpoint's objects must not open them through pyarrow (a HEAD each) from here on."""
+def _log_pyarrow_opens(monkeypatch) -> list[str]:
+    """The objects pyarrow opens for reading (``bucket/key``) from here on, for every store."""
     from changelake import objectstore
 
-    plain = objectstore.Store.filesystem
-    monkeypatch.setattr(objectstore.Store, "filesystem", property(lambda self: _NoOpen(plain.fget(self))))
+    opened: list[str] = []
+    plain, made = objectstore._filesystem, {}
+
+    def logged(key):
+        if key not in made:
+            made[key] = _OpenLog(plain(key), opened)
+        return made[key]
+
+    monkeypatch.setattr(objectstore, "_filesystem", logged)
+    return opened
 
 
 @pytest.fixture()
-def no_pyarrow_open(monkeypatch):
-    _forbid_pyarrow_opens(monkeypatch)
+def pyarrow_opens(monkeypatch) -> list[str]:
+    return _log_pyarrow_opens(monkeypatch)
 
 
 def test_objects_are_read_by_signed_gets_whole_by_ranges_or_by_their_tail(
-    s3_endpoint, s3_prefix, no_pyarrow_open
+    s3_endpoint, s3_prefix, pyarrow_opens
 ):
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -251,21 +262,31 @@ def test_objects_are_read_by_signed_gets_whole_by_ranges_or_by_their_tail(
     with pytest.raises(PermissionError, match="403") as refused:
         wrong.read(f"{s3_prefix}/direct/small")
     assert secret not in str(refused.value)
+    assert pyarrow_opens == []
 
 
-def test_lookups_and_scans_without_a_jvm_open_no_object_through_pyarrow(s3_endpoint, s3_prefix, tmp_path):
-    lake = _lake(tmp_path, "t.kv", s3_prefix, storage_options_of(s3_endpoint))
+def test_applies_lookups_and_scans_open_no_table_file_through_pyarrow(s3_endpoint, s3_prefix, tmp_path):
+    options = storage_options_of(s3_endpoint)
+    lake = _lake(tmp_path, "t.kv", s3_prefix, options)
     lake.create_all()
-    _land(lake, "t.kv", BATCHES)
+    _land(lake, "t.kv", {1: BATCHES[1]})
     lake.apply_pending("t.kv")
-    expected = _pyiceberg_state(lake, "t.kv")[0]
     with pytest.MonkeyPatch.context() as patch:
-        _forbid_pyarrow_opens(patch)
+        opened = _log_pyarrow_opens(patch)
+        lake = _lake(tmp_path, "t.kv", s3_prefix, options)  # its catalog's FileIO made from here on
+        _land(lake, "t.kv", {2: BATCHES[2], 3: BATCHES[3]})
+        assert [r.status for r in lake.apply_pending("t.kv")] == ["applied"] * 2  # merges and commits
         assert lake.reader.direct
-        assert lake.lookup("t.kv", {"k": 9}) == [{"k": 9, "v": "c9"}]
-        first = lake.reader.rows_arrow("t.kv", limit=3, by_key=True)  # scan --limit 3
-        assert [(r["k"], r["v"]) for r in first.to_pylist()] == expected[:3]
-        assert sorted((r["k"], r["v"]) for r in lake.rows_arrow("t.kv").to_pylist()) == expected
+        found = lake.lookup("t.kv", {"k": 9})
+        first = lake.reader.rows_arrow("t.kv", limit=3, by_key=True).to_pylist()  # scan --limit 3
+        every = lake.rows_arrow("t.kv").to_pylist()
+    # pyarrow opens only the landed objects (a HEAD for their ETags) and the batch's staged files as they are
+    # deleted (a HEAD for the bytes freed); no file of the table.
+    assert opened and not [p for p in opened if "/landing/" not in p and "-staging/" not in p], opened
+    expected = _pyiceberg_state(lake, "t.kv")[0]
+    assert found == [{"k": 9, "v": "c9"}]
+    assert [(r["k"], r["v"]) for r in first] == expected[:3]
+    assert sorted((r["k"], r["v"]) for r in every) == expected
 
 
 # --- behind the REST catalog -------------------------------------------------------------------------------
