@@ -150,3 +150,39 @@ def test_spark_reads_an_s3_warehouse_through_icebergs_s3fileio_and_its_credentia
     # A warehouse on local disk keeps Iceberg's default FileIO.
     local = jvm.catalog_conf(load_settings(home=tmp_path, storage_options=OPTIONS))
     assert not any("s3." in k or "io-impl" in k for k in local)
+
+
+class _SessionConf:
+    """A Spark session's runtime configuration (``spark.conf``), as :func:`jvm.spark_catalog` uses it."""
+
+    def __init__(self, values: dict[str, str]):
+        self.values = dict(values)
+
+    def get(self, key: str, default=None):
+        return self.values.get(key, default)
+
+    def set(self, key: str, value: str) -> None:
+        self.values[key] = value
+
+
+def test_one_warehouse_name_on_two_endpoints_is_two_spark_catalogs(tmp_path):
+    from types import SimpleNamespace
+
+    from changelake.runtime import jvm
+
+    def settings(**options):
+        return load_settings(
+            home=tmp_path, warehouse="s3://lake/warehouse", storage_options={**OPTIONS, **options}
+        )
+
+    first = settings()
+    other_endpoint = settings(AWS_ENDPOINT_URL="http://127.0.0.2:9")
+    other_keys = settings(AWS_ACCESS_KEY_ID="AK2")
+    spark = SimpleNamespace(conf=_SessionConf(jvm.catalog_conf(first)))  # a session built for ``first``
+    assert jvm.spark_catalog(spark, first) == jvm.SPARK_CATALOG
+    name = jvm.spark_catalog(spark, other_endpoint)
+    assert name != jvm.SPARK_CATALOG
+    assert spark.conf.get(f"spark.sql.catalog.{name}.s3.endpoint") == "http://127.0.0.2:9"
+    assert jvm.spark_catalog(spark, other_endpoint) == name  # registered once, found again
+    assert jvm.spark_catalog(spark, other_keys) not in (name, jvm.SPARK_CATALOG)
+    assert not any("s3cr3t" in k for k in spark.conf.values)  # the catalogs' names show no secret

@@ -19,6 +19,7 @@ new dependency, and it imports in milliseconds where boto3 or s3fs take a third 
 from __future__ import annotations
 
 import functools
+import io
 import os
 import threading
 from collections.abc import Iterable, Mapping
@@ -146,7 +147,9 @@ class Store:
     @property
     def filesystem(self) -> Any:
         """The pyarrow S3 file system (``pyarrow.fs.S3FileSystem``)."""
-        return _filesystem(self._key)
+        filesystem = _filesystem(self._key)
+        _STORES.setdefault(id(filesystem), (filesystem, self))
+        return filesystem
 
     def path(self, uri: str) -> ObjectPath:
         """``uri`` (``s3://bucket/key``) as an :class:`ObjectPath` of this store."""
@@ -186,17 +189,39 @@ class Store:
         modified = meta.get(b"Last-Modified") or meta.get("Last-Modified")
         return ObjectInfo(p, size, _time_ns(modified), _text(etag).strip('"') if etag else None)
 
-    def open_input(self, path: ObjectPath | str) -> Any:
-        """The object for reading (a pyarrow random-access file: ``read``, ``read_at``, ``seek``, ``size``).
-        Raises FileNotFoundError when there is none. Opening costs a HEAD request for the object's size even
-        when the caller knows it: pyarrow's Python binding opens by path only (its C++ API takes a FileInfo)."""
+    def open_input(self, path: ObjectPath | str, size: int | None = None, whole_up_to: int = 0) -> Any:
+        """The object for reading (a pyarrow random-access file: ``read``, ``read_at``, ``seek``, ``size``); an
+        object of at most ``whole_up_to`` bytes comes read whole (a ``pyarrow.BufferReader``). Raises
+        FileNotFoundError when there is none.
+
+        pyarrow's Python binding opens an object by path only, and each open is a HEAD request for its size
+        (its C++ API takes the size, the binding does not pass it). Where the store is reached by an endpoint
+        and keys of its own (:meth:`direct`), the object is read by signed GETs instead: with ``size`` known
+        (an Iceberg manifest gives it) a small object is one GET and a larger one is read by ranges, its
+        footer the first; with ``size`` unknown, one GET of its last bytes gives the size and the footer, or
+        the whole object when it is small. Elsewhere (the AWS SDK's credential chain) pyarrow opens it."""
         p = self._as_path(path)
+        direct = self.direct
+        if direct is not None:
+            return direct.open(p.bucket, p.key, str(p), size, whole_up_to)
         try:
-            return self.filesystem.open_input_file(p.key_path)
+            opened = self.filesystem.open_input_file(p.key_path)
         except OSError as e:
             if _not_found(e):
                 raise FileNotFoundError(f"{p}: no such object") from None
             raise
+        if opened.size() > whole_up_to:
+            return opened
+        import pyarrow as pa
+
+        with opened:
+            return pa.BufferReader(opened.read())
+
+    @property
+    def direct(self) -> _DirectReads | None:
+        """Signed GETs to this store (:class:`_DirectReads`) when it has an endpoint and an access key of its
+        own, else None."""
+        return _direct_reads(self._key)
 
     def open_output(self, path: ObjectPath | str) -> Any:
         """A new object's writer: the object appears, whole, when it is closed (a multipart upload completes
@@ -210,8 +235,12 @@ class Store:
                 out.write(chunk)
 
     def read(self, path: ObjectPath | str) -> bytes:
-        """A whole object, in one GET (no HEAD first: the size comes with the body)."""
+        """A whole object: one GET where the store is read directly (:meth:`open_input`), else pyarrow's stream
+        (a HEAD, then GETs)."""
         p = self._as_path(path)
+        direct = self.direct
+        if direct is not None:
+            return direct.read(p.bucket, p.key, str(p))
         try:
             with self.filesystem.open_input_stream(p.key_path) as f:
                 return f.read()
@@ -296,6 +325,16 @@ def _path_type(store: Store, scheme: str) -> type[ObjectPath]:
         return made
 
 
+#: The store each file system :attr:`Store.filesystem` gave is of (by id; the file system kept with it).
+_STORES: dict[int, tuple[Any, Store]] = {}
+
+
+def store_of_filesystem(filesystem: Any) -> Store | None:
+    """The :class:`Store` whose :attr:`~Store.filesystem` ``filesystem`` is, else None (another S3 client)."""
+    entry = _STORES.get(id(filesystem))
+    return entry[1] if entry is not None and entry[0] is filesystem else None
+
+
 @functools.lru_cache(maxsize=16)
 def _filesystem(key: tuple[tuple[str, str], ...]) -> Any:
     from pyarrow.fs import S3FileSystem
@@ -315,6 +354,227 @@ def _filesystem(key: tuple[tuple[str, str], ...]) -> Any:
         if options.get("AWS_SESSION_TOKEN"):
             kwargs["session_token"] = options["AWS_SESSION_TOKEN"]
     return S3FileSystem(**kwargs)
+
+
+#: The bytes one GET asks for of an object whose size is not known: the end of it, where a Parquet or Arrow
+#: file's footer is (the whole object when it is no larger), and the object's size in its Content-Range. Also
+#: what a ranged read fetches of a file's end at its first read there, so a footer's length and the footer
+#: itself are one request.
+TAIL_BYTES = 64 << 10
+#: Attempts of a GET that failed on the connection or with a 5xx (a restarted server, a dropped keep-alive).
+_GET_ATTEMPTS = 3
+
+
+@functools.lru_cache(maxsize=16)
+def _direct_reads(key: tuple[tuple[str, str], ...]) -> _DirectReads | None:
+    options = dict(key)
+    if not options.get("AWS_ENDPOINT_URL") or not options.get("AWS_ACCESS_KEY_ID"):
+        return None  # AWS itself, or the SDK's credential chain: pyarrow's client knows both
+    return _DirectReads(options)
+
+
+class _DirectReads:
+    """GET requests to a store behind an explicit endpoint (path-style, as pyarrow addresses it there), signed
+    with AWS Signature Version 4 from the store's own keys, on one keep-alive connection per thread.
+
+    Why not pyarrow: its Python binding cannot open an object without a HEAD request (above). Why not boto3:
+    it takes a third of a second to import in every cold read and Spark worker, for one signed GET. The
+    signature is the published algorithm for a request without a body (``UNSIGNED-PAYLOAD``)."""
+
+    def __init__(self, options: Mapping[str, str]):
+        endpoint = urlparse(options["AWS_ENDPOINT_URL"])
+        self._https = endpoint.scheme == "https"
+        self._host = endpoint.netloc
+        self._base = endpoint.path.rstrip("/")
+        self._region = options.get("AWS_REGION") or DEFAULT_REGION
+        self._key_id = options["AWS_ACCESS_KEY_ID"]
+        self._secret = options.get("AWS_SECRET_ACCESS_KEY", "")
+        self._token = options.get("AWS_SESSION_TOKEN")
+        self._local = threading.local()
+        self._day_key: tuple[str, bytes] | None = None
+
+    def __repr__(self) -> str:
+        return f"_DirectReads({self._host})"
+
+    def read(self, bucket: str, key: str, uri: str) -> bytes:
+        """The whole object, in one GET."""
+        return self.get(bucket, key, uri)[2]
+
+    def open(self, bucket: str, key: str, uri: str, size: int | None, whole_up_to: int) -> Any:
+        """The object as a pyarrow random-access file (:meth:`Store.open_input`)."""
+        import pyarrow as pa
+
+        if size is not None:
+            if size <= whole_up_to:
+                return pa.BufferReader(self.read(bucket, key, uri))
+            return pa.PythonFile(_RangedObject(self, bucket, key, uri, size), mode="r")
+        status, headers, body = self.get(bucket, key, uri, f"bytes=-{TAIL_BYTES}")
+        if status == 416:  # a range of an empty object is not satisfiable
+            return pa.BufferReader(b"")
+        start, total = 0, len(body)
+        if status == 206:
+            start, total = _content_range(headers.get("Content-Range"), uri)
+        if start == 0:
+            return pa.BufferReader(body)
+        if total <= whole_up_to:  # the rest of it: two GETs, as a HEAD and a GET were
+            _, _, head = self.get(bucket, key, uri, f"bytes=0-{start - 1}")
+            return pa.BufferReader(head + body)
+        return pa.PythonFile(_RangedObject(self, bucket, key, uri, total, (start, body)), mode="r")
+
+    def get(self, bucket: str, key: str, uri: str, byte_range: str | None = None) -> tuple[int, Any, bytes]:
+        """One GET (``byte_range``: an HTTP Range value): its status (200, 206; 416 for an unsatisfiable
+        range), headers and body. FileNotFoundError when there is no such object; PermissionError when the
+        store refuses the keys; OSError otherwise."""
+        import http.client
+        from urllib.parse import quote
+
+        path = f"{self._base}/{quote(bucket)}/{quote(key)}"  # each segment encoded once, as S3 signs it
+        for attempt in range(1, _GET_ATTEMPTS + 1):
+            headers = self._signed(path)
+            if byte_range:
+                headers["Range"] = byte_range
+            connection = self._connection()
+            try:
+                connection.request("GET", path, headers=headers)
+                response = connection.getresponse()
+                body = response.read()
+            except (http.client.HTTPException, OSError):
+                connection.close()
+                self._local.connection = None
+                if attempt == _GET_ATTEMPTS:
+                    raise
+                continue
+            if response.status >= 500 and attempt < _GET_ATTEMPTS:
+                continue
+            break
+        status = response.status
+        if status in (200, 206, 416):
+            return status, response.headers, body
+        code = _error_code(body)
+        if status == 404 or code == "NoSuchKey":
+            raise FileNotFoundError(f"{uri}: no such object")
+        if status == 403:
+            raise PermissionError(f"{uri}: the store refused the request (HTTP 403 {code})")
+        raise OSError(f"{uri}: GET failed: HTTP {status} {code}")
+
+    def _connection(self) -> Any:
+        import http.client
+
+        connection = getattr(self._local, "connection", None)
+        if connection is None:
+            kind = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
+            connection = self._local.connection = kind(self._host, timeout=60)
+        return connection
+
+    def _signed(self, path: str) -> dict[str, str]:
+        """The headers of a GET of ``path`` signed with Signature Version 4 (no query, no body)."""
+        import hashlib
+        import hmac
+        from datetime import UTC, datetime
+
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+        day = stamp[:8]
+        headers = {"host": self._host, "x-amz-content-sha256": "UNSIGNED-PAYLOAD", "x-amz-date": stamp}
+        if self._token:
+            headers["x-amz-security-token"] = self._token
+        names = sorted(headers)
+        signed = ";".join(names)
+        canonical = "\n".join(
+            ["GET", path, "", *(f"{n}:{headers[n]}" for n in names), "", signed, "UNSIGNED-PAYLOAD"]
+        )
+        scope = f"{day}/{self._region}/s3/aws4_request"
+        to_sign = "\n".join(
+            ["AWS4-HMAC-SHA256", stamp, scope, hashlib.sha256(canonical.encode()).hexdigest()]
+        )
+        if self._day_key is None or self._day_key[0] != day:
+            key = f"AWS4{self._secret}".encode()
+            for part in (day, self._region, "s3", "aws4_request"):
+                key = hmac.new(key, part.encode(), hashlib.sha256).digest()
+            self._day_key = (day, key)
+        signature = hmac.new(self._day_key[1], to_sign.encode(), hashlib.sha256).hexdigest()
+        headers["Authorization"] = (
+            f"AWS4-HMAC-SHA256 Credential={self._key_id}/{scope}, SignedHeaders={signed}, Signature={signature}"
+        )
+        return headers
+
+
+class _RangedObject(io.RawIOBase):
+    """An object of known size read by ranged GETs (wrapped in ``pyarrow.PythonFile``): each read one GET,
+    except that the first read within the last :data:`TAIL_BYTES` fetches them all (a footer's length, then
+    the footer), and a tail already fetched is served from memory."""
+
+    def __init__(
+        self,
+        reads: _DirectReads,
+        bucket: str,
+        key: str,
+        uri: str,
+        size: int,
+        tail: tuple[int, bytes] | None = None,
+    ):
+        super().__init__()
+        self._reads, self._bucket, self._key, self._uri = reads, bucket, key, uri
+        self._size = size
+        self._pos = 0
+        self._tail = tail
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def read(self, size: int = -1) -> bytes:
+        start = self._pos
+        end = self._size if size is None or size < 0 else min(self._size, start + size)
+        if end <= start:
+            return b""
+        tail_start = max(0, self._size - TAIL_BYTES)
+        if self._tail is None and start >= tail_start:
+            self._tail = (tail_start, self._get(tail_start, self._size))
+        if self._tail is not None and start >= self._tail[0]:
+            data = self._tail[1][start - self._tail[0] : end - self._tail[0]]
+        else:
+            data = self._get(start, end)
+        self._pos = start + len(data)
+        return data
+
+    def readall(self) -> bytes:
+        return self.read(-1)
+
+    def _get(self, start: int, end: int) -> bytes:
+        status, _, body = self._reads.get(self._bucket, self._key, self._uri, f"bytes={start}-{end - 1}")
+        if status == 200:  # a server that ignores ranges sends the whole object
+            body = body[start:end]
+        if len(body) != end - start:
+            raise OSError(f"{self._uri}: asked for bytes {start}-{end - 1}, got {len(body)} bytes")
+        return body
+
+
+def _content_range(value: str | None, uri: str) -> tuple[int, int]:
+    """The first byte and the object's size from a ``Content-Range: bytes FIRST-LAST/SIZE`` header."""
+    import re
+
+    match = re.fullmatch(r"bytes (\d+)-\d+/(\d+)", (value or "").strip())
+    if match is None:
+        raise OSError(f"{uri}: a ranged GET came back without a Content-Range (got {value!r})")
+    return int(match.group(1)), int(match.group(2))
+
+
+def _error_code(body: bytes) -> str:
+    """The ``<Code>`` of an S3 error response, else empty."""
+    import re
+
+    match = re.search(rb"<Code>([^<]*)</Code>", body)
+    return match.group(1).decode("utf-8", "replace") if match else ""
 
 
 def _not_found(error: OSError) -> bool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import json
+from types import SimpleNamespace
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -408,3 +409,34 @@ def test_fast_reads_of_an_evolved_table_equal_spark(lake):
     assert reader.lookup("f.evolved", {"id": untouched[0]}) == [
         {"id": untouched[0], "amount": untouched[0], "note": None}
     ]
+
+
+def test_the_first_rows_read_the_keys_of_only_the_row_groups_that_may_hold_them(tmp_path):
+    """``scan --limit``: every file's footer, then the keys of the row groups whose statistics admit one of the
+    first rows (here the first of 40), then those rows. Local files are read a row group at a time; objects
+    a few at once, in the same order."""
+    files = []
+    for f in range(4):  # file f holds keys f*100 .. f*100+99, row groups of 10, written newest keys first
+        path = tmp_path / f"part-{f}.parquet"
+        keys = list(range(f * 100 + 99, f * 100 - 1, -1))
+        pq.write_table(
+            pa.table({"k": pa.array(keys, pa.int64()), "v": pa.array([f"v{k}" for k in keys])}),
+            path,
+            row_group_size=10,
+        )
+        files.append(TableFile(str(path), 0, (), 100, path.stat().st_size))
+    source = catalog.TableSource(name="x.y", properties={}, columns=["k", "v"], partition_columns=[])
+    source.open = lambda p, size=None: p
+    reader = FastReader.__new__(FastReader)
+    reader.progress = lambda _m: None
+    spec = SimpleNamespace(primary_key=["k"])
+    schema = pa.schema([("k", pa.int64()), ("v", pa.string())])
+    stats = fastread._Stats()
+    first = reader._first_rows(spec, source, files, 3, stats, "", schema)
+    assert first.to_pylist() == [{"k": k, "v": f"v{k}"} for k in range(3)]
+    assert (stats.files_read, stats.row_groups, stats.row_groups_read) == (4, 40, 1)
+    # The last rows of file 0 and the first of file 1: two row groups of keys (and their rows).
+    stats = fastread._Stats()
+    first = reader._first_rows(spec, source, files[1:], 12, stats, "", schema)
+    assert [r["k"] for r in first.to_pylist()] == list(range(100, 112))
+    assert stats.row_groups_read == 2

@@ -186,6 +186,109 @@ def test_wrong_keys_are_refused_and_the_secret_is_never_shown(s3_endpoint, s3_pr
     assert secret not in shown
 
 
+class _OpenLog:
+    """A pyarrow S3 file system that logs its opens for reading: each costs a HEAD request before its GETs."""
+
+    def __init__(self, filesystem, opened: list[str]):
+        self._filesystem, self._opened = filesystem, opened
+
+    def __getattr__(self, name):
+        if name in ("open_input_file", "open_input_stream"):
+            return lambda path, *args, **kwargs: (
+                self._opened.append(path),
+                getattr(self._filesystem, name)(path, *args, **kwargs),
+            )[1]
+        return getattr(self._filesystem, name)
+
+
+def _log_pyarrow_opens(monkeypatch) -> list[str]:
+    """The objects pyarrow opens for reading (``bucket/key``) from here on, for every store."""
+    from changelake import objectstore
+
+    opened: list[str] = []
+    plain, made = objectstore._filesystem, {}
+
+    def logged(key):
+        if key not in made:
+            made[key] = _OpenLog(plain(key), opened)
+        return made[key]
+
+    monkeypatch.setattr(objectstore, "_filesystem", logged)
+    return opened
+
+
+@pytest.fixture()
+def pyarrow_opens(monkeypatch) -> list[str]:
+    return _log_pyarrow_opens(monkeypatch)
+
+
+def test_objects_are_read_by_signed_gets_whole_by_ranges_or_by_their_tail(
+    s3_endpoint, s3_prefix, pyarrow_opens
+):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from changelake import objectstore
+
+    store = objectstore.Store(storage_options_of(s3_endpoint))
+    rows = pa.table({"k": pa.array(range(300_000)), "v": pa.array([f"v{i}" for i in range(300_000)])})
+    sink = pa.BufferOutputStream()
+    pq.write_table(rows, sink, row_group_size=100_000)
+    data = sink.getvalue().to_pybytes()
+    assert len(data) > objectstore.TAIL_BYTES
+    path = store.path(f"{s3_prefix}/direct/a file, ünïcode + spaces.parquet")  # encoded as S3 signs it
+    store.put(path, data)
+    assert store.read(path) == data
+    # Size known: read whole up to the limit, by ranges above it; size not known: its tail tells it.
+    for size, whole_up_to in [(len(data), len(data)), (len(data), 0), (None, 0), (None, len(data))]:
+        opened = store.open_input(path, size, whole_up_to)
+        assert opened.size() == len(data)
+        assert isinstance(opened, pa.BufferReader) == (whole_up_to >= len(data))
+        assert pq.ParquetFile(opened).read_row_group(1).equals(rows.slice(100_000, 100_000))
+    small = store.path(f"{s3_prefix}/direct/small")
+    store.put(small, b"0123456789")
+    assert store.open_input(small).read() == b"0123456789"  # one GET of its "tail" is all of it
+    opened = store.open_input(small, 10, 0)
+    assert (opened.read_at(4, 3), opened.read_at(5, 8)) == (b"3456", b"89")
+    empty = store.path(f"{s3_prefix}/direct/empty")
+    store.put(empty, b"")
+    assert store.open_input(empty).read() == b""
+    with pytest.raises(FileNotFoundError, match="no such object"):
+        store.read(store.path(f"{s3_prefix}/direct/missing"))
+    with pytest.raises(FileNotFoundError, match="no such object"):
+        store.open_input(store.path(f"{s3_prefix}/direct/missing"))
+    secret = "wrong-" + uuid.uuid4().hex
+    wrong = objectstore.Store({**storage_options_of(s3_endpoint), "AWS_SECRET_ACCESS_KEY": secret})
+    with pytest.raises(PermissionError, match="403") as refused:
+        wrong.read(f"{s3_prefix}/direct/small")
+    assert secret not in str(refused.value)
+    assert pyarrow_opens == []
+
+
+def test_applies_lookups_and_scans_open_no_table_file_through_pyarrow(s3_endpoint, s3_prefix, tmp_path):
+    options = storage_options_of(s3_endpoint)
+    lake = _lake(tmp_path, "t.kv", s3_prefix, options)
+    lake.create_all()
+    _land(lake, "t.kv", {1: BATCHES[1]})
+    lake.apply_pending("t.kv")
+    with pytest.MonkeyPatch.context() as patch:
+        opened = _log_pyarrow_opens(patch)
+        lake = _lake(tmp_path, "t.kv", s3_prefix, options)  # its catalog's FileIO made from here on
+        _land(lake, "t.kv", {2: BATCHES[2], 3: BATCHES[3]})
+        assert [r.status for r in lake.apply_pending("t.kv")] == ["applied"] * 2  # merges and commits
+        assert lake.reader.direct
+        found = lake.lookup("t.kv", {"k": 9})
+        first = lake.reader.rows_arrow("t.kv", limit=3, by_key=True).to_pylist()  # scan --limit 3
+        every = lake.rows_arrow("t.kv").to_pylist()
+    # pyarrow opens only the landed objects (a HEAD for their ETags) and the batch's staged files as they are
+    # deleted (a HEAD for the bytes freed); no file of the table.
+    assert opened and not [p for p in opened if "/landing/" not in p and "-staging/" not in p], opened
+    expected = _pyiceberg_state(lake, "t.kv")[0]
+    assert found == [{"k": 9, "v": "c9"}]
+    assert [(r["k"], r["v"]) for r in first] == expected[:3]
+    assert sorted((r["k"], r["v"]) for r in every) == expected
+
+
 # --- behind the REST catalog -------------------------------------------------------------------------------
 
 
@@ -380,6 +483,36 @@ def test_spark_reads_s3_tables_through_icebergs_s3fileio(
     assert not any(secret in str(r) for r in shown)
     if catalog == "rest":
         _fresh_jvm_reads_without_credentials_on_its_command_line(rest_catalog, tmp_path, s3_prefix, table)
+
+
+@pytest.mark.parametrize(
+    "wrong",
+    [
+        {"io-impl": "org.apache.iceberg.hadoop.HadoopFileIO"},  # Hadoop's, with no file system for s3://
+        {"s3.endpoint": "http://127.0.0.1:9"},  # nothing listens there
+    ],
+    ids=["io-impl", "endpoint"],
+)
+def test_a_spark_catalog_whose_fileio_cannot_read_the_warehouse_fails_its_first_query_saying_so(
+    wrong, spark, s3_endpoint, s3_prefix, tmp_path
+):
+    """Iceberg retries a table's metadata read 20 times, for minutes, whatever failed: the catalog tries its
+    FileIO on the warehouse once when it is built and names what it could not do."""
+    from changelake.runtime import jvm
+
+    table = f"w{uuid.uuid4().hex[:8]}.kv"
+    lake = _lake(tmp_path, table, s3_prefix, storage_options_of(s3_endpoint))
+    lake.create_all()
+    name = f"wrong_{uuid.uuid4().hex[:8]}"
+    for key, value in {
+        **jvm.catalog_conf(lake.settings, name),
+        **{f"spark.sql.catalog.{name}.{k}": v for k, v in wrong.items()},
+    }.items():
+        spark.conf.set(key, value)
+    with pytest.raises(Exception, match=r"cannot read the warehouse s3://") as failed:
+        spark.table(f"{name}.{table}").count()
+    assert f"catalog {name}" in str(failed.value)
+    assert s3_endpoint["AWS_SECRET_ACCESS_KEY"] not in str(failed.value)
 
 
 #: A process that builds its own SparkSession from the environment (as the apps, the endpoint and dbt do),

@@ -890,10 +890,10 @@ def _bucket_tasks(
     files of its Iceberg partition, its log end and ids, and whether it is rewritten whole (copy-on-write) or
     merged on read (:func:`_rewrites`)."""
     by_values: dict[str, list[TableFile]] = {}
-    deletes: dict[str, list[str]] = {}
+    deletes: dict[str, list[TableFile]] = {}
     for f in files:
         if f.is_delete:
-            deletes.setdefault(partition_key(f.partition), []).append(f.path)
+            deletes.setdefault(partition_key(f.partition), []).append(f)
         else:
             by_values.setdefault(partition_key(layout.key_values(f.partition)), []).append(f)
     merge_on_read = spec.write_mode == "merge-on-read"
@@ -907,8 +907,11 @@ def _bucket_tasks(
                 key=key,
                 bucket=group.bucket,
                 parts=tuple(group.parts),
-                files=tuple(buckets.SourceFile(f.path, f.record_count, f.single_bucket) for f in candidates),
-                deletes=tuple(deletes.get(output, ())),
+                files=tuple(
+                    buckets.SourceFile(f.path, f.record_count, f.single_bucket, f.size) for f in candidates
+                ),
+                deletes=tuple(d.path for d in deletes.get(output, ())),
+                delete_sizes=tuple(d.size for d in deletes.get(output, ())),
                 output=output,
                 rewrite=not merge_on_read or _rewrites(group.records, candidates),
                 log_start=log_ends.get(key, 0),

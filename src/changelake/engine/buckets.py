@@ -266,6 +266,7 @@ class SourceFile:
     path: str
     rows: int
     single: bool  # it holds this bucket only (else rows of several buckets, sorted by bucket then key)
+    size: int = 0  # bytes, as the manifest gives them (0: not known)
 
 
 @dataclass(frozen=True)
@@ -278,6 +279,7 @@ class BucketTask:
     parts: tuple[tuple[str, int], ...] = ()  # staged records: (file, record batch)
     files: tuple[SourceFile, ...] = ()  # the data files that may hold the bucket's rows
     deletes: tuple[str, ...] = ()  # the position-delete files of the bucket's Iceberg partition
+    delete_sizes: tuple[int, ...] = ()  # their sizes, as the manifest gives them (empty: not known)
     output: str = ""  # the Iceberg partition (JSON) the bucket's new data and delete files belong to
     # Write the bucket whole (copy-on-write): its rows in new files that replace its own files. Otherwise
     # (merge-on-read) only its new and changed rows are written, and a delete file names the rows they replace.
@@ -419,6 +421,8 @@ class Piece:
 
 def bucket_pieces(task: BucketTask, ctx: BucketContext, io) -> list[Piece]:
     """The bucket's rows in each of its files, the deleted ones marked."""
+    # Sizes the manifests gave: an object store's file then opens without a request of its own.
+    io.know({f.path: f.size for f in task.files} | dict(zip(task.deletes, task.delete_sizes, strict=False)))
     deleted = (
         deleted_positions(io, task.deletes, ctx.keep_rows, only=[f.path for f in task.files])
         if task.deletes
@@ -851,6 +855,8 @@ class GroupWriter:
     def _write_deletes(self, path: str, table: pa.Table) -> None:
         with self.io.open_output(path) as sink:
             write_position_deletes(sink, table, self.ctx.delta_compression)
+            written = sink.tell()
+        self.io.know({path: written})  # its size for the commit, without asking the store (a HEAD)
 
     def finish(self) -> dict:
         """Flush, then the group's marker row: the files it wrote."""

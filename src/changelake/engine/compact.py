@@ -303,7 +303,9 @@ def _work_of(spec: TableSpec, plans: list) -> tuple[list[BucketRewrite | DeltaMe
         if kind == "full":
             for bucket in _buckets_of(spec, data):
                 holding = tuple(
-                    SourceFile(f.path, f.record_count, f.single_bucket) for f in data if f.holds(bucket)
+                    SourceFile(f.path, f.record_count, f.single_bucket, f.size)
+                    for f in data
+                    if f.holds(bucket)
                 )
                 work.append(BucketRewrite(holding, delete_paths, bucket))
         else:

@@ -152,7 +152,9 @@ def _live_rows(spec: TableSpec, files, ctx, io) -> pa.Table:
                 key="",
                 bucket=bucket,
                 files=tuple(
-                    SourceFile(f.path, f.record_count, f.single_bucket) for f in data if f.holds(bucket)
+                    SourceFile(f.path, f.record_count, f.single_bucket, f.size)
+                    for f in data
+                    if f.holds(bucket)
                 ),
                 deletes=tuple(f.path for f in deletes),
             )

@@ -176,17 +176,17 @@ def catalog_conf(settings: Settings, name: str = SPARK_CATALOG) -> dict[str, str
     return conf
 
 
-#: What tells two Spark catalogs over changelake's tables apart.
-_IDENTITY = (".type", ".uri", ".warehouse", ".iceberg-catalog-name")
-
-
 def spark_catalog(spark, settings: Settings) -> str:
     """The name of the Spark catalog that reads ``settings``' tables in this session: ``changelake`` when the
     session was built for them (:mod:`changelake.runtime.session`, the SQL endpoint), else a catalog of its own
-    registered now (a process that works with several changelake homes, as the tests do)."""
-    wanted = catalog_conf(settings)
-    identity = {k: wanted[f"spark.sql.catalog.{SPARK_CATALOG}{k}"] for k in _IDENTITY}
-    if all(spark.conf.get(f"spark.sql.catalog.{SPARK_CATALOG}{k}", None) == v for k, v in identity.items()):
+    registered now (a process that works with several changelake homes, as the tests do).
+
+    Every setting of the catalog tells two apart, not only its catalog and warehouse: two homes with one
+    warehouse name on different S3 endpoints (or with other keys) are different tables. The name is a hash of
+    them (credentials included: a hash shows none of them)."""
+    prefix = f"spark.sql.catalog.{SPARK_CATALOG}"
+    identity = {k.removeprefix(prefix): v for k, v in catalog_conf(settings).items()}
+    if all(spark.conf.get(f"{prefix}{k}", None) == v for k, v in identity.items()):
         return SPARK_CATALOG
     key = "\0".join(f"{k}={v}" for k, v in sorted(identity.items()))
     name = f"{SPARK_CATALOG}_{hashlib.sha256(key.encode()).hexdigest()[:12]}"

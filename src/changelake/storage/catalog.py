@@ -104,8 +104,8 @@ def local_path(location: str) -> str | None:
 
 
 #: An object of at most this many bytes (its size known from the manifest) is read whole by one GET: a delete
-#: file, a batch's new rows. A larger one is opened (a HEAD) and read by ranges: its footer and the row groups a
-#: read needs.
+#: file, a batch's new rows. A larger one is read by ranges (objectstore.Store.open_input): its footer and the
+#: row groups a read needs.
 WHOLE_OBJECT_BYTES = 1 << 20
 
 
@@ -276,11 +276,7 @@ class DirectSource(TableSource):
         if local is not None:
             return local
         if self.store is not None and objectstore.is_object_location(path):
-            if size is not None and 0 < size <= WHOLE_OBJECT_BYTES:
-                import pyarrow as pa
-
-                return pa.BufferReader(self.store.read(path))  # one GET, where an open is a HEAD and GETs
-            return self.store.open_input(path)
+            return self.store.open_input(path, size, WHOLE_OBJECT_BYTES)
         raise Unsupported(f"file at {path}")
 
 

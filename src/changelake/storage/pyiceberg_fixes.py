@@ -1,4 +1,4 @@
-"""Seven fixes to pyiceberg 0.12 that changelake's commits need, until a pyiceberg release has them. Without
+"""Eight fixes to pyiceberg 0.12 that changelake's commits need, until a pyiceberg release has them. Without
 them an apply's commit cost grew with the number of batches the table had taken: a 20-record batch into a
 4-bucket table took 0.13 s as batch 1 and 3.3 s as batch 366 (measured, one process applying batch after
 batch, in-process merge).
@@ -69,6 +69,11 @@ region, keys) uses that module's file system instead: small objects in one PUT (
 one connection pool with the tasks' reads and writes. Any other S3 setting (a proxy, a role, no region: real
 AWS, whose bucket region pyiceberg looks up) keeps pyiceberg's own.
 
+**8. A HEAD request before every read.** pyiceberg's FileIO opens a metadata file, a manifest list or a
+manifest with pyarrow's ``open_input_file``, which asks the store for the object's size (a HEAD) before its
+GET. On a file system fix 7 made, an object is opened by :meth:`changelake.objectstore.Store.open_input`
+instead, which reads it by GETs alone where it can (one GET for an object of at most 64 KiB, a manifest).
+
 Installed only on the pyiceberg versions it was checked against (:data:`CHECKED_VERSIONS`): any other version
 keeps its own property, and ``tests/storage/test_pyiceberg_fixes.py`` fails so the fix is re-checked.
 """
@@ -77,7 +82,7 @@ from __future__ import annotations
 
 import pyiceberg
 from pyiceberg.io import FileIO
-from pyiceberg.io.pyarrow import PyArrowFileIO, parquet_file_to_data_file
+from pyiceberg.io.pyarrow import PyArrowFile, PyArrowFileIO, parquet_file_to_data_file
 from pyiceberg.manifest import UNASSIGNED_SEQ, DataFile, ManifestEntry, ManifestFile
 from pyiceberg.table import Transaction, snapshots
 from pyiceberg.table.metadata import TableMetadata
@@ -184,6 +189,19 @@ def _store_s3_fs(self: PyArrowFileIO, netloc: str | None):
     return objectstore.Store(options).filesystem
 
 
+_ORIGINAL_OPEN = PyArrowFile.__dict__["open"]
+#: An object pyiceberg reads (metadata, manifest list, manifest) of at most this many bytes comes whole.
+WHOLE_READ_BYTES = 1 << 20
+
+
+def _store_open(self: PyArrowFile, seekable: bool = True):
+    """``PyArrowFile.open`` through the object store whose file system the file has, by GETs alone (fix 8)."""
+    store = objectstore.store_of_filesystem(self._filesystem)
+    if store is None or store.direct is None or not objectstore.is_object_location(self.location):
+        return _ORIGINAL_OPEN(self, seekable)
+    return store.open_input(self.location, None, WHOLE_READ_BYTES)
+
+
 def install() -> bool:
     """Install the fixes if this pyiceberg is one they were checked against; return whether they are."""
     if pyiceberg.__version__ not in CHECKED_VERSIONS:
@@ -202,6 +220,8 @@ def install() -> bool:
         snapshots._manifests = _cached_manifests
     if PyArrowFileIO.__dict__["_initialize_s3_fs"] is _ORIGINAL_S3_FS:
         setattr(PyArrowFileIO, "_initialize_s3_fs", _store_s3_fs)  # noqa: B010
+    if PyArrowFile.__dict__["open"] is _ORIGINAL_OPEN:
+        setattr(PyArrowFile, "open", _store_open)  # noqa: B010
     return True
 
 

@@ -30,8 +30,8 @@ class TaskIO:
         self._store: objectstore.Store | None = None
         self._sizes: dict[str, int] = {}  # objects' sizes, once known (a file of a table never changes)
         # Small objects' bytes, read whole once: a bucket task opens a file for its row groups' statistics and
-        # again for their rows, and every bucket of a batch opens the batch's staged file; each open of an object
-        # is a HEAD and one GET per range read, where a whole small object is one GET.
+        # again for their rows, and every bucket of a batch opens the batch's staged file; each ranged read of
+        # an object is a GET, where a whole small object is one.
         self._small: BoundedLRU[bytes] = BoundedLRU(SMALL_OBJECTS_BYTES, size=len)
         # What one Spark task keeps for its buckets (an engine.buckets.StoredRows): the files they share (a batch's new rows of every bucket,
         # the partition's delete files), read once per task instead of once per bucket.
@@ -61,6 +61,11 @@ class TaskIO:
             self._store = objectstore.Store(objectstore.options_of_fileio(self.properties))
         return self._store
 
+    def know(self, sizes: dict[str, int]) -> None:
+        """Sizes of objects this task will open, as the table's manifests give them: an open then costs no
+        request of its own (:meth:`objectstore.Store.open_input`)."""
+        self._sizes.update((p, s) for p, s in sizes.items() if s > 0)
+
     def open_input(self, location: str):
         local = self.local_path(location)
         if local is not None:
@@ -69,7 +74,7 @@ class TaskIO:
             cached = self._small.get(location)
             if cached is not None:
                 return pa.BufferReader(cached)
-            opened = self.store.open_input(location)
+            opened = self.store.open_input(location, self._sizes.get(location), SMALL_OBJECT_BYTES)
             self._sizes[location] = size = opened.size()
             if size > SMALL_OBJECT_BYTES:
                 return opened

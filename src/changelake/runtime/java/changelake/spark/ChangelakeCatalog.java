@@ -1,7 +1,12 @@
 package changelake.spark;
 
+import java.util.HashMap;
 import java.util.Map;
+import org.apache.iceberg.CatalogProperties;
+import org.apache.iceberg.CatalogUtil;
 import org.apache.iceberg.catalog.Catalog;
+import org.apache.iceberg.io.FileIO;
+import org.apache.spark.sql.SparkSession;
 import org.apache.iceberg.spark.SparkCatalog;
 import org.apache.iceberg.spark.source.SparkTable;
 import org.apache.spark.sql.catalyst.analysis.NoSuchTableException;
@@ -30,6 +35,9 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
  *       catalog's name.
  *   <li>A primary-key table's {@code _bucket} column is hidden: {@code SELECT *} and {@code DESCRIBE} leave it
  *       out, a query that names it still reads it (a metadata column, as Iceberg's {@code _file}).
+ *   <li>Its FileIO is tried on the warehouse once, when the catalog is built: a FileIO that cannot read it (an
+ *       {@code io-impl} for another scheme, a store that is not there, keys it refuses) fails the first query with
+ *       an error that says so, where Iceberg retries each table's metadata read 20 times, for minutes.
  *   <li>Read only: every table is {@link ReadOnlyTable}, and the catalog creates, alters, drops and renames
  *       nothing and runs no procedure. changelake writes its tables (its commit protocol keeps every batch
  *       exactly once); Iceberg's maintenance procedures run through a catalog of the user's own over the same
@@ -39,10 +47,40 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 public class ChangelakeCatalog extends SparkCatalog {
   static final String ICEBERG_CATALOG_NAME = "iceberg-catalog-name";
 
+  /** The FileIO an Iceberg catalog of this type uses when {@code io-impl} is not set (JDBC: Hadoop's). */
+  static final String DEFAULT_FILE_IO = "org.apache.iceberg.hadoop.HadoopFileIO";
+
   @Override
   protected Catalog buildIcebergCatalog(String name, CaseInsensitiveStringMap options) {
     String registered = options.get(ICEBERG_CATALOG_NAME);
-    return super.buildIcebergCatalog(registered == null || registered.isEmpty() ? name : registered, options);
+    Catalog catalog =
+        super.buildIcebergCatalog(registered == null || registered.isEmpty() ? name : registered, options);
+    checkWarehouse(name, options);
+    return catalog;
+  }
+
+  /**
+   * Whether the catalog's FileIO reads its warehouse: one existence check of the warehouse location, without the
+   * store client's retries. A REST catalog without {@code io-impl} gets its FileIO from the server: not checked.
+   */
+  static void checkWarehouse(String name, CaseInsensitiveStringMap options) {
+    String warehouse = options.get(CatalogProperties.WAREHOUSE_LOCATION);
+    String impl = options.get(CatalogProperties.FILE_IO_IMPL);
+    if (warehouse == null || warehouse.isEmpty() || (impl == null && "rest".equals(options.get("type")))) {
+      return;
+    }
+    String io = impl == null ? DEFAULT_FILE_IO : impl;
+    Map<String, String> properties = new HashMap<>(options.asCaseSensitiveMap());
+    properties.put("s3.retry.num-retries", "0"); // a store that is not there fails now, not after backoffs
+    try (FileIO fileIO =
+        CatalogUtil.loadFileIO(io, properties, SparkSession.active().sessionState().newHadoopConf())) {
+      fileIO.newInputFile(warehouse).exists();
+    } catch (RuntimeException e) {
+      throw new IllegalArgumentException(
+          "changelake's Spark catalog " + name + ": its FileIO (io-impl " + io + ") cannot read the warehouse "
+              + warehouse + ": " + e,
+          e);
+    }
   }
 
   @Override
