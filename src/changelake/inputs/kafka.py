@@ -138,10 +138,12 @@ def _options(spec: TableSpec) -> KafkaOptions:
     return kafka
 
 
-def _consumer(config: dict[str, str], **extra: str):
+def _consumer(config: dict[str, str], defaults: dict[str, str] | None = None):
+    """A consumer with the client settings over ``defaults`` (a reader's fetch sizes), and changelake's reading
+    settings over both."""
     from confluent_kafka import Consumer
 
-    settings = {"group.id": config.get("group.id") or "changelake", **config, **_READER, **extra}
+    settings = {"group.id": config.get("group.id") or "changelake", **(defaults or {}), **config, **_READER}
     try:
         return Consumer(settings, logger=_LOG)
     except Exception as e:  # a bad setting: librdkafka's words, with the setting
@@ -343,10 +345,10 @@ def topic_status(reader: Any, rows: list[dict[str, Any]]) -> list[dict[str, Any]
 #: A range is read in ``consume()`` calls of up to this many records: the client's own list of them is what the
 #: decode takes (:class:`RangeRecords`), so the Python work per call, not per record, is what a bigger one saves.
 CONSUME_RECORDS = 100_000
-#: The fetches of a range's reader: a partition's 16 MiB a request (librdkafka's default is 1 MiB: a round trip
-#: per ~12k records of the bench's Avro) and its queue kept full up to 64 MiB or a million records ahead of
-#: the decode (the default, 100k records, stalled the fetches behind a consume() of the size above).
-_FETCH = {
+#: The fetches of a range's reader, unless the client settings say otherwise: a partition's 16 MiB a request
+#: (librdkafka's default is 1 MiB: a round trip per ~12k records of the bench's Avro) and its queue kept full
+#: up to 64 MiB or a million records ahead of the decode (the default, 100k records, is one consume() list).
+FETCH = {
     "fetch.max.bytes": "52428800",
     "max.partition.fetch.bytes": "16777216",
     "queued.min.messages": "1000000",
@@ -363,7 +365,7 @@ def read_range(config: dict[str, str], r: PartitionRange) -> Iterator[list[Any]]
 
     if not r.size:
         return
-    consumer = _consumer(config, **_FETCH)
+    consumer = _consumer(config, FETCH)
     try:
         consumer.assign([TopicPartition(r.topic, r.partition, r.start)])
         position = r.start
