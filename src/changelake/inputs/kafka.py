@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from changelake.errors import BadInput, ChangelakeError, ConfigError
 
@@ -380,7 +380,7 @@ def read_range(config: dict[str, str], r: PartitionRange) -> Iterator[list[Any]]
             if messages:
                 last = messages[-1].offset()
                 if last >= r.end:  # past a gap (compaction), the records after the range's end
-                    messages = messages[: bisect.bisect_left(list(map(Message.offset, messages)), r.end)]
+                    messages = messages[: bisect.bisect_left(_offsets(messages), r.end)]
                     position = r.end
                 else:
                     position = last + 1
@@ -436,9 +436,7 @@ class RangeRecords:
 
     @functools.cached_property
     def offsets(self) -> list[int]:
-        from confluent_kafka import Message
-
-        return list(map(Message.offset, self.messages))
+        return _offsets(self.messages)
 
     @functools.cached_property
     def keys(self) -> list[bytes | None]:
@@ -457,6 +455,13 @@ class RangeRecords:
         from confluent_kafka import Message
 
         return [timestamp if kind else None for kind, timestamp in map(Message.timestamp, self.messages)]
+
+
+def _offsets(messages: list[Any]) -> list[int]:
+    """The offsets of records (never None: a ``Message`` without one is an event, and events are left out)."""
+    from confluent_kafka import Message
+
+    return cast("list[int]", list(map(Message.offset, messages)))
 
 
 def range_records(config: dict[str, str], r: PartitionRange) -> RangeRecords:
