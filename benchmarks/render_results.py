@@ -724,16 +724,16 @@ benchmark's shape twice per key/value format: landed as an upsert-kafka JSON-lin
 batch is decoded by Spark tasks; a topic's by tasks reading their partitions' offsets). Both tables must end
 with the same rows. Freshness: `changelake stream --every 5s` on a topic-sourced table while one record is
 produced every 200 ms; each record's key is looked up (no JVM) until it is there. The targets: records/s from
-the topic >= 0.8x from the file, p95 produce-to-visible <= 10 s. A topic's records with Avro keys and values
-go from the consumer straight to the column-wise Avro decoder; JSON ones become the lines a landed file holds.
+the topic >= 0.8x from the file, p95 produce-to-visible <= 10 s. A task reads a partition in `consume()` lists of
+up to 100k records with 16 MiB fetches; records with Avro keys and values go from those lists straight to the
+column-wise Avro decoder, JSON ones become the lines a landed file holds.
 """
 
 
 def render_kafka_source(r: dict[str, Any]) -> str:
     """The table of one ``make bench-kafka-source`` result (``benchmarks/results/kafka_source.json``)."""
     out = [
-        f"Produced by `make bench-kafka-source` (`.venv/bin/python {r['command']}`) on "
-        f"{r['machine']['cpus']} cores, nothing else running.",
+        f"Produced by `{r['command']}` on {r['machine']['cpus']} cores, nothing else running.",
         "",
         "| key/value format | records | landed file | topic | topic / file (records/s) | same rows |",
         "|---|---:|---:|---:|---:|---|",

@@ -50,6 +50,18 @@ def spec(table: str, topic: str | None, **source: object) -> str:
     )
 
 
+def debezium_spec(table: str, topic: str, **source: str) -> str:
+    """A table of Debezium JSON change events (id, name) from ``topic``."""
+    return json.dumps(
+        {
+            "name": table,
+            "columns": [{"name": "id", "type": "BIGINT"}, {"name": "name", "type": "STRING"}],
+            "primary_key": ["id"],
+            "source": {"format": "debezium-json", "topic": topic, **source},
+        }
+    )
+
+
 @pytest.fixture
 def kafka_home(home, kafka_broker, monkeypatch):
     monkeypatch.setenv("CHANGELAKE_KAFKA_CONFIG", str(kafka_broker.properties))
@@ -224,13 +236,9 @@ def test_a_bad_record_names_its_topic_partition_and_offset_or_goes_to_the_dead_l
 
 def test_debezium_values_and_latest_offset_startup(kafka_home, kafka_broker):
     topic = new_topic(kafka_broker, partitions=1)
-    table = {
-        "name": "k.cdc",
-        "columns": [{"name": "id", "type": "BIGINT"}, {"name": "name", "type": "STRING"}],
-        "primary_key": ["id"],
-        "source": {"format": "debezium-json", "topic": topic, "scan.startup.mode": "latest-offset"},
-    }
-    (kafka_home / "tables" / "k.cdc.yaml").write_text(json.dumps(table))
+    (kafka_home / "tables" / "k.cdc.yaml").write_text(
+        debezium_spec("k.cdc", topic, **{"scan.startup.mode": "latest-offset"})
+    )
     lake = sparkless_lake(kafka_home)
 
     def change(op: str, before, after) -> tuple:
@@ -386,13 +394,9 @@ def test_the_input_of_topic_batches_is_read_again_from_the_offsets_each_batch_co
 
 def test_the_input_of_cdc_values_from_a_topic_leaves_out_quarantined_records(kafka_home, kafka_broker):
     topic = new_topic(kafka_broker, partitions=1)
-    table = {
-        "name": "k.cdcin",
-        "columns": [{"name": "id", "type": "BIGINT"}, {"name": "name", "type": "STRING"}],
-        "primary_key": ["id"],
-        "source": {"format": "debezium-json", "topic": topic, "on-bad-record": "quarantine"},
-    }
-    (kafka_home / "tables" / "k.cdcin.yaml").write_text(json.dumps(table))
+    (kafka_home / "tables" / "k.cdcin.yaml").write_text(
+        debezium_spec("k.cdcin", topic, **{"on-bad-record": "quarantine"})
+    )
     lake = sparkless_lake(kafka_home)
     kafka_broker.produce(
         topic,

@@ -20,6 +20,8 @@ Client settings are Kafka's own names: the spec's ``properties.*``, over the fil
 
 from __future__ import annotations
 
+import bisect
+import functools
 import hashlib
 import json
 import logging
@@ -28,7 +30,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from changelake.errors import BadInput, ChangelakeError, ConfigError
 
@@ -136,10 +138,12 @@ def _options(spec: TableSpec) -> KafkaOptions:
     return kafka
 
 
-def _consumer(config: dict[str, str], **extra: str):
+def _consumer(config: dict[str, str], defaults: dict[str, str] | None = None):
+    """A consumer with the client settings over ``defaults`` (a reader's fetch sizes), and changelake's reading
+    settings over both."""
     from confluent_kafka import Consumer
 
-    settings = {"group.id": config.get("group.id") or "changelake", **config, **_READER, **extra}
+    settings = {"group.id": config.get("group.id") or "changelake", **(defaults or {}), **config, **_READER}
     try:
         return Consumer(settings, logger=_LOG)
     except Exception as e:  # a bad setting: librdkafka's words, with the setting
@@ -338,15 +342,30 @@ def topic_status(reader: Any, rows: list[dict[str, Any]]) -> list[dict[str, Any]
 
 
 # --- reading a range (a decode task) ----------------------------------------------------------------------
-def read_range(config: dict[str, str], r: PartitionRange) -> Iterator[Any]:
-    """The records at offsets ``[r.start, r.end)`` of one partition, in offset order (confluent-kafka
-    ``Message`` objects). Offsets the partition no longer holds are simply absent; offsets deleted before the
-    read reached them raise BadInput."""
-    from confluent_kafka import KafkaError, TopicPartition
+#: A range is read in ``consume()`` calls of up to this many records: the client's own list of them is what the
+#: decode takes (:class:`RangeRecords`), so the Python work per call, not per record, is what a bigger one saves.
+CONSUME_RECORDS = 100_000
+#: The fetches of a range's reader, unless the client settings say otherwise: a partition's 16 MiB a request
+#: (librdkafka's default is 1 MiB: a round trip per ~12k records of the bench's Avro) and its queue kept full
+#: up to 64 MiB or a million records ahead of the decode (the default, 100k records, is one consume() list).
+FETCH = {
+    "fetch.max.bytes": "52428800",
+    "max.partition.fetch.bytes": "16777216",
+    "queued.min.messages": "1000000",
+    "queued.max.messages.kbytes": "65536",
+}
+
+
+def read_range(config: dict[str, str], r: PartitionRange) -> Iterator[list[Any]]:
+    """The records at offsets ``[r.start, r.end)`` of one partition, in offset order, as lists of
+    confluent-kafka ``Message`` objects as ``consume()`` returns them (without the client's end-of-partition
+    events). Offsets the partition no longer holds are simply absent; offsets deleted before the read reached
+    them raise BadInput."""
+    from confluent_kafka import Message, TopicPartition
 
     if not r.size:
         return
-    consumer = _consumer(config, **{"fetch.max.bytes": "52428800"})
+    consumer = _consumer(config, FETCH)
     try:
         consumer.assign([TopicPartition(r.topic, r.partition, r.start)])
         position = r.start
@@ -354,26 +373,20 @@ def read_range(config: dict[str, str], r: PartitionRange) -> Iterator[Any]:
         while position < r.end:
             # consume() waits for as many messages as asked: never more than the range still holds (a
             # partition's end comes as an end-of-partition event, so a range short of records ends early too).
-            messages = consumer.consume(num_messages=min(10_000, r.end - position), timeout=1.0)
+            messages = consumer.consume(num_messages=min(CONSUME_RECORDS, r.end - position), timeout=1.0)
             progressed = False
-            for m in messages:
-                error = m.error()
-                if error is not None:
-                    if error.code() == KafkaError._PARTITION_EOF:
-                        continue
-                    if error.code() == KafkaError.OFFSET_OUT_OF_RANGE:
-                        raise BadInput(
-                            f"{r.label}: offsets from {position} were deleted (retention or compaction) before "
-                            "this apply read them; nothing was applied"
-                        )
-                    raise ChangelakeError(f"{r.label}: reading offsets {position}..{r.end - 1}: {error}")
-                offset = m.offset()
-                if offset >= r.end:
+            if any(map(Message.error, messages)):  # rare: end-of-partition events, or an error to raise
+                messages = _without_eof(messages, r, position)
+            if messages:
+                last = messages[-1].offset()
+                if last >= r.end:  # past a gap (compaction), the records after the range's end
+                    messages = messages[: bisect.bisect_left(_offsets(messages), r.end)]
                     position = r.end
-                    break
-                yield m
-                position = offset + 1
+                else:
+                    position = last + 1
                 progressed = True
+                if messages:
+                    yield messages
             if position < r.end:
                 # Compaction and transaction markers leave offsets without records: the consumer's position says
                 # how far the partition has been read.
@@ -391,32 +404,73 @@ def read_range(config: dict[str, str], r: PartitionRange) -> Iterator[Any]:
         consumer.close()
 
 
-@dataclass(frozen=True)
-class RangeRecords:
-    """The records of one range as read (:func:`range_records`): each one's offset, key, value and
-    timestamp (None: the record has none), in offset order."""
+def _without_eof(messages: list[Any], r: PartitionRange, position: int) -> list[Any]:
+    """A ``consume()`` batch without its end-of-partition events; any other error is raised (offsets deleted
+    before the read reached them: BadInput)."""
+    from confluent_kafka import KafkaError
 
-    range: PartitionRange
-    offsets: list[int]
-    keys: list[bytes | None]
-    values: list[bytes | None]
-    timestamps: list[int | None]
+    kept = []
+    for m in messages:
+        error = m.error()
+        if error is None:
+            kept.append(m)
+            position = m.offset() + 1
+        elif error.code() == KafkaError.OFFSET_OUT_OF_RANGE:
+            raise BadInput(
+                f"{r.label}: offsets from {position} were deleted (retention or compaction) before this apply "
+                "read them; nothing was applied"
+            )
+        elif error.code() != KafkaError._PARTITION_EOF:
+            raise ChangelakeError(f"{r.label}: reading offsets {position}..{r.end - 1}: {error}")
+    return kept
+
+
+class RangeRecords:
+    """The records of one range as read (:func:`range_records`), in offset order: the client's ``Message``
+    objects, and each one's offset, key, value and timestamp (None: the record has none) taken from them as
+    lists, one pass over all of them per field, when a decoder first asks for the field."""
+
+    def __init__(self, r: PartitionRange, messages: list[Any]):
+        self.range = r
+        self.messages = messages
+
+    @functools.cached_property
+    def offsets(self) -> list[int]:
+        return _offsets(self.messages)
+
+    @functools.cached_property
+    def keys(self) -> list[bytes | None]:
+        from confluent_kafka import Message
+
+        return list(map(Message.key, self.messages))
+
+    @functools.cached_property
+    def values(self) -> list[bytes | None]:
+        from confluent_kafka import Message
+
+        return list(map(Message.value, self.messages))
+
+    @functools.cached_property
+    def timestamps(self) -> list[int | None]:
+        from confluent_kafka import Message
+
+        return [timestamp if kind else None for kind, timestamp in map(Message.timestamp, self.messages)]
+
+
+def _offsets(messages: list[Any]) -> list[int]:
+    """The offsets of records (never None: a ``Message`` without one is an event, and events are left out)."""
+    from confluent_kafka import Message
+
+    return cast("list[int]", list(map(Message.offset, messages)))
 
 
 def range_records(config: dict[str, str], r: PartitionRange) -> RangeRecords:
-    """The records at offsets ``[r.start, r.end)`` of one partition, held as plain lists (what a decode task
-    needs of a ``Message``, taken once)."""
-    offsets: list[int] = []
-    keys: list[bytes | None] = []
-    values: list[bytes | None] = []
-    timestamps: list[int | None] = []
-    for m in read_range(config, r):
-        timestamp_type, timestamp = m.timestamp()
-        offsets.append(m.offset())
-        keys.append(m.key())
-        values.append(m.value())
-        timestamps.append(timestamp if timestamp_type else None)
-    return RangeRecords(r, offsets, keys, values, timestamps)
+    """The records at offsets ``[r.start, r.end)`` of one partition (:class:`RangeRecords`): the client's
+    ``consume()`` lists joined, no Python object per record beyond the client's own."""
+    messages: list[Any] = []
+    for batch in read_range(config, r):
+        messages += batch
+    return RangeRecords(r, messages)
 
 
 def range_lines(config: dict[str, str], r: PartitionRange, spec: TableSpec) -> bytes:
