@@ -648,6 +648,8 @@ def render_spark(r: dict[str, Any]) -> str:
             shown += f"; small {min(small):.3f}–{max(small):.3f}"
         out.append(f"- {name}: {shown or 'none'}")
     out += [""] + checks_summary(r.get("checks", []))
+    if r.get("note"):  # how the run was made where its own fields cannot say (in parts, a busy machine)
+        out += ["", f"Note: {r['note']}"]
     return "\n".join(out) + "\n"
 
 
