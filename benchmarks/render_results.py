@@ -575,6 +575,12 @@ def render_kafka(r: dict[str, Any]) -> str:
     return "\n".join(out) + "\n"
 
 
+def note_lines(r: dict[str, Any]) -> list[str]:
+    """A result's ``note``: what its own fields cannot say (a run made in parts, a disturbed run, where the time
+    goes as measured beside it), shown under its figures."""
+    return ["", f"Note: {r['note']}"] if r.get("note") else []
+
+
 def render_spark(r: dict[str, Any]) -> str:
     """The tables of one ``make bench-spark`` result (``benchmarks/results/spark-peers.json``)."""
     details, same = r.get("details", {}), r.get("same_rows", {})
@@ -648,8 +654,7 @@ def render_spark(r: dict[str, Any]) -> str:
             shown += f"; small {min(small):.3f}–{max(small):.3f}"
         out.append(f"- {name}: {shown or 'none'}")
     out += [""] + checks_summary(r.get("checks", []))
-    if r.get("note"):  # how the run was made where its own fields cannot say (in parts, a busy machine)
-        out += ["", f"Note: {r['note']}"]
+    out += note_lines(r)
     return "\n".join(out) + "\n"
 
 
@@ -752,8 +757,7 @@ def render_kafka_source(r: dict[str, Any]) -> str:
         f"Freshness ({f['records']} records, `stream --every {f['every_s']:g}s`): median {f['median_s']:.2f} s, "
         f"p95 {f['p95_s']:.2f} s, max {f['max_s']:.2f} s.",
     ]
-    if r.get("note"):  # what the run's own figures cannot say (a disturbed run, said where it is shown)
-        out += ["", f"Note: {r['note']}"]
+    out += note_lines(r)
     return "\n".join(out) + "\n"
 
 
@@ -810,8 +814,7 @@ def render_s3(r: dict[str, Any]) -> str:
     out.append(f"| a cold scan --limit 10 | {_requests(r['scan_cold']['requests_per_run'])} |")
     runs = ", ".join(f"{x['where']} {x['batch_s']:.2f} s" for x in r["runs"])
     out += ["", f"Every large-batch run: {runs}. The table on S3: {f['table_bytes_s3']:,} bytes."]
-    if r.get("note"):  # where the time goes, measured beside the run (said where the figures are)
-        out += ["", f"Note: {r['note']}"]
+    out += note_lines(r)
     return "\n".join(out) + "\n"
 
 
