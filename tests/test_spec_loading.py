@@ -166,3 +166,35 @@ def test_the_python_api_status_lists_the_bad_spec(lake_home):
     assert "aliases expand it past" in rows["shop.bomb"]["problem"]
     with pytest.raises(SpecError, match="aliases expand it past"):
         lake.spec("shop.bomb")
+
+
+def test_a_spec_directory_is_parsed_again_only_when_a_file_changes(tmp_path, monkeypatch):
+    """A process applying batch after batch reads its table's spec each time: files unchanged since an earlier
+    load are not parsed again; a changed, added or removed file is; a file changed a moment ago is parsed
+    every time (its times could not tell a second change of the same size)."""
+    import changelake.spec as spec_module
+    from changelake.lru import BoundedLRU
+
+    monkeypatch.setattr(spec_module, "_LOADED", BoundedLRU(8))
+    parsed = []
+    read_yaml = spec_module.read_yaml
+    monkeypatch.setattr(spec_module, "read_yaml", lambda p: parsed.append(p.name) or read_yaml(p))
+    good = tmp_path / "good.yaml"
+    good.write_text(GOOD)
+    assert list(load_specs(tmp_path)) == ["shop.good"]
+    assert list(load_specs(tmp_path)) == ["shop.good"] and parsed == ["good.yaml", "good.yaml"]  # racy: new
+    old = 1_000_000_000
+    os.utime(good, ns=(old, old))  # long unchanged (the ctime is now, but older than the racy window soon)
+    monkeypatch.setattr(spec_module, "_RACY_NS", -(10**18))  # judge every file old enough
+    parsed.clear()
+    first = load_specs(tmp_path)
+    second = load_specs(tmp_path)
+    assert parsed == ["good.yaml"] and first == second and first is not second
+    second["shop.other"] = first["shop.good"]  # a caller's copy: the next load does not see it
+    assert list(load_specs(tmp_path)) == ["shop.good"] and parsed == ["good.yaml"]
+    good.write_text(GOOD.replace("STRING", "BIGINT"))  # changed: read again
+    assert str(load_specs(tmp_path)["shop.good"].columns[1].type) == "BIGINT" and parsed[-1] == "good.yaml"
+    (tmp_path / "bad.yaml").write_text("name: [")  # added, broken: its problem reported
+    assert list(load_specs(tmp_path).problems) == ["bad.yaml"]
+    (tmp_path / "bad.yaml").unlink()  # removed
+    assert list(load_specs(tmp_path).problems) == []

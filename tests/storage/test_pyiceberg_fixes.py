@@ -245,3 +245,74 @@ def test_a_manifest_list_is_read_once_and_gives_what_a_fresh_read_gives(table, t
     ]
     assert sorted(t.file.file_path for t in table.scan().plan_files()) == [str(tmp_path / "a.parquet")]
     assert reads == [snapshot.manifest_list]  # the plan used the kept list too
+
+
+def test_manifest_writers_are_built_once_per_header_and_write_what_pyicebergs_write(
+    table, tmp_path, monkeypatch
+):
+    """Fix 9: the Avro writer and header schema of a manifest are built once per header; a manifest so written
+    has pyiceberg's own header (each file its own sync marker) and entries."""
+    from pyiceberg.avro.file import AvroFile
+    from pyiceberg.manifest import (
+        DEFAULT_READ_VERSION,
+        ManifestEntry,
+        ManifestEntryStatus,
+        ManifestWriter,
+        write_manifest,
+    )
+
+    monkeypatch.setattr(pyiceberg_fixes, "_AVRO_WRITERS", BoundedLRU(64))
+    built = []
+    with_partition = ManifestWriter._with_partition
+    monkeypatch.setattr(
+        ManifestWriter, "_with_partition", lambda self, v: built.append(v) or with_partition(self, v)
+    )
+    added = data_file(table, tmp_path / "a.parquet", [3, 1, 2])
+
+    def write(name, new_writer):
+        monkeypatch.setattr(ManifestWriter, "new_writer", new_writer)
+        path = str(tmp_path / name)
+        with write_manifest(2, table.spec(), table.schema(), table.io.new_output(path), 7, "zstd") as writer:
+            writer.add(
+                ManifestEntry.from_args(status=ManifestEntryStatus.ADDED, snapshot_id=7, data_file=added)
+            )
+        with AvroFile(table.io.new_input(path)) as avro:
+            header = avro.header
+        entries = writer.to_manifest_file().fetch_manifest_entry(table.io)
+        return header, [(e.status, e.data_file.file_path, e.data_file.lower_bounds) for e in entries]
+
+    first, second = (write(f"p{i}.avro", pyiceberg_fixes._prepared_manifest_writer) for i in range(2))
+    assert built == [2, DEFAULT_READ_VERSION]  # the entry schemas built for the first manifest only
+    plain = write("plain.avro", pyiceberg_fixes._ORIGINAL_NEW_WRITER)
+    assert first[0].meta == second[0].meta == plain[0].meta
+    assert len({first[0].sync, second[0].sync, plain[0].sync}) == 3
+    assert (
+        first[1]
+        == second[1]
+        == plain[1]
+        == [(ManifestEntryStatus.ADDED, str(tmp_path / "a.parquet"), added.lower_bounds)]
+    )
+
+
+def test_a_manifest_list_written_by_the_prepared_writer_reads_as_pyicebergs(table, tmp_path, monkeypatch):
+    """Fix 9, manifest lists: the header is pyiceberg's own, and the table plans the same files."""
+    from pyiceberg.avro.file import AvroFile
+    from pyiceberg.manifest import ManifestListWriter
+
+    def commit_and_header(enter, name):
+        monkeypatch.setattr(ManifestListWriter, "__enter__", enter)
+        committed = overwrite(table, [], [data_file(table, tmp_path / name, [1])])
+        with AvroFile(committed.io.new_input(committed.current_snapshot().manifest_list)) as avro:
+            return committed, avro.header
+
+    _, plain = commit_and_header(pyiceberg_fixes._ORIGINAL_LIST_ENTER, "a.parquet")
+    committed, prepared = commit_and_header(pyiceberg_fixes._prepared_list_enter, "b.parquet")
+    differ = ("snapshot-id", "parent-snapshot-id", "sequence-number")  # the commit's own
+    assert {k: v for k, v in prepared.meta.items() if k not in differ} == {
+        k: v for k, v in plain.meta.items() if k not in differ
+    }
+    assert prepared.meta["parent-snapshot-id"] == plain.meta["snapshot-id"]
+    assert sorted(t.file.file_path for t in committed.scan().plan_files()) == [
+        str(tmp_path / "a.parquet"),
+        str(tmp_path / "b.parquet"),
+    ]

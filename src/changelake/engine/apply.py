@@ -197,6 +197,7 @@ class WrittenBatch:
     removed: set[str]
     summary: BatchSummary
     referenced: set[str] = field(default_factory=set)  # the data files the added delete files name
+    changelog_manifest: dict = field(default_factory=dict)  # as written at ``summary.changelog_manifest``
 
 
 class Applier:
@@ -427,7 +428,7 @@ class Applier:
                     )
                     continue
                 committed = recommitted
-            return self._finish(plan, *committed, started, log_table)
+            return self._finish(plan, *committed, started, log_table, written)
         raise CommitConflict(
             f"{spec.full_name}: {position} lost {MAX_COMMIT_ATTEMPTS} commit races; retry later"
         )
@@ -629,9 +630,8 @@ class Applier:
         them before the commit), and the Iceberg descriptions of the files the commit adds."""
         dead_letter = self._write_dead_letters(plan.spec, plan.table, plan.batch_id, plan.decoded)
         summary = _batch_summary(plan, merged.buckets, dead_letter)
-        self.storage.write_json(
-            plan.table, summary.changelog_manifest, _changelog_manifest(plan, merged, summary)
-        )
+        manifest = _changelog_manifest(plan, merged, summary)
+        self.storage.write_json(plan.table, summary.changelog_manifest, manifest)
         markers = merged.buckets + merged.groups
         added = self.storage.to_data_files(plan.table, sorted(p for m in markers for p in m["_paths"]))
         by_path = {f.path: f for f in plan.files}
@@ -648,7 +648,7 @@ class Applier:
         ]
         removed = {p for m in markers for p in m["_removed"]}  # rewritten buckets' files, folded delete files
         referenced = {p for m in merged.groups for d in json.loads(m["_deletes"] or "[]") for p in d["files"]}
-        return WrittenBatch(added, deletes, removed, summary, referenced)
+        return WrittenBatch(added, deletes, removed, summary, referenced, manifest)
 
     def _commit(self, plan: ApplyPlan, written: WrittenBatch) -> tuple[BatchResult, Any]:
         """Step 7, the commit point: one snapshot swapping the touched buckets' files, its summary the batch's;
@@ -690,7 +690,13 @@ class Applier:
         return None
 
     def _finish(
-        self, plan: ApplyPlan, result: BatchResult, committed: Any, started: float, log_table: Any
+        self,
+        plan: ApplyPlan,
+        result: BatchResult,
+        committed: Any,
+        started: float,
+        log_table: Any,
+        written: WrittenBatch,
     ) -> BatchResult:
         """Step 8 (the changelog commit), then the staged records dropped, the batch reported, and the table's
         maintenance that is due (:func:`changelake.engine.maintain.maintain`, unless ``write-only``).
@@ -698,9 +704,14 @@ class Applier:
         The changelog commit starts from the tables in hand, not the catalog: the PK table as this batch
         committed it and the changelog table as its state check read it (``log_table``). Another writer's
         changelog commit since makes that commit fail its optimistic check, and the roll-forward then loads
-        both (:func:`changelake.storage.rollforward.roll_forward_tables`)."""
+        both (:func:`changelake.storage.rollforward.roll_forward_tables`). The batch's changelog manifest is
+        the one it wrote, not read back (a GET, on an object store)."""
         table, log_table = roll_forward_tables(
-            self.storage, plan.spec, MAX_COMMIT_ATTEMPTS, in_hand=(committed, log_table)
+            self.storage,
+            plan.spec,
+            MAX_COMMIT_ATTEMPTS,
+            in_hand=(committed, log_table),
+            manifests={written.summary.changelog_manifest: written.changelog_manifest},
         )
         self._drop_staging(plan.table, plan.decoded)
         result.seconds = time.monotonic() - started

@@ -693,6 +693,8 @@ def _matching_rows(spec: TableSpec, pieces: list[Piece], records: pa.Table) -> t
     found_rows, found_piece, found_pos = [], [], []
     record_keys = records.select(keys)
     numbers = key_numbers(record_keys.column(0)) if len(keys) == 1 else None
+    if numbers is not None:
+        numbers = np.unique(numbers)  # sorted once for every piece's search (a key updated twice: once)
     for i, p in enumerate(pieces):
         at = _matches(p.rows.select(keys), record_keys, numbers)
         if p.live is not None and len(at):
@@ -716,7 +718,8 @@ def _matching_rows(spec: TableSpec, pieces: list[Piece], records: pa.Table) -> t
 
 
 def _matches(stored_keys: pa.Table, record_keys: pa.Table, record_numbers: np.ndarray | None) -> np.ndarray:
-    """Positions of the stored rows whose key is among the records' keys (ascending)."""
+    """Positions of the stored rows whose key is among the records' keys (ascending). ``record_numbers``:
+    the records' keys as numbers, sorted and distinct (so the positions found in an increasing file are too)."""
     n = stored_keys.num_rows
     if not n or not record_keys.num_rows:
         return np.zeros(0, np.int64)
@@ -726,7 +729,7 @@ def _matches(stored_keys: pa.Table, record_keys: pa.Table, record_numbers: np.nd
             at = np.searchsorted(stored, record_numbers)
             ok = at < n
             ok[ok] = stored[at[ok]] == record_numbers[ok]
-            return np.unique(at[ok])
+            return at[ok]
     gid = group_ids(pa.concat_tables([stored_keys, record_keys.cast(stored_keys.schema)]))
     return np.flatnonzero(np.isin(gid[:n], gid[n:]))
 

@@ -1,4 +1,4 @@
-"""Eight fixes to pyiceberg 0.12 that changelake's commits need, until a pyiceberg release has them. Without
+"""Nine fixes to pyiceberg 0.12 that changelake's commits need, until a pyiceberg release has them. Without
 them an apply's commit cost grew with the number of batches the table had taken: a 20-record batch into a
 4-bucket table took 0.13 s as batch 1 and 3.3 s as batch 366 (measured, one process applying batch after
 batch, in-process merge).
@@ -74,21 +74,45 @@ manifest with pyarrow's ``open_input_file``, which asks the store for the object
 GET. On a file system fix 7 made, an object is opened by :meth:`changelake.objectstore.Store.open_input`
 instead, which reads it by GETs alone where it can (one GET for an object of at most 64 KiB, a manifest).
 
+**9. Every manifest's Avro writer built again.** A manifest writer converts its entry schema (the table's
+partition type inside Iceberg's data-file struct) to an Avro writer and to the header's Avro schema JSON each
+time it opens: ~1.1 ms a manifest, and a merge-on-read batch writes three to four manifests and two manifest
+lists across its two commits, out of ~50 ms for a one-bucket batch. Both depend only on what the manifest's
+header states (the table's schema and partition spec, their ids, format version, codec, content), so they
+are built once per header (:data:`_AVRO_WRITERS`); each file still gets its own sync marker and stream.
+
 Installed only on the pyiceberg versions it was checked against (:data:`CHECKED_VERSIONS`): any other version
 keeps its own property, and ``tests/storage/test_pyiceberg_fixes.py`` fails so the fix is re-checked.
 """
 
 from __future__ import annotations
 
+import json
+import os
+from typing import Any
+
 import pyiceberg
+from pyiceberg.avro.codecs import AVRO_CODEC_KEY, CODEC_MAPPING_ICEBERG_TO_AVRO
+from pyiceberg.avro.file import _SCHEMA_KEY, MAGIC, META_SCHEMA, SYNC_SIZE, AvroFileHeader, AvroOutputFile
+from pyiceberg.avro.resolver import construct_writer, resolve_writer
 from pyiceberg.io import FileIO
 from pyiceberg.io.pyarrow import PyArrowFile, PyArrowFileIO, parquet_file_to_data_file
-from pyiceberg.manifest import UNASSIGNED_SEQ, DataFile, ManifestEntry, ManifestFile
-from pyiceberg.table import Transaction, snapshots
+from pyiceberg.manifest import (
+    DEFAULT_READ_VERSION,
+    MANIFEST_LIST_FILE_SCHEMAS,
+    UNASSIGNED_SEQ,
+    DataFile,
+    ManifestEntry,
+    ManifestFile,
+    ManifestListWriter,
+    ManifestWriter,
+)
+from pyiceberg.table import TableProperties, Transaction, snapshots
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.snapshots import MetadataLogEntry, Snapshot, SnapshotLogEntry
 from pyiceberg.table.update import update_table_metadata
 from pyiceberg.table.update.snapshot import _OverwriteFiles
+from pyiceberg.utils.schema_conversion import AvroSchemaConversion
 
 from changelake import objectstore
 from changelake.lru import BoundedLRU
@@ -202,6 +226,70 @@ def _store_open(self: PyArrowFile, seekable: bool = True):
     return store.open_input(self.location, None, WHOLE_READ_BYTES)
 
 
+_ORIGINAL_NEW_WRITER = ManifestWriter.__dict__["new_writer"]
+_ORIGINAL_LIST_ENTER = ManifestListWriter.__dict__["__enter__"]
+#: (Avro writer, header's Avro schema JSON) by what an Avro file's header states (fix 9).
+_AVRO_WRITERS: BoundedLRU[tuple[Any, str]] = BoundedLRU(64)
+
+
+class _PreparedAvroOutputFile(AvroOutputFile):
+    """pyiceberg's ``AvroOutputFile`` with its record writer and header schema built beforehand (fix 9)."""
+
+    def __init__(self, output_file, schema_name: str, writer, schema_json: str, metadata: dict[str, str]):
+        self.output_file = output_file
+        self.schema_name = schema_name
+        self.sync_bytes = os.urandom(SYNC_SIZE)
+        self.writer = writer
+        self.schema_json = schema_json
+        self.metadata = metadata
+
+    def _write_header(self) -> None:
+        codec = self.metadata.get(AVRO_CODEC_KEY, TableProperties.WRITE_AVRO_COMPRESSION_DEFAULT)
+        codec = CODEC_MAPPING_ICEBERG_TO_AVRO.get(codec, codec)
+        meta = {**self.metadata, _SCHEMA_KEY: self.schema_json, AVRO_CODEC_KEY: codec}
+        construct_writer(META_SCHEMA).write(self.encoder, AvroFileHeader(MAGIC, meta, self.sync_bytes))
+
+
+def _prepared(key: tuple, schema_name: str, file_schema, record_schema) -> tuple[Any, str]:
+    prepared = _AVRO_WRITERS.get(key)
+    if prepared is None:
+        file_schema, record_schema = file_schema(), record_schema()
+        avro = AvroSchemaConversion().iceberg_to_avro(file_schema, schema_name=schema_name)
+        prepared = (resolve_writer(record_schema=record_schema, file_schema=file_schema), json.dumps(avro))
+        _AVRO_WRITERS.put(key, prepared)
+    return prepared
+
+
+def _prepared_manifest_writer(self: ManifestWriter) -> AvroOutputFile:
+    """``ManifestWriter.new_writer`` with the writer and header schema of the manifest's header (fix 9): the
+    header's metadata names the table schema, partition spec and format version the entry schema is made of."""
+    meta = self._meta
+    key = ("manifest_entry", type(self), tuple(sorted(meta.items())))
+    writer, schema_json = _prepared(
+        key,
+        "manifest_entry",
+        lambda: self._with_partition(self.version),
+        lambda: self._with_partition(DEFAULT_READ_VERSION),
+    )
+    return _PreparedAvroOutputFile(self._output_file, "manifest_entry", writer, schema_json, meta)
+
+
+def _prepared_list_enter(self: ManifestListWriter) -> ManifestListWriter:
+    """``ManifestListWriter.__enter__`` with the writer and header schema of its format version (fix 9)."""
+    version = self._format_version
+    writer, schema_json = _prepared(
+        ("manifest_file", version),
+        "manifest_file",
+        lambda: MANIFEST_LIST_FILE_SCHEMAS[version],
+        lambda: MANIFEST_LIST_FILE_SCHEMAS[DEFAULT_READ_VERSION],
+    )
+    self._writer = _PreparedAvroOutputFile(
+        self._output_file, "manifest_file", writer, schema_json, self._meta
+    )
+    self._writer.__enter__()
+    return self
+
+
 def install() -> bool:
     """Install the fixes if this pyiceberg is one they were checked against; return whether they are."""
     if pyiceberg.__version__ not in CHECKED_VERSIONS:
@@ -222,6 +310,10 @@ def install() -> bool:
         setattr(PyArrowFileIO, "_initialize_s3_fs", _store_s3_fs)  # noqa: B010
     if PyArrowFile.__dict__["open"] is _ORIGINAL_OPEN:
         setattr(PyArrowFile, "open", _store_open)  # noqa: B010
+    if ManifestWriter.__dict__["new_writer"] is _ORIGINAL_NEW_WRITER:
+        setattr(ManifestWriter, "new_writer", _prepared_manifest_writer)  # noqa: B010
+    if ManifestListWriter.__dict__["__enter__"] is _ORIGINAL_LIST_ENTER:
+        setattr(ManifestListWriter, "__enter__", _prepared_list_enter)  # noqa: B010
     return True
 
 
