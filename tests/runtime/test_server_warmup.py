@@ -16,6 +16,7 @@ from changelake.runtime.warmup import (
     WARM_DBT_SCHEMA,
     dbt_source_views,
     warm_dbt,
+    warm_dbt_skipped,
     warm_model_statements,
     warm_queries,
     warm_sql,
@@ -210,6 +211,17 @@ def test_warm_dbt_waits_for_every_source_view_and_can_be_turned_off(tmp_path, mo
     monkeypatch.setenv("CHANGELAKE_SERVER_WARM_DBT", "0")
     assert warm_dbt(REPO_PROJECT, Endpoint(), views, [].append, messages.append, dbt=dbt) is None
     assert len(messages) == 1 and _calls(calls) == {}
+
+
+def test_warm_dbt_skipped_says_whether_the_start_builds_the_project(tmp_path, monkeypatch):
+    """The server runs the synthetic SQL warm-up only where this says the dbt build will not run."""
+    dbt, _calls = _fake_dbt(tmp_path, monkeypatch)
+    views = sorted(dbt_source_views(REPO_PROJECT))
+    assert warm_dbt_skipped(REPO_PROJECT, views, dbt) is None
+    assert f"not registered ({views[0]}, ...)" in warm_dbt_skipped(REPO_PROJECT, views[1:], dbt)
+    assert "is missing" in warm_dbt_skipped(tmp_path, views, dbt)
+    monkeypatch.setenv("CHANGELAKE_SERVER_WARM_DBT", "0")
+    assert warm_dbt_skipped(REPO_PROJECT, views, dbt) == ""
 
 
 def test_a_failing_or_hanging_warm_dbt_build_is_reported_and_the_schema_still_dropped(tmp_path, monkeypatch):

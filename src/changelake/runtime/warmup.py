@@ -211,6 +211,21 @@ def dbt_source_views(project: Path) -> set[str]:
     return views
 
 
+def warm_dbt_skipped(project: Path, views: list[str], dbt: Path | None = None) -> str | None:
+    """Why :func:`warm_dbt` would not build ``project`` with these registered views: None when it would, ""
+    when ``CHANGELAKE_SERVER_WARM_DBT`` is 0 (nothing to report), else the reason (dbt or the project missing,
+    a source view not registered yet)."""
+    if not tuned("server_warm_dbt"):
+        return ""
+    dbt = dbt or Path(sys.executable).with_name("dbt")
+    if not dbt.exists() or not (project / "dbt_project.yml").exists():
+        return f"no dbt build ({dbt} or {project}/dbt_project.yml is missing)"
+    missing = sorted(dbt_source_views(project) - set(views))
+    if missing:
+        return f"no dbt build yet: {len(missing)} source view(s) not registered ({missing[0]}, ...)"
+    return None
+
+
 def warm_dbt(
     project: Path,
     endpoint: Endpoint,
@@ -229,17 +244,11 @@ def warm_dbt(
     thrift`` finds them compiled. Skipped (None) when ``CHANGELAKE_SERVER_WARM_DBT`` is 0, when dbt or the
     project is missing, or while any of the project's sources is not registered (``make demo`` starts the
     endpoint before its tables exist). Returns dbt's exit code; a failing build is reported, never fatal."""
-    if not tuned("server_warm_dbt"):
-        return None
     dbt = dbt or Path(sys.executable).with_name("dbt")
-    if not dbt.exists() or not (project / "dbt_project.yml").exists():
-        progress(f"[server] warm-up: no dbt build ({dbt} or {project}/dbt_project.yml is missing)")
-        return None
-    missing = sorted(dbt_source_views(project) - set(views))
-    if missing:
-        progress(
-            f"[server] warm-up: no dbt build yet: {len(missing)} source view(s) not registered ({missing[0]}, ...)"
-        )
+    skipped = warm_dbt_skipped(project, views, dbt)
+    if skipped is not None:
+        if skipped:
+            progress(f"[server] warm-up: {skipped}")
         return None
     import subprocess
     import tempfile
