@@ -22,12 +22,6 @@ def mart(spark, name: str, order_by: list[str]) -> list[tuple]:
     return [tuple(r) for r in spark.table(f"analytics.{name}").orderBy(*order_by).collect()]
 
 
-@pytest.fixture
-def demo(lake, spark):
-    yield land_and_apply_demo(lake)
-    spark.sql("drop database if exists analytics cascade")
-
-
 def build(lake, *args: str) -> dict:
     status = run_dbt(["build", *args], lake.settings, progress=lambda m: None)
     summary = summarize(dbt_dirs(lake.settings)["target"] / "run_results.json")
@@ -36,8 +30,64 @@ def build(lake, *args: str) -> dict:
     return summary
 
 
-def test_build_passes_and_marts_equal_independent_spark_results(demo, spark):
-    summary = build(demo)
+# First in the file: it builds into the same schema, analytics, and drops it at its end, before `built` builds.
+def test_without_dedup_the_drift_check_fails_and_says_by_how_much(lake, spark):
+    """The same redelivering source into an aggregation table without `dedup: kafka-offsets`: dbt's exact
+    recomputation exposes the drift and the quality app fails on it, naming the drifted keys."""
+    from changelake.quality.runner import run_quality
+
+    for path in sorted((REPO / "examples" / "tables").glob("*.yaml")):
+        text = path.read_text()
+        if path.stem == "shop.shop_user_stats":
+            text = text.replace("dedup: kafka-offsets", "dedup: none")
+        (lake.settings.tables_dir / path.name).write_text(text)
+    for spec in lake.specs().values():
+        generate(spec, lake.settings.landing_dir, batches=2, records=30)
+    results = lake.apply_pending("shop.shop_user_stats")
+    redelivered = sum(r.source["redelivered"] for r in results)
+    assert redelivered > 0 and all(r.source["deduplicated"] == 0 for r in results)
+    lake.apply_pending()
+    try:
+        build(lake)
+        drift = spark.table("analytics.shop_user_stats_drift").filter("drift > 0")
+        drifted = {(r["shop_id"], r["user_id"]) for r in drift.collect()}
+        total = float(drift.agg(F.sum("drift")).first()[0])
+        assert drifted and total > 0
+        messages: list[str] = []
+        status = run_quality(
+            lake.settings, spark=spark, progress=messages.append, tables=["shop.shop_user_stats"]
+        )
+        assert status == 1
+        failed = [m for m in messages if "FAILED (critical) duplicate_drift" in m]
+        per_key = next(m for m in failed if "expect_column_values_to_be_between" in m)
+        named = sum(1 for s, u in drifted if f"'shop_id': {s}, 'user_id': {u}" in per_key)
+        assert named == min(len(drifted), 20)  # the report names the drifted keys (up to 20)
+        summary = (lake.settings.home / "quality" / "quality_summary.json").read_text()
+        assert f'"shop.shop_user_stats": {total}' in summary
+    finally:
+        spark.sql("drop database if exists analytics cascade")
+
+
+@pytest.fixture(scope="module")
+def built(spark, tmp_path_factory):
+    """The demo landed and applied, and one ``dbt build`` of it (passing), for the module's three tests that
+    start from a built project: the demo and the build take a minute or more each time.
+
+    They share it in file order: the first only reads it, the second applies a new batch and builds again (it
+    needs the marts of a build, not of this build), the third duplicates a file of web.pageviews (last: the
+    table is corrupt after it). A test run alone, or on another pytest-xdist worker, gets a build of its own."""
+    from changelake import ChangeLake
+
+    home = tmp_path_factory.mktemp("dbt-demo")
+    (home / "tables").mkdir()
+    lake = land_and_apply_demo(ChangeLake(home=home, tables_dir=home / "tables", spark=spark, progress=None))
+    summary = build(lake)
+    yield lake, summary
+    spark.sql("drop database if exists analytics cascade")
+
+
+def test_build_passes_and_marts_equal_independent_spark_results(built, spark):
+    demo, summary = built
     assert summary["counts"].get("pass", 0) > 30 and "unit_test.changelake.user_clicks_hourly" in " ".join(
         n["unique_id"] for n in summary["nodes"]
     )
@@ -100,8 +150,8 @@ def test_build_passes_and_marts_equal_independent_spark_results(demo, spark):
     assert stats["rows"]["value"] == len(expected_orders) > 1, stats
 
 
-def test_replay_changes_nothing_and_incremental_equals_full_rebuild(demo, spark):
-    build(demo)
+def test_replay_changes_nothing_and_incremental_equals_full_rebuild(built, spark):
+    demo, _ = built  # built: the marts before the replay
     marts = ["orders_per_shop", "pageviews_per_region", "user_clicks_hourly", "shop_user_stats_drift"]
     keys = {"orders_per_shop": ["shop_id"], "pageviews_per_region": ["region"],
             "user_clicks_hourly": ["user_id", "window_start"], "shop_user_stats_drift": ["shop_id", "user_id"]}  # fmt: skip
@@ -123,9 +173,9 @@ def test_replay_changes_nothing_and_incremental_equals_full_rebuild(demo, spark)
     assert set(rebuilt) ^ set(incremental) == set() and len(rebuilt) == len(incremental)
 
 
-def test_a_duplicated_key_fails_dbt_test(demo, spark):
+def test_a_duplicated_key_fails_dbt_test(built, spark):
     """Corrupt web.pageviews by hand: commit one of its data files a second time (every row twice)."""
-    build(demo)
+    demo, _ = built  # built, its dbt tests passing
     table = demo.storage.pk_table(demo.spec("web.pageviews"))
     first = demo.storage.data_files(table)[0].data_file
     with table.transaction() as tx:
@@ -140,40 +190,3 @@ def test_a_duplicated_key_fails_dbt_test(demo, spark):
     failed = {n["unique_id"].split(".")[2] for n in summary["nodes"] if n["status"] == "fail"}
     assert status == 1
     assert "source_unique_web_pageviews_event_id" in failed
-
-
-def test_without_dedup_the_drift_check_fails_and_says_by_how_much(lake, spark):
-    """The same redelivering source into an aggregation table without `dedup: kafka-offsets`: dbt's exact
-    recomputation exposes the drift and the quality app fails on it, naming the drifted keys."""
-    from changelake.quality.runner import run_quality
-
-    for path in sorted((REPO / "examples" / "tables").glob("*.yaml")):
-        text = path.read_text()
-        if path.stem == "shop.shop_user_stats":
-            text = text.replace("dedup: kafka-offsets", "dedup: none")
-        (lake.settings.tables_dir / path.name).write_text(text)
-    for spec in lake.specs().values():
-        generate(spec, lake.settings.landing_dir, batches=2, records=30)
-    results = lake.apply_pending("shop.shop_user_stats")
-    redelivered = sum(r.source["redelivered"] for r in results)
-    assert redelivered > 0 and all(r.source["deduplicated"] == 0 for r in results)
-    lake.apply_pending()
-    try:
-        build(lake)
-        drift = spark.table("analytics.shop_user_stats_drift").filter("drift > 0")
-        drifted = {(r["shop_id"], r["user_id"]) for r in drift.collect()}
-        total = float(drift.agg(F.sum("drift")).first()[0])
-        assert drifted and total > 0
-        messages: list[str] = []
-        status = run_quality(
-            lake.settings, spark=spark, progress=messages.append, tables=["shop.shop_user_stats"]
-        )
-        assert status == 1
-        failed = [m for m in messages if "FAILED (critical) duplicate_drift" in m]
-        per_key = next(m for m in failed if "expect_column_values_to_be_between" in m)
-        named = sum(1 for s, u in drifted if f"'shop_id': {s}, 'user_id': {u}" in per_key)
-        assert named == min(len(drifted), 20)  # the report names the drifted keys (up to 20)
-        summary = (lake.settings.home / "quality" / "quality_summary.json").read_text()
-        assert f'"shop.shop_user_stats": {total}' in summary
-    finally:
-        spark.sql("drop database if exists analytics cascade")
