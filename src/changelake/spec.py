@@ -480,7 +480,7 @@ class SpecDirectory(dict[str, TableSpec]):
         self._refuse_broken(table)
         return super().get(table, default)
 
-    def copy(self) -> SpecDirectory:  # type: ignore[override]
+    def copy(self) -> SpecDirectory:
         """A copy the caller may change (its specs are frozen, shared)."""
         copied = SpecDirectory()
         copied.update(dict.items(self))
