@@ -487,26 +487,24 @@ def render_lines(records: RangeRecords, spec: TableSpec) -> bytes:
     from changelake.inputs.formats import kafka_container
 
     r = records.range
-    lines: list[bytes] = [b""] * r.size
     fmt = spec.source.get("format")
-    rows = zip(records.offsets, records.keys, records.values, records.timestamps, strict=True)
+    offsets, values = records.offsets, records.values
+    rendered: list[bytes]
     if fmt == "upsert-kafka":
-        render = kafka_container.line_renderer(spec)
-        for offset, key, value, timestamp in rows:
-            record = {
-                "key": key,
-                "value": value,
-                "topic": r.topic,
-                "partition": r.partition,
-                "offset": offset,
-                "timestamp": timestamp,
-            }
-            lines[offset - r.start] = render(record, r.label, offset)[:-1]
+        rendered = kafka_container.record_lines(
+            spec, r.topic, r.partition, offsets, records.keys, values, records.timestamps
+        )
     else:
-        for offset, _key, value, _timestamp in rows:
-            if value is not None:
-                lines[offset - r.start] = value.replace(b"\r", b" ").replace(b"\n", b" ")
-    return b"\n".join(lines) + b"\n" if lines else b""
+        rendered = [b"" if v is None else v.replace(b"\r", b" ").replace(b"\n", b" ") for v in values]
+    if not rendered:
+        return b"\n" * r.size
+    if len(rendered) == r.size:  # no offset without a record (the common case): one line per record as it is
+        lines = rendered
+    else:
+        lines = [b""] * r.size
+        for offset, line in zip(offsets, rendered, strict=True):
+            lines[offset - r.start] = line
+    return b"\n".join(lines) + b"\n"
 
 
 def reread(

@@ -115,6 +115,49 @@ def line_renderer(spec: TableSpec):
     return lambda record, path, number: _line(record, render, path, number)
 
 
+def record_lines(
+    spec: TableSpec,
+    topic: str,
+    partition: int,
+    offsets: list[int],
+    keys: list[bytes | None],
+    values: list[bytes | None],
+    timestamps: list[int | None],
+) -> list[bytes]:
+    """The upsert-kafka lines (without their newlines) of one topic-partition's records, byte for byte what
+    :func:`line_renderer` gives for each record with all six :data:`FIELDS`, built in one pass over the
+    client's lists: no mapping, no ``json.dumps`` and no text decoded and encoded again per record (that was
+    70% of what a topic range cost beyond a landed file's, profiled). A JSON key or value is its bytes with
+    line breaks as spaces (the text round trip of :func:`_json_text` leaves every other byte as it is)."""
+    opts = spec.source_options
+    key_text, value_text = _part_bytes(opts.key_format.format), _part_bytes(opts.value_format.format)
+    # A topic name has no %, but the layout is %-formatted: it must not depend on that.
+    quoted = json.dumps(topic).encode().replace(b"%", b"%%")
+    layout = (
+        b'{"key": %b, "value": %b, "topic": '
+        + quoted
+        + b', "partition": '
+        + b"%d" % partition
+        + b', "offset": %d, "timestamp": %b}'
+    )
+    return [
+        layout % (key_text(key), value_text(value), offset, b"null" if ts is None else b"%d" % ts)
+        for offset, key, value, ts in zip(offsets, keys, values, timestamps, strict=True)
+    ]
+
+
+def _part_bytes(fmt: str):
+    """How a key or value's bytes (None: null) appear in a line, as bytes (:func:`_renderer`'s text)."""
+    if fmt == "json":
+        return _json_bytes
+    render = _renderer(fmt)
+    return lambda raw: b"null" if raw is None else render(raw).encode("utf-8", "surrogateescape")
+
+
+def _json_bytes(raw: bytes | None) -> bytes:
+    return b"null" if raw is None else raw.replace(b"\r", b" ").replace(b"\n", b" ")
+
+
 def _check_schema(schema: Any, path: str) -> None:
     fields = {f["name"] for f in schema.get("fields", [])} if isinstance(schema, dict) else set()
     if schema.get("type") != "record" or not {"key", "value"} <= fields:
