@@ -10,7 +10,7 @@ with its warehouse (``s3://changelake/bench/warehouse``) and its input objects o
 500k-record batch (Spark, local[2], as in ``make bench``), then ``--small-batches`` 1,000-record batches (in this
 process). The 500k batch runs ``--reps`` times, each on its own copy of the table, local and S3 in turn; the
 medians are compared. For every S3 batch the endpoint's requests are counted by kind (GET, LIST, HEAD, PUT,
-multipart POST, DELETE) from its log. Then, in fresh processes, ``changelake lookup`` and ``scan --limit 10``
+multipart POST, a DeleteObjects POST, DELETE) from its log. Then, in fresh processes, ``changelake lookup`` and ``scan --limit 10``
 on the S3 table, cold (no JVM; each its own process), ``--cold-runs`` times each.
 
 Writes benchmarks/results/s3.json and prints the figures with the targets:
@@ -60,6 +60,8 @@ def requests_since(log: Path, offset: int) -> tuple[Counter, int]:
     for method, url in REQUEST.findall(text):
         if method == "GET" and "list-type=" in url:
             kinds["LIST"] += 1
+        elif method == "POST" and "?delete" in url:
+            kinds["POST (delete objects)"] += 1
         elif method == "POST":
             kinds["POST (multipart)"] += 1
         else:

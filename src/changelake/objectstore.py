@@ -261,6 +261,24 @@ class Store:
             raise
         return True
 
+    def delete_many(self, paths: Iterable[ObjectPath | str]) -> None:
+        """Delete objects (a missing one is fine). Where the store is reached directly (:meth:`direct`), in one
+        S3 DeleteObjects request per 1,000 objects, and nothing else: pyarrow's delete asks for each object
+        (a HEAD) and then writes an empty marker object for its "directory" (a PUT). Elsewhere one by one.
+        Raises OSError naming the first object the store did not delete."""
+        direct = self.direct
+        if direct is None:
+            for path in paths:
+                self.delete(path)
+            return
+        by_bucket: dict[str, list[str]] = {}
+        for path in paths:
+            p = self._as_path(path)
+            by_bucket.setdefault(p.bucket, []).append(p.key)
+        for bucket, keys in by_bucket.items():
+            for start in range(0, len(keys), DELETE_BATCH):
+                direct.delete_objects(bucket, keys[start : start + DELETE_BATCH])
+
     def _as_path(self, path: ObjectPath | str) -> ObjectPath:
         return path if isinstance(path, ObjectPath) else self.path(path)
 
@@ -363,6 +381,8 @@ def _filesystem(key: tuple[tuple[str, str], ...]) -> Any:
 TAIL_BYTES = 64 << 10
 #: Attempts of a GET that failed on the connection or with a 5xx (a restarted server, a dropped keep-alive).
 _GET_ATTEMPTS = 3
+#: Objects one S3 DeleteObjects request may name (the API's limit).
+DELETE_BATCH = 1000
 
 
 @functools.lru_cache(maxsize=16)
@@ -374,12 +394,14 @@ def _direct_reads(key: tuple[tuple[str, str], ...]) -> _DirectReads | None:
 
 
 class _DirectReads:
-    """GET requests to a store behind an explicit endpoint (path-style, as pyarrow addresses it there), signed
-    with AWS Signature Version 4 from the store's own keys, on one keep-alive connection per thread.
+    """GET requests (and DeleteObjects) to a store behind an explicit endpoint (path-style, as pyarrow
+    addresses it there), signed with AWS Signature Version 4 from the store's own keys, on one keep-alive
+    connection per thread.
 
-    Why not pyarrow: its Python binding cannot open an object without a HEAD request (above). Why not boto3:
-    it takes a third of a second to import in every cold read and Spark worker, for one signed GET. The
-    signature is the published algorithm for a request without a body (``UNSIGNED-PAYLOAD``)."""
+    Why not pyarrow: its Python binding cannot open an object without a HEAD request (above), and deletes an
+    object with a HEAD before and a directory marker PUT after. Why not boto3: it takes a third of a second to
+    import in every cold read and Spark worker, for one signed GET. The signature is the published algorithm
+    (a GET's payload ``UNSIGNED-PAYLOAD``, a POST's its SHA-256)."""
 
     def __init__(self, options: Mapping[str, str]):
         endpoint = urlparse(options["AWS_ENDPOINT_URL"])
@@ -425,28 +447,10 @@ class _DirectReads:
         """One GET (``byte_range``: an HTTP Range value): its status (200, 206; 416 for an unsatisfiable
         range), headers and body. FileNotFoundError when there is no such object; PermissionError when the
         store refuses the keys; OSError otherwise."""
-        import http.client
         from urllib.parse import quote
 
         path = f"{self._base}/{quote(bucket)}/{quote(key)}"  # each segment encoded once, as S3 signs it
-        for attempt in range(1, _GET_ATTEMPTS + 1):
-            headers = self._signed(path)
-            if byte_range:
-                headers["Range"] = byte_range
-            connection = self._connection()
-            try:
-                connection.request("GET", path, headers=headers)
-                response = connection.getresponse()
-                body = response.read()
-            except (http.client.HTTPException, OSError):
-                connection.close()
-                self._local.connection = None
-                if attempt == _GET_ATTEMPTS:
-                    raise
-                continue
-            if response.status >= 500 and attempt < _GET_ATTEMPTS:
-                continue
-            break
+        response, body = self._request("GET", path, "", b"", {"Range": byte_range} if byte_range else {})
         status = response.status
         if status in (200, 206, 416):
             return status, response.headers, body
@@ -457,6 +461,65 @@ class _DirectReads:
             raise PermissionError(f"{uri}: the store refused the request (HTTP 403 {code})")
         raise OSError(f"{uri}: GET failed: HTTP {status} {code}")
 
+    def delete_objects(self, bucket: str, keys: list[str]) -> None:
+        """One DeleteObjects request (quiet: the store answers with failures only) for at most
+        :data:`DELETE_BATCH` keys of ``bucket``; a key with no object counts as deleted, as S3 has it. OSError
+        naming the first key not deleted, or the request's failure."""
+        import base64
+        import hashlib
+        from urllib.parse import quote
+        from xml.sax.saxutils import escape
+
+        if not keys:
+            return
+        body = (
+            '<?xml version="1.0" encoding="UTF-8"?><Delete xmlns="http://s3.amazonaws.com/doc/2006-03-01/">'
+            "<Quiet>true</Quiet>"
+            + "".join(f"<Object><Key>{escape(k)}</Key></Object>" for k in keys)
+            + "</Delete>"
+        ).encode()
+        # S3 requires a body checksum on DeleteObjects: Content-MD5 is the one every implementation takes.
+        md5 = base64.b64encode(hashlib.md5(body, usedforsecurity=False).digest()).decode()
+        path = f"{self._base}/{quote(bucket)}"
+        response, answer = self._request(
+            "POST", path, "delete=", body, {"Content-MD5": md5, "Content-Type": "application/xml"}
+        )
+        where = f"s3://{bucket}/{keys[0]}" + (f" (and {len(keys) - 1} more)" if len(keys) > 1 else "")
+        if response.status == 403:
+            raise PermissionError(f"{where}: the store refused the delete (HTTP 403 {_error_code(answer)})")
+        if response.status != 200:
+            raise OSError(f"{where}: delete failed: HTTP {response.status} {_error_code(answer)}")
+        failed = _first_failed_key(answer)
+        if failed is not None:
+            raise OSError(f"s3://{bucket}/{failed[0]}: the store did not delete it ({failed[1]})")
+
+    def _request(
+        self, method: str, path: str, query: str, body: bytes, extra: Mapping[str, str]
+    ) -> tuple[Any, bytes]:
+        """One signed request, retried (:data:`_GET_ATTEMPTS` in all) when the connection fails or the store
+        answers 5xx; the response and its body."""
+        import http.client
+
+        target = f"{path}?{query}" if query else path
+        for attempt in range(1, _GET_ATTEMPTS + 1):
+            headers = self._signed(path, method, query, body)
+            headers.update(extra)
+            connection = self._connection()
+            try:
+                connection.request(method, target, body=body or None, headers=headers)
+                response = connection.getresponse()
+                answer = response.read()
+            except (http.client.HTTPException, OSError):
+                connection.close()
+                self._local.connection = None
+                if attempt == _GET_ATTEMPTS:
+                    raise
+                continue
+            if response.status >= 500 and attempt < _GET_ATTEMPTS:
+                continue
+            return response, answer
+        raise AssertionError("unreachable")
+
     def _connection(self) -> Any:
         import http.client
 
@@ -466,21 +529,24 @@ class _DirectReads:
             connection = self._local.connection = kind(self._host, timeout=60)
         return connection
 
-    def _signed(self, path: str) -> dict[str, str]:
-        """The headers of a GET of ``path`` signed with Signature Version 4 (no query, no body)."""
+    def _signed(self, path: str, method: str = "GET", query: str = "", body: bytes = b"") -> dict[str, str]:
+        """The headers of a request for ``path`` signed with Signature Version 4. ``query``: its canonical
+        query string (names sorted, values encoded; ``delete=`` for DeleteObjects). A GET's payload is
+        ``UNSIGNED-PAYLOAD``, a body's its SHA-256."""
         import hashlib
         import hmac
         from datetime import UTC, datetime
 
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
         day = stamp[:8]
-        headers = {"host": self._host, "x-amz-content-sha256": "UNSIGNED-PAYLOAD", "x-amz-date": stamp}
+        payload = hashlib.sha256(body).hexdigest() if body else "UNSIGNED-PAYLOAD"
+        headers = {"host": self._host, "x-amz-content-sha256": payload, "x-amz-date": stamp}
         if self._token:
             headers["x-amz-security-token"] = self._token
         names = sorted(headers)
         signed = ";".join(names)
         canonical = "\n".join(
-            ["GET", path, "", *(f"{n}:{headers[n]}" for n in names), "", signed, "UNSIGNED-PAYLOAD"]
+            [method, path, query, *(f"{n}:{headers[n]}" for n in names), "", signed, payload]
         )
         scope = f"{day}/{self._region}/s3/aws4_request"
         to_sign = "\n".join(
@@ -575,6 +641,22 @@ def _error_code(body: bytes) -> str:
 
     match = re.search(rb"<Code>([^<]*)</Code>", body)
     return match.group(1).decode("utf-8", "replace") if match else ""
+
+
+def _first_failed_key(answer: bytes) -> tuple[str, str] | None:
+    """The key and the code of the first ``<Error>`` in a DeleteObjects answer, else None."""
+    import re
+    from xml.sax.saxutils import unescape
+
+    match = re.search(rb"<Error>(.*?)</Error>", answer, re.S)
+    if match is None:
+        return None
+    key = re.search(rb"<Key>([^<]*)</Key>", match.group(1))
+    code = re.search(rb"<Code>([^<]*)</Code>", match.group(1))
+    return (
+        unescape(key.group(1).decode("utf-8", "replace")) if key else "?",
+        code.group(1).decode("utf-8", "replace") if code else "an error",
+    )
 
 
 def _not_found(error: OSError) -> bool:

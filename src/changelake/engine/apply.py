@@ -68,7 +68,7 @@ from changelake.spec import TableSpec
 from changelake.storage import sparkread
 from changelake.storage.files import Layout, TableFile, side_location
 from changelake.storage.iceberg import CommitFailedException, Storage, TableState
-from changelake.storage.maintenance import delete_files
+from changelake.storage.maintenance import drop_files
 from changelake.storage.rollforward import MAX_COMMIT_ATTEMPTS, roll_forward_changelog, roll_forward_tables
 from changelake.storage.summary import (
     LANDING,
@@ -850,7 +850,7 @@ class Applier:
     def _drop_staging(table, decoded: decode.DecodeSummary) -> None:
         """Staged records are never read after the commit; remove them and their directory (best effort)."""
         try:
-            delete_files(table.io, decoded.staged)
+            drop_files(table.io, decoded.staged)
         except OSError:
             pass
 

@@ -237,6 +237,22 @@ def delete_files(io: Any, paths: Iterable[str]) -> tuple[int, int]:
     return count, size
 
 
+def drop_files(io: Any, paths: Iterable[str]) -> None:
+    """Delete files nothing names and nothing reads again (a batch's staged records), without counting them:
+    objects in a store reached directly (:attr:`objectstore.Store.direct`) in one request per 1,000
+    (:meth:`objectstore.Store.delete_many`: no HEAD per object, and no directory marker left behind to prune);
+    anything else as :func:`delete_files` does."""
+    paths = list(paths)
+    objects = {p for p in paths if _local_path(p) is None and objectstore.is_object_location(p)}
+    if objects:
+        store = objectstore.Store(objectstore.options_of_fileio(dict(io.properties)))
+        if store.direct is not None:
+            store.delete_many(sorted(objects))
+            paths = [p for p in paths if p not in objects]
+    if paths:
+        delete_files(io, paths)
+
+
 #: The directories an apply attempt (or a compaction) makes for its own files: ``data/batch-<id>-<attempt>``
 #: (and its ``-staging`` twin), never written again once the attempt is over.
 _ATTEMPT_DIR = "batch-"
