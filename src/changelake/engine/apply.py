@@ -633,6 +633,9 @@ class Applier:
         manifest = _changelog_manifest(plan, merged, summary)
         self.storage.write_json(plan.table, summary.changelog_manifest, manifest)
         markers = merged.buckets + merged.groups
+        # The files' sizes and footers as the tasks wrote them: describing them (here, and the changelog's in
+        # the roll-forward) reads nothing.
+        self.storage.know_written(buckets.written_of(merged.groups))
         added = self.storage.to_data_files(plan.table, sorted(p for m in markers for p in m["_paths"]))
         by_path = {f.path: f for f in plan.files}
 

@@ -13,6 +13,7 @@ row (files, counts, the bucket's new log end); the driver commits.
 
 from __future__ import annotations
 
+import base64
 import functools
 import json
 import os
@@ -207,6 +208,7 @@ def write_file(
     dictionary = [c for c in dictionary if c in table.column_names]
     table = with_field_ids(table, ctx.log_field_ids if changelog else ctx.field_ids)
     sizes = {} if row_group_size is None else {"row_group_size": row_group_size}
+    footer: list[pq.FileMetaData] = []
     with io.open_output(path) as sink:
         pq.write_table(
             table,
@@ -215,8 +217,11 @@ def write_file(
             compression_level=ctx.compression_level,
             use_dictionary=dictionary or False,
             column_encoding=delta_columns(table.schema, dictionary) or None,
+            metadata_collector=footer,
             **sizes,
         )
+        size = sink.tell()
+    io.wrote(path, size, footer[0])
 
 
 def with_field_ids(table: pa.Table, field_ids: dict[str, int]) -> pa.Table:
@@ -887,11 +892,26 @@ FOLD_POSITIONS = 65_536
 TASK_KEPT_BYTES = 512 << 20
 
 #: Rows (new rows, delete positions, changelog records) a group writer holds before it writes files.
+                "_written": written_json(self.io.take_written()),
 FLUSH_ROWS = 2_000_000
 
 
 def task_marker_schema() -> pa.Schema:
     """What a bucket task returns per bucket (its index in the plan, then :func:`merge_bucket`'s marker), and
+def written_json(written: dict[str, tuple[int, bytes]]) -> str:
+    """Written Parquet files' sizes and footers (:meth:`TaskIO.take_written`) as a marker carries them."""
+    return json.dumps({p: [size, base64.b64encode(footer).decode()] for p, (size, footer) in written.items()})
+
+
+def written_of(markers: list[dict]) -> dict[str, tuple[int, bytes]]:
+    """The sizes and footers of the Parquet files the groups of ``markers`` wrote (:func:`written_json`)."""
+    out = {}
+    for m in markers:
+        for path, (size, footer) in json.loads(m.get("_written") or "{}").items():
+            out[path] = (size, base64.b64decode(footer))
+    return out
+
+
     its group once (index -1: the group's files)."""
     return pa.schema(
         [
@@ -915,6 +935,8 @@ def assign(tasks: list[BucketTask], slots: int) -> list[list[int]]:
     slots = max(1, min(slots, len(tasks)))
     load = [0.0] * slots
     groups: list[list[int]] = [[] for _ in range(slots)]
+            # the Parquet files its tasks wrote: JSON {path: [size, footer (base64)]} (written_json)
+            pa.field("_written", pa.string()),
     cost = [t.stored_bytes / 50 + t.records + 1000 for t in tasks]  # ~50 stored bytes per record
     for i in sorted(range(len(tasks)), key=lambda i: -cost[i]):
         slot = min(range(slots), key=load.__getitem__)

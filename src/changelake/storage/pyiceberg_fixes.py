@@ -1,4 +1,4 @@
-"""Nine fixes to pyiceberg 0.12 that changelake's commits need, until a pyiceberg release has them. Without
+"""Ten fixes to pyiceberg 0.12 that changelake's commits need, until a pyiceberg release has them. Without
 them an apply's commit cost grew with the number of batches the table had taken: a 20-record batch into a
 4-bucket table took 0.13 s as batch 1 and 3.3 s as batch 366 (measured, one process applying batch after
 batch, in-process merge).
@@ -80,6 +80,15 @@ time it opens: ~1.1 ms a manifest, and a merge-on-read batch writes three to fou
 lists across its two commits, out of ~50 ms for a one-bucket batch. Both depend only on what the manifest's
 header states (the table's schema and partition spec, their ids, format version, codec, content), so they
 are built once per header (:data:`_AVRO_WRITERS`); each file still gets its own sync marker and stream.
+
+**10. A HEAD after every manifest written, a HEAD and a LIST before every metadata file.** pyiceberg takes a
+manifest's length for the manifest list by asking the store (``len(output_file)``, a HEAD) right after writing
+it, and creates a metadata file with ``overwrite=False``, which first asks whether one is there (pyarrow's
+file info: a HEAD, then a LIST, as a "directory" of that name might be). On a file system fix 7 made, a file
+pyiceberg writes remembers the bytes written, which its length then answers, and a create does not ask
+first: every file pyiceberg creates without overwriting is a metadata file named by a fresh UUID (the
+catalog's ``new_table_metadata_file_location``), and the catalog's commit, not the file, decides which
+metadata is current. Three HEADs and two LISTs of every batch's two commits (measured on the S3 endpoint).
 
 Installed only on the pyiceberg versions it was checked against (:data:`CHECKED_VERSIONS`): any other version
 keeps its own property, and ``tests/storage/test_pyiceberg_fixes.py`` fails so the fix is re-checked.
@@ -288,6 +297,62 @@ def _prepared_list_enter(self: ManifestListWriter) -> ManifestListWriter:
     )
     self._writer.__enter__()
     return self
+_ORIGINAL_CREATE = PyArrowFile.__dict__["create"]
+_ORIGINAL_LEN = PyArrowFile.__dict__["__len__"]
+
+
+class _CountedOutput:
+    """An output stream that leaves the bytes written on its file when closed (fix 10)."""
+
+    def __init__(self, stream, file: PyArrowFile):
+        self._stream, self._file = stream, file
+
+    def write(self, data) -> int:
+        return self._stream.write(data)
+
+    def tell(self) -> int:
+        return self._stream.tell()
+
+    def flush(self) -> None:
+        self._stream.flush()
+
+    @property
+    def closed(self) -> bool:
+        return self._stream.closed
+
+    def close(self) -> None:
+        if not self._stream.closed:
+            written = self._stream.tell()
+            self._stream.close()  # the object exists, whole, from here on
+            self._file.__dict__["_changelake_length"] = written
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _on_store(file: PyArrowFile) -> bool:
+    """Whether ``file`` is an object on a file system fix 7 made."""
+    return objectstore.store_of_filesystem(file._filesystem) is not None and objectstore.is_object_location(
+        file.location
+    )
+
+
+def _store_create(self: PyArrowFile, overwrite: bool = False):
+    """``PyArrowFile.create`` on a file system fix 7 made: no existence check, the length kept (fix 10)."""
+    if not _on_store(self):
+        return _ORIGINAL_CREATE(self, overwrite)
+    return _CountedOutput(
+        self._filesystem.open_output_stream(self._path, buffer_size=self._buffer_size), self
+    )
+
+
+def _written_len(self: PyArrowFile) -> int:
+    """``len(PyArrowFile)``: the bytes this process wrote to it (fix 10), else the store's answer."""
+    written = self.__dict__.get("_changelake_length")
+    return written if written is not None else _ORIGINAL_LEN(self)
 
 
 def install() -> bool:
@@ -314,6 +379,10 @@ def install() -> bool:
         setattr(ManifestWriter, "new_writer", _prepared_manifest_writer)  # noqa: B010
     if ManifestListWriter.__dict__["__enter__"] is _ORIGINAL_LIST_ENTER:
         setattr(ManifestListWriter, "__enter__", _prepared_list_enter)  # noqa: B010
+    if PyArrowFile.__dict__["create"] is _ORIGINAL_CREATE:
+        setattr(PyArrowFile, "create", _store_create)  # noqa: B010
+    if PyArrowFile.__dict__["__len__"] is _ORIGINAL_LEN:
+        setattr(PyArrowFile, "__len__", _written_len)  # noqa: B010
     return True
 
 
@@ -322,11 +391,16 @@ _COMPATIBLE: BoundedLRU[bool] = BoundedLRU(256)
 
 
 def describe_parquet(
-    io: FileIO, metadata: TableMetadata, path: str, sort_order_id: int | None = None
+    io: FileIO,
+    metadata: TableMetadata,
+    path: str,
+    sort_order_id: int | None = None,
+    written: tuple[int, bytes] | None = None,
 ) -> DataFile:
     """``parquet_file_to_data_file(io, metadata, path)`` with its spec id and the sort order its writer
     declares set, checking the file's schema against the table's once per distinct Arrow schema (fix 5;
-    pyiceberg's own function on other versions, which declares no order)."""
+    pyiceberg's own function on other versions, which declares no order). ``written``: the file's size and
+    serialized footer as its writer had them, so nothing is read (on an object store: no GET, no HEAD)."""
     if not INSTALLED:
         data_file = parquet_file_to_data_file(io, metadata, path)
     else:
@@ -339,9 +413,15 @@ def describe_parquet(
         )
         from pyiceberg.manifest import DataFileContent, FileFormat
 
-        input_file = io.new_input(path)
-        with input_file.open() as stream:
-            footer = pq.read_metadata(stream)
+        if written is not None:
+            import pyarrow as pa
+
+            size, footer = written[0], pq.read_metadata(pa.BufferReader(written[1]))
+        else:
+            input_file = io.new_input(path)
+            with input_file.open() as stream:
+                footer = pq.read_metadata(stream)
+            size = len(input_file)
         arrow_schema = footer.schema.to_arrow_schema()
         schema = metadata.schema()
         key = (str(metadata.table_uuid), schema.schema_id, metadata.format_version, arrow_schema)
@@ -358,7 +438,7 @@ def describe_parquet(
             file_path=path,
             file_format=FileFormat.PARQUET,
             partition=statistics.partition(metadata.spec(), schema),
-            file_size_in_bytes=len(input_file),
+            file_size_in_bytes=size,
             sort_order_id=sort_order_id,
             equality_ids=None,
             key_metadata=None,

@@ -36,6 +36,9 @@ class TaskIO:
         # What one Spark task keeps for its buckets (an engine.buckets.StoredRows): the files they share (a batch's new rows of every bucket,
         # the partition's delete files), read once per task instead of once per bucket.
         self.kept = kept
+        # Parquet files this task wrote: path -> (size, serialized footer), for the commit's description of them
+        # (storage.iceberg.Storage.know_written), which then asks the store for neither.
+        self.written: dict[str, tuple[int, bytes]] = {}
 
     @staticmethod
     def local_path(location: str) -> str | None:
@@ -66,7 +69,26 @@ class TaskIO:
         request of its own (:meth:`objectstore.Store.open_input`)."""
         self._sizes.update((p, s) for p, s in sizes.items() if s > 0)
 
-    def open_input(self, location: str):
+    def wrote(self, location: str, size: int, footer: Any) -> None:
+        """A Parquet file this task wrote, its size and footer (a ``pyarrow.parquet.FileMetaData``), kept for
+        :meth:`take_written`."""
+        import pyarrow.parquet as pq  # noqa: F401 (FileMetaData.write_metadata_file needs the module loaded)
+
+        out = pa.BufferOutputStream()
+        footer.write_metadata_file(out)
+        self.written[location] = (size, out.getvalue().to_pybytes())
+        self._sizes[location] = size
+
+    def take_written(self) -> dict[str, tuple[int, bytes]]:
+        """The Parquet files written since the last call, with their sizes and footers (:meth:`wrote`)."""
+        written, self.written = self.written, {}
+        return written
+
+    def open_input(self, location: str, whole_up_to: int | None = None):
+        """A file to read. An object of at most ``whole_up_to`` bytes (default :data:`SMALL_OBJECT_BYTES`) is
+        read whole, in one GET, and kept for the task's next open of it (within :data:`SMALL_OBJECTS_BYTES`); a
+        larger one is read by ranges."""
+        whole_up_to = SMALL_OBJECT_BYTES if whole_up_to is None else whole_up_to
         local = self.local_path(location)
         if local is not None:
             return pa.OSFile(local, "rb")
@@ -74,9 +96,9 @@ class TaskIO:
             cached = self._small.get(location)
             if cached is not None:
                 return pa.BufferReader(cached)
-            opened = self.store.open_input(location, self._sizes.get(location), SMALL_OBJECT_BYTES)
+            opened = self.store.open_input(location, self._sizes.get(location), whole_up_to)
             self._sizes[location] = size = opened.size()
-            if size > SMALL_OBJECT_BYTES:
+            if size > whole_up_to:
                 return opened
             with opened:
                 data = opened.read()
