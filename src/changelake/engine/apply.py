@@ -921,6 +921,7 @@ def _bucket_tasks(
                 key=key,
                 bucket=group.bucket,
                 parts=tuple(group.parts),
+                part_sizes=tuple(decoded.staged_bytes.get(path, 0) for path, _ in group.parts),
                 files=tuple(
                     buckets.SourceFile(f.path, f.record_count, f.single_bucket, f.size) for f in candidates
                 ),

@@ -282,6 +282,9 @@ class BucketTask:
     key: str  # partition_key of (partition values..., bucket): how the batch's bookkeeping names it
     bucket: int
     parts: tuple[tuple[str, int], ...] = ()  # staged records: (file, record batch)
+    part_sizes: tuple[
+        int, ...
+    ] = ()  # the staged files' sizes, as their decode tasks wrote them (0: not known)
     files: tuple[SourceFile, ...] = ()  # the data files that may hold the bucket's rows
     deletes: tuple[str, ...] = ()  # the position-delete files of the bucket's Iceberg partition
     delete_sizes: tuple[int, ...] = ()  # their sizes, as the manifest gives them (empty: not known)
@@ -557,16 +560,26 @@ def read_stored(
     return pa.concat_tables(parts) if parts else schema.empty_table()
 
 
-def read_staged(parts: tuple[tuple[str, int], ...], schema: pa.Schema, io) -> pa.Table:
+#: A staged object of at most this many bytes is read whole by the first bucket task of a Spark task that
+#: needs it and kept for the others (one GET, where each bucket's record batch was a GET of the footer and one
+#: of the batch); a larger one is read by ranges, a bucket's record batch at a time.
+STAGED_WHOLE_BYTES = 32 << 20
+
+
+def read_staged(
+    parts: tuple[tuple[str, int], ...], schema: pa.Schema, io, sizes: tuple[int, ...] = ()
+) -> pa.Table:
     """A bucket's staged records: its record batch of each staged file that has one (memory-mapped when
-    local: no copy), in ``schema``; a column the file left out (null in all its records) as nulls."""
+    local: no copy), in ``schema``; a column the file left out (null in all its records) as nulls. ``sizes``:
+    the staged files' sizes, in the order of ``parts`` (an object then opens without a request of its own)."""
+    io.know({path: size for (path, _), size in zip(parts, sizes, strict=False)})
     batches = []
     for path, index in sorted(parts):
         local = TaskIO.local_path(path)
         if local is not None:
             batch = pa.ipc.open_file(pa.memory_map(local)).get_batch(index)
         else:
-            with io.open_input(path) as stream:  # only this batch's bytes (and the footer) are read
+            with io.open_input(path, STAGED_WHOLE_BYTES) as stream:
                 batch = pa.ipc.open_file(stream).get_batch(index)
         if not batch.schema.equals(schema):
             present = set(batch.schema.names)
@@ -879,25 +892,12 @@ class GroupWriter:
                 "_removed": self.folded,
                 "_log_paths": self.log_paths,
                 "_deletes": json.dumps(self.delete_files),
+                "_written": written_json(self.io.take_written()),
             }
         )
         return marker
 
 
-#: Positions of a partition's existing delete files a merge-on-read batch in the applying process folds into
-#: its own delete file (GroupWriter), at most: ~0.5 MB to write again, against a delete file more per batch.
-FOLD_POSITIONS = 65_536
-
-#: What a Spark task keeps of the files its buckets share (TaskIO.kept), at most.
-TASK_KEPT_BYTES = 512 << 20
-
-#: Rows (new rows, delete positions, changelog records) a group writer holds before it writes files.
-                "_written": written_json(self.io.take_written()),
-FLUSH_ROWS = 2_000_000
-
-
-def task_marker_schema() -> pa.Schema:
-    """What a bucket task returns per bucket (its index in the plan, then :func:`merge_bucket`'s marker), and
 def written_json(written: dict[str, tuple[int, bytes]]) -> str:
     """Written Parquet files' sizes and footers (:meth:`TaskIO.take_written`) as a marker carries them."""
     return json.dumps({p: [size, base64.b64encode(footer).decode()] for p, (size, footer) in written.items()})
@@ -912,6 +912,19 @@ def written_of(markers: list[dict]) -> dict[str, tuple[int, bytes]]:
     return out
 
 
+#: Positions of a partition's existing delete files a merge-on-read batch in the applying process folds into
+#: its own delete file (GroupWriter), at most: ~0.5 MB to write again, against a delete file more per batch.
+FOLD_POSITIONS = 65_536
+
+#: What a Spark task keeps of the files its buckets share (TaskIO.kept), at most.
+TASK_KEPT_BYTES = 512 << 20
+
+#: Rows (new rows, delete positions, changelog records) a group writer holds before it writes files.
+FLUSH_ROWS = 2_000_000
+
+
+def task_marker_schema() -> pa.Schema:
+    """What a bucket task returns per bucket (its index in the plan, then :func:`merge_bucket`'s marker), and
     its group once (index -1: the group's files)."""
     return pa.schema(
         [
@@ -922,6 +935,8 @@ def written_of(markers: list[dict]) -> dict[str, tuple[int, bytes]]:
             pa.field("_removed", pa.list_(pa.string())),  # data files a rewritten bucket replaces
             pa.field("_log_paths", pa.list_(pa.string())),  # the group's changelog files
             pa.field("_deletes", pa.string()),  # the group's delete files: JSON [{path, output, stats, size}]
+            # the Parquet files its tasks wrote: JSON {path: [size, footer (base64)]} (written_json)
+            pa.field("_written", pa.string()),
         ]
         + [pa.field(n, pa.int64()) for n in ("_count", "_log_start", "_log_end", "_ai_next", "_ai_end")]
         + [pa.field(f"_{c}", pa.int64()) for c in (*COUNTERS, *SOURCE_COUNTERS)]
@@ -935,8 +950,6 @@ def assign(tasks: list[BucketTask], slots: int) -> list[list[int]]:
     slots = max(1, min(slots, len(tasks)))
     load = [0.0] * slots
     groups: list[list[int]] = [[] for _ in range(slots)]
-            # the Parquet files its tasks wrote: JSON {path: [size, footer (base64)]} (written_json)
-            pa.field("_written", pa.string()),
     cost = [t.stored_bytes / 50 + t.records + 1000 for t in tasks]  # ~50 stored bytes per record
     for i in sorted(range(len(tasks)), key=lambda i: -cost[i]):
         slot = min(range(slots), key=load.__getitem__)
@@ -950,7 +963,7 @@ def run_task(
 ) -> dict:
     """One bucket task: read its staged records and its rows, merge, hand its output to the group's writer;
     its marker row."""
-    records = read_staged(task.parts, staged_schema, io)
+    records = read_staged(task.parts, staged_schema, io, task.part_sizes)
     marker, out = merge_bucket(task, records, ctx, io)
     writer.add(task, out, marker["_removed"])
     return {"_task": index, **marker}

@@ -116,6 +116,7 @@ class DecodeSummary:
     """What the decode tasks found, summed on the driver (small: no records)."""
 
     staged: list[str] = field(default_factory=list)
+    staged_bytes: dict[str, int] = field(default_factory=dict)  # each staged file's size
     messages: int = 0
     skipped: int = 0
     records: int = 0
@@ -320,7 +321,7 @@ def staged_schema(spec: TableSpec) -> pa.Schema:
 def stats_schema() -> pa.Schema:
     return pa.schema(
         [pa.field(n, pa.string()) for n in ("staged", "groups", "dead_letters", "error", "claims")]
-        + [pa.field(c, pa.int64()) for c in STAT_COLUMNS]
+        + [pa.field(c, pa.int64()) for c in (*STAT_COLUMNS, "staged_bytes")]
     )
 
 
@@ -359,14 +360,15 @@ def decode_range(
             table = table.append_column(f, pa.nulls(table.num_rows, f.type))
     else:
         table = _decode_lines(r, spec, out, offsets, kafka_config)
-    staged, groups = None, []
+    staged, groups, staged_bytes = None, [], None
     if table.num_rows:
         table = table.cast(staged_schema(spec))  # one schema (nullability too) for every path's records
         staged = f"{staging_dir}/part-{r.file_index:05d}-{r.start:016d}-{uuid.uuid4().hex[:8]}.arrow"
-        groups = _stage(table, spec, io, staged)
+        groups, staged_bytes = _stage(table, spec, io, staged)
     ops = out_ops(table)
     return {
         "staged": staged,
+        "staged_bytes": staged_bytes,
         "groups": json.dumps(groups) if groups else None,
         "dead_letters": json.dumps(out.dead_letters) if out.dead_letters else None,
         "messages": out.messages,
@@ -406,10 +408,10 @@ def _iceberg_values(column: pa.ChunkedArray) -> pa.ChunkedArray:
     return column
 
 
-def _stage(table: pa.Table, spec: TableSpec, io, path: str) -> list[list]:
+def _stage(table: pa.Table, spec: TableSpec, io, path: str) -> tuple[list[list], int]:
     """Write the records as one Arrow IPC file, a record batch per (partition, bucket) in arrival order inside
     it, without the columns that are null in every record; return ``[partition key, bucket, batch index,
-    records]`` per group. The file is read once, by this batch's bucket tasks: writing it is a copy
+    records]`` per group, and the file's size (the bucket tasks open it without asking the store). The file is read once, by this batch's bucket tasks: writing it is a copy
     (compressed only when it leaves the machine)."""
     gid, groups = bucket_groups(spec, table)
     # numpy sorts 16-bit integers by radix: 4x faster than 64-bit ones.
@@ -421,13 +423,15 @@ def _stage(table: pa.Table, spec: TableSpec, io, path: str) -> list[list]:
     table = table.drop_columns(empty).take(pa.array(order)).combine_chunks()
     options = pa.ipc.IpcWriteOptions(compression=None if TaskIO.local_path(path) else "lz4")
     out, start = [], 0
-    with io.open_output(path) as sink, pa.ipc.new_file(sink, table.schema, options=options) as writer:
-        for index, ((key, bucket), n) in enumerate(zip(groups, counts.tolist(), strict=True)):
-            batch = table.slice(start, n).to_batches()
-            writer.write_batch(batch[0] if batch else pa.RecordBatch.from_pylist([], schema=table.schema))
-            out.append([key, bucket, index, n])
-            start += n
-    return out
+    with io.open_output(path) as sink:
+        with pa.ipc.new_file(sink, table.schema, options=options) as writer:
+            for index, ((key, bucket), n) in enumerate(zip(groups, counts.tolist(), strict=True)):
+                batch = table.slice(start, n).to_batches()
+                writer.write_batch(batch[0] if batch else pa.RecordBatch.from_pylist([], schema=table.schema))
+                out.append([key, bucket, index, n])
+                start += n
+        size = sink.tell()
+    return out, size
 
 
 def out_ops(table: pa.Table) -> dict[str, int]:
@@ -870,6 +874,8 @@ def summarize(stats: list[dict]) -> DecodeSummary:
     for row in stats:
         if row["staged"]:
             out.staged.append(row["staged"])
+            if row.get("staged_bytes"):
+                out.staged_bytes[row["staged"]] = row["staged_bytes"]
         for key, bucket, row_group, n in json.loads(row.get("groups") or "[]"):
             group = out.groups.setdefault(key, StagedGroup(bucket))
             group.parts.append((row["staged"], row_group))
