@@ -187,22 +187,26 @@ def test_wrong_keys_are_refused_and_the_secret_is_never_shown(s3_endpoint, s3_pr
 
 
 class _OpenLog:
-    """A pyarrow S3 file system that logs its opens for reading: each costs a HEAD request before its GETs."""
+    """A pyarrow S3 file system that logs what it asks the store of an object: opens for reading (each a HEAD
+    before its GETs), file infos (a HEAD, and a LIST when there is none) and deletes (a HEAD before, a marker
+    PUT after)."""
+
+    ASKING = ("open_input_file", "open_input_stream", "get_file_info", "delete_file", "delete_dir")
 
     def __init__(self, filesystem, opened: list[str]):
         self._filesystem, self._opened = filesystem, opened
 
     def __getattr__(self, name):
-        if name in ("open_input_file", "open_input_stream"):
+        if name in self.ASKING:
             return lambda path, *args, **kwargs: (
-                self._opened.append(path),
+                self._opened.append(getattr(path, "base_dir", path)),  # a FileSelector lists its base_dir
                 getattr(self._filesystem, name)(path, *args, **kwargs),
             )[1]
         return getattr(self._filesystem, name)
 
 
 def _log_pyarrow_opens(monkeypatch) -> list[str]:
-    """The objects pyarrow opens for reading (``bucket/key``) from here on, for every store."""
+    """The objects pyarrow asks the store about (``bucket/key``) from here on, for every store."""
     from changelake import objectstore
 
     opened: list[str] = []
@@ -265,7 +269,9 @@ def test_objects_are_read_by_signed_gets_whole_by_ranges_or_by_their_tail(
     assert pyarrow_opens == []
 
 
-def test_applies_lookups_and_scans_open_no_table_file_through_pyarrow(s3_endpoint, s3_prefix, tmp_path):
+def test_applies_lookups_and_scans_open_no_table_file_through_pyarrow(
+    s3_endpoint, s3_prefix, tmp_path, direct_requests
+):
     options = storage_options_of(s3_endpoint)
     lake = _lake(tmp_path, "t.kv", s3_prefix, options)
     lake.create_all()
@@ -275,18 +281,116 @@ def test_applies_lookups_and_scans_open_no_table_file_through_pyarrow(s3_endpoin
         opened = _log_pyarrow_opens(patch)
         lake = _lake(tmp_path, "t.kv", s3_prefix, options)  # its catalog's FileIO made from here on
         _land(lake, "t.kv", {2: BATCHES[2], 3: BATCHES[3]})
+        direct_requests.clear()
         assert [r.status for r in lake.apply_pending("t.kv")] == ["applied"] * 2  # merges and commits
+        applying = list(direct_requests)
         assert lake.reader.direct
         found = lake.lookup("t.kv", {"k": 9})
         first = lake.reader.rows_arrow("t.kv", limit=3, by_key=True).to_pylist()  # scan --limit 3
         every = lake.rows_arrow("t.kv").to_pylist()
-    # pyarrow opens only the landed objects (a HEAD for their ETags) and the batch's staged files as they are
-    # deleted (a HEAD for the bytes freed); no file of the table.
-    assert opened and not [p for p in opened if "/landing/" not in p and "-staging/" not in p], opened
+    # pyarrow asks only about the landed objects (their listing, a HEAD for their ETags): nothing about a file
+    # of the table (a metadata file's existence, a manifest's or a written file's size) nor about the batch's
+    # staged files as they are deleted.
+    assert opened and not [p for p in opened if "/landing" not in p], opened
+    store = lake.settings.landing_dir.store
+    objects = [str(i.path) for i in store.list(f"{s3_prefix}/warehouse", recursive=True)]
+    assert not [p for p in objects if "-staging" in p]
+    # The applies read back none of the files they wrote: not the new rows', delete and changelog files'
+    # footers (the commit describes them from what their writers kept), nor the changelog manifests.
+    written = {p.split(":/", 1)[1] for p in objects if "batch-000000000002" in p or "batch-000000000003" in p}
+    written |= {p.split(":/", 1)[1] for p in objects if p.endswith(".json") and "/metadata/" not in p}
+    assert len(written) >= 6 and not [p for _, p in applying if p in written], applying
     expected = _pyiceberg_state(lake, "t.kv")[0]
     assert found == [{"k": 9, "v": "c9"}]
     assert [(r["k"], r["v"]) for r in first] == expected[:3]
     assert sorted((r["k"], r["v"]) for r in every) == expected
+
+
+@pytest.fixture()
+def direct_requests(monkeypatch) -> list[tuple[str, str]]:
+    """The signed requests (:class:`changelake.objectstore._DirectReads`) from here on: (method, path)."""
+    from changelake import objectstore
+
+    made: list[tuple[str, str]] = []
+    plain = objectstore._DirectReads._request
+
+    def logged(self, method, path, *args, **kwargs):
+        made.append((method, path))
+        return plain(self, method, path, *args, **kwargs)
+
+    monkeypatch.setattr(objectstore._DirectReads, "_request", logged)
+    return made
+
+
+def test_objects_are_deleted_many_in_one_request_and_leave_no_marker(
+    s3_endpoint, s3_prefix, pyarrow_opens, direct_requests
+):
+    from changelake import objectstore
+
+    store = objectstore.Store(storage_options_of(s3_endpoint))
+    names = ["a b/x 1.txt", "a b/ü & <2>.txt", "a b/y", "c"]
+    for name in names:
+        store.put(f"{s3_prefix}/many/{name}", b"x")
+    direct_requests.clear()
+    store.delete_many([f"{s3_prefix}/many/{n}" for n in names[:3]] + [f"{s3_prefix}/many/missing"])
+    assert [m for m, _ in direct_requests] == ["POST"]  # one DeleteObjects, no HEAD, no directory marker
+    assert pyarrow_opens == []
+    assert [str(i.path) for i in store.list(f"{s3_prefix}/many", recursive=True)] == [f"{s3_prefix}/many/c"]
+    wrong = objectstore.Store({**storage_options_of(s3_endpoint), "AWS_SECRET_ACCESS_KEY": "wrong"})
+    with pytest.raises(PermissionError, match="403"):
+        wrong.delete_many([f"{s3_prefix}/many/c"])
+    assert store.list(f"{s3_prefix}/many", recursive=True)
+
+
+def test_bucket_tasks_read_each_staged_object_once_with_the_size_its_decode_task_wrote(
+    s3_endpoint, s3_prefix, tmp_path, direct_requests, monkeypatch
+):
+    """A Spark task's buckets share the batch's staged objects: the first reads one whole (its size from the
+    decode task, so no request asks for it) and the others find it kept; not two GETs per bucket and object
+    (what a large staged object cost, read by ranges as other files above a task's whole-read limit are)."""
+    import pyarrow as pa
+
+    from changelake import objectstore
+    from changelake.engine import buckets
+    from changelake.inputs import decode
+    from changelake.spec import TableSpec
+    from changelake.storage import taskio
+    from changelake.storage.taskio import TaskIO
+
+    monkeypatch.setattr(taskio, "SMALL_OBJECT_BYTES", 1024)  # these staged objects are larger
+
+    spec = TableSpec.from_dict(
+        {
+            "name": "t.kv",
+            "columns": [{"name": "k", "type": "INT"}, {"name": "v", "type": "STRING"}],
+            "primary_key": ["k"],
+            "options": {"bucket.num": 8},
+        }
+    )
+    for i in range(2):
+        (tmp_path / f"{i}.jsonl").write_text(
+            "".join(
+                f'{{"op": "+I", "data": {{"k": {k}, "v": "v{k}"}}}}\n' for k in range(i * 500, i * 500 + 500)
+            )
+        )
+    plan = decode.plan_batch([tmp_path / "0.jsonl", tmp_path / "1.jsonl"], spec, None, None)
+    properties = objectstore.fileio_properties(storage_options_of(s3_endpoint))
+    staging = f"{s3_prefix}/staging"
+    stats = [decode.decode_range(r, spec, staging, TaskIO(properties)) for r in plan.ranges]
+    summary = decode.summarize([{**s, "error": None} for s in stats])
+    store = objectstore.Store(storage_options_of(s3_endpoint))
+    assert summary.staged_bytes == {str(i.path): i.size for i in store.list(staging)}
+    assert len(summary.staged_bytes) == 2 and len(summary.groups) > 2
+    assert min(summary.staged_bytes.values()) > taskio.SMALL_OBJECT_BYTES
+    direct_requests.clear()
+    io = TaskIO(properties)
+    schema = decode.staged_schema(spec)
+    read = [
+        buckets.read_staged(tuple(g.parts), schema, io, tuple(summary.staged_bytes[p] for p, _ in g.parts))
+        for g in summary.groups.values()
+    ]
+    assert sorted(pa.concat_tables(read).column("k").to_pylist()) == list(range(1000))
+    assert sorted(direct_requests) == sorted(("GET", p.split(":/", 1)[1]) for p in summary.staged_bytes)
 
 
 # --- behind the REST catalog -------------------------------------------------------------------------------
