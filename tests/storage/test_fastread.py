@@ -6,6 +6,7 @@ metadata (direct: sqlite3 + JSON + Avro; pyiceberg).
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import decimal
 import json
@@ -412,7 +413,8 @@ def test_fast_reads_of_an_evolved_table_equal_spark(lake):
 
 
 def test_the_first_rows_read_the_keys_of_only_the_row_groups_that_may_hold_them(tmp_path):
-    """``scan --limit``: every file's footer, then the keys of the row groups whose statistics admit one of the
+    """``scan --limit``: the footers of the files that may hold one of the first rows (every file when their
+    manifest bounds are not known), then the keys of the row groups whose statistics admit one of the
     first rows (here the first of 40), then those rows. Local files are read a row group at a time; objects
     a few at once, in the same order."""
     files = []
@@ -440,3 +442,18 @@ def test_the_first_rows_read_the_keys_of_only_the_row_groups_that_may_hold_them(
     first = reader._first_rows(spec, source, files[1:], 12, stats, "", schema)
     assert [r["k"] for r in first.to_pylist()] == list(range(100, 112))
     assert stats.row_groups_read == 2
+    # With the files' lower bounds from their manifest entries, only the files that may hold one of the first
+    # rows are opened: file 0 for the first 3; files 1 and 2 for the first 101 from 100, not file 3.
+    source.field_ids = {"k": 1, "v": 2}
+    bounded = [
+        dataclasses.replace(f, lower_bounds={1: (i * 100).to_bytes(8, "little", signed=True), 2: b"v"})
+        for i, f in enumerate(files)
+    ]
+    stats = fastread._Stats()
+    first = reader._first_rows(spec, source, bounded, 3, stats, "", schema)
+    assert first.to_pylist() == [{"k": k, "v": f"v{k}"} for k in range(3)]
+    assert (stats.files_read, stats.row_groups, stats.row_groups_read) == (1, 10, 1)
+    stats = fastread._Stats()
+    first = reader._first_rows(spec, source, bounded[1:], 101, stats, "", schema)
+    assert [r["k"] for r in first.to_pylist()] == list(range(100, 201))
+    assert stats.files_read == 2  # file 3's lowest key (300) is past the 101st row (200)

@@ -264,6 +264,7 @@ class DirectSource(TableSource):
                         # An entry added by its manifest's snapshot inherits the manifest's sequence number.
                         sequence_number=manifest.get("sequence_number") if sequence is None else sequence,
                         batches=batches,
+                        lower_bounds=lower,
                     )
                 )
         return out

@@ -39,6 +39,7 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import functools
+import heapq
 import json
 import sys
 import time
@@ -81,6 +82,7 @@ from changelake.storage.pruning import (
     group_starts,
     in_batches,
     lower_bound,
+    manifest_lower_bound,
     may_contain,
     overlaps,
 )
@@ -500,49 +502,72 @@ class FastReader:
         label: str,
         schema: pa.Schema,
     ) -> pa.Table:
-        """The first ``limit`` rows by primary key (in ``schema``): the files' footers, then the smallest keys of
-        the row groups whose key statistics admit a key among the first ``limit`` (in order of their lower
-        bounds, a few files at a time), then the rows themselves.
+        """The first ``limit`` rows by primary key (in ``schema``): the footers of the files whose manifest
+        lower bounds admit a key among the first ``limit``, then the smallest keys of the row groups whose key
+        statistics admit one (files and row groups in order of their lower bounds, a few at a time), then the
+        rows themselves.
 
-        A hash-bucketed table has its smallest keys in every bucket, so every file's footer is read; the key
-        columns only of the row groups that may hold one of the first rows (``--limit 10`` on the benchmark's
-        51 bucket files: about ten). A row group without usable statistics is always read."""
+        A hash-bucketed table has small keys in every bucket, but a bucket's smallest key is rarely among the
+        table's first ten: ``--limit 10`` on the benchmark's table opens the dozen files whose lowest key is
+        no greater than the tenth key found, not all of them, and reads the keys of about ten row groups. A file
+        or row group without usable statistics is always read."""
         pk = list(spec.primary_key)
         order = [(k, "ascending") for k in pk]
         if limit <= 0 or not files:
             return schema.empty_table()
         ticker = _Ticker(self.progress)
-        # The delete files and the data files' footers on the same threads, the delete files first: on an
-        # object store each is a request or two, and the positions decode while the footers arrive.
         deletes = [f for f in files if f.is_delete]
         data = [f for f in files if not f.is_delete]
-        both = _each(
-            lambda f: (
-                read_position_deletes(source.open(f.path, f.size))
-                if f.is_delete
-                else pq.ParquetFile(source.open(f.path, f.size))
-            ),
-            deletes + data,
-        )
-        deleted = _applicable(files, deletes, both[: len(deletes)])
-        files, opened = data, both[len(deletes) :]
-        groups: list[tuple[tuple, int, int]] = []  # (lower bound of its keys, file, row group)
-        for i, pf in enumerate(opened):
-            stats.files_read += 1
-            meta = pf.metadata
-            stats.row_groups += meta.num_row_groups
-            kinds = [
-                bound_type(pf.schema_arrow.field(k).type) if k in pf.schema_arrow.names else None for k in pk
-            ]
-            for g in range(meta.num_row_groups):
-                rg = meta.row_group(g)
-                index = {rg.column(j).path_in_schema: j for j in range(rg.num_columns)}
-                bound = tuple(lower_bound(rg, index.get(k), kind) for k, kind in zip(pk, kinds, strict=True))
-                groups.append((bound, i, g))
-        groups.sort(key=lambda entry: entry[0])
+        ids = source.field_ids
+        kinds = [bound_type(schema.field(k).type) if k in schema.names else None for k in pk]
+
+        def file_bound(f: TableFile) -> tuple:
+            bounds = f.lower_bounds or {}
+            return tuple(
+                manifest_lower_bound(bounds.get(ids[k]) if k in ids else None, kind)
+                for k, kind in zip(pk, kinds, strict=True)
+            )
+
+        # (lower bound, file, row group): a row group's keys to read, or (row group -1) a file's footer to open.
+        heap: list[tuple[tuple, int, int]] = [(file_bound(f), i, -1) for i, f in enumerate(data)]
+        heapq.heapify(heap)
+        opened: dict[int, pq.ParquetFile] = {}
+        deleted: dict[str, pa.Array] = {}
+        groups_total = 0
+
+        def open_files(wanted: list[int]) -> None:
+            """Footers of ``wanted`` files, their row groups queued by bound; with the first, the delete files
+            (read on the same threads, first: on an object store each is a request or two)."""
+            nonlocal deleted, groups_total
+            todo = ([] if opened else deletes) + [data[i] for i in wanted]
+            both = _each(
+                lambda f: (
+                    read_position_deletes(source.open(f.path, f.size))
+                    if f.is_delete
+                    else pq.ParquetFile(source.open(f.path, f.size))
+                ),
+                todo,
+            )
+            if len(todo) > len(wanted):
+                deleted = _applicable(files, deletes, both[: len(deletes)])
+            for i, pf in zip(wanted, both[len(todo) - len(wanted) :], strict=True):
+                opened[i] = pf
+                stats.files_read += 1
+                meta = pf.metadata
+                stats.row_groups += meta.num_row_groups
+                groups_total += meta.num_row_groups
+                arrow = pf.schema_arrow
+                file_kinds = [bound_type(arrow.field(k).type) if k in arrow.names else None for k in pk]
+                for g in range(meta.num_row_groups):
+                    rg = meta.row_group(g)
+                    index = {rg.column(j).path_in_schema: j for j in range(rg.num_columns)}
+                    bound = tuple(
+                        lower_bound(rg, index.get(k), kind) for k, kind in zip(pk, file_kinds, strict=True)
+                    )
+                    heapq.heappush(heap, (bound, i, g))
 
         def smallest_keys(i: int, wanted: list[int]) -> list[pa.Table]:
-            pf, gone = opened[i], deleted.get(files[i].path)
+            pf, gone = opened[i], deleted.get(data[i].path)
             starts, out = group_starts(pf.metadata), []
             for g in wanted:
                 keys = _unify(pf.read_row_group(g, columns=pk, use_threads=False))
@@ -561,23 +586,30 @@ class FastReader:
 
         top: pa.Table | None = None
         kth: tuple | None = None  # the key of the limit-th row found so far, as a bound
-        at, read = 0, set()
-        # Objects' key columns a few at once (each a request); local files' one at a time, stopping soonest.
-        width = _OPEN_THREADS if objectstore.is_object_location(files[0].path) else 1
-        while at < len(groups) and (kth is None or not kth < groups[at][0]):
+        read: set[tuple[int, int]] = set()
+        remote = objectstore.is_object_location(data[0].path) if data else False
+        # Objects a few at once (each a request); local files one at a time, stopping soonest.
+        width = _OPEN_THREADS if remote else 1
+        while heap and (kth is None or not kth < heap[0][0]):
+            to_open: list[int] = []
             wave: dict[
                 int, list[int]
             ] = {}  # the next few row groups, by file (one reader per file at a time)
-            for bound, i, g in groups[at : at + width]:
-                if kth is not None and kth < bound:
-                    break
-                wave.setdefault(i, []).append(g)
-                read.add((i, g))
-                at += 1
+            while heap and len(to_open) + len(wave) < width and (kth is None or not kth < heap[0][0]):
+                _, i, g = heapq.heappop(heap)
+                if g < 0:
+                    to_open.append(i)
+                else:
+                    wave.setdefault(i, []).append(g)
+                    read.add((i, g))
+            if to_open:
+                open_files(to_open)
+            if not wave:
+                continue
             ticker.tick(
-                functools.partial("{}: keys of {}/{} row groups read".format, label, len(read), len(groups))
+                functools.partial("{}: keys of {}/{} row groups read".format, label, len(read), groups_total)
             )
-            if len(wave) > 1 and objectstore.is_object_location(files[0].path):
+            if len(wave) > 1 and remote:
                 with ThreadPoolExecutor(
                     max_workers=_OPEN_THREADS, thread_name_prefix="changelake-open"
                 ) as pool:

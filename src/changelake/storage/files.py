@@ -63,6 +63,9 @@ class TableFile:
     # through pyiceberg: whether another writer may have left it out of changelake's order (engine/compact.py).
     sort_order_id: int | None = None
     added_by: int | None = None
+    # Its columns' lower bounds as its manifest entry has them (field id -> Iceberg's single-value bytes), where
+    # read: a read that wants the smallest keys opens only the files that may hold one (storage/fastread.py).
+    lower_bounds: dict[int, bytes] | None = field(default=None, compare=False, repr=False)
 
     @property
     def is_delete(self) -> bool:

@@ -796,6 +796,7 @@ def _file_describer(table: Table) -> Callable[[Any], TableFile]:
             data_file=df,
             sort_order_id=df.sort_order_id,
             added_by=entry.snapshot_id,
+            lower_bounds=dict(lower),
         )
 
     return describe

@@ -121,3 +121,25 @@ def lower_bound(row_group: pq.RowGroupMetaData, column: int | None, kind: type |
     if type(value) is not kind:
         return (-1,)
     return (0, value)
+
+
+def manifest_lower_bound(raw: bytes | None, kind: type | None) -> tuple:
+    """:func:`lower_bound` from a manifest entry's lower bound of a column (Iceberg's single-value
+    serialization: integers and dates little-endian, strings UTF-8 and possibly truncated, which still bounds
+    them from below), or ``(-1,)`` when there is none or ``kind`` (:func:`bound_type`) is not one read here."""
+    if raw is None or kind is None:
+        return (-1,)
+    if kind is int and len(raw) in (4, 8):
+        return (0, int.from_bytes(raw, "little", signed=True))
+    if kind is dt.date and len(raw) == 4:
+        return (0, dt.date(1970, 1, 1) + dt.timedelta(days=int.from_bytes(raw, "little", signed=True)))
+    if kind is str:
+        try:
+            return (0, raw.decode("utf-8"))
+        except UnicodeDecodeError:
+            return (-1,)
+    if kind is bytes:
+        return (0, bytes(raw))
+    if kind is bool and len(raw) == 1:
+        return (0, raw != b"\x00")
+    return (-1,)
