@@ -360,7 +360,9 @@ def decode_range(
             table = table.append_column(f, pa.nulls(table.num_rows, f.type))
     else:
         table = _decode_lines(r, spec, out, offsets, kafka_config)
-    staged, groups, staged_bytes = None, [], None
+    staged: str | None = None
+    groups: list[list] = []
+    staged_bytes: int | None = None
     if table.num_rows:
         table = table.cast(staged_schema(spec))  # one schema (nullability too) for every path's records
         staged = f"{staging_dir}/part-{r.file_index:05d}-{r.start:016d}-{uuid.uuid4().hex[:8]}.arrow"

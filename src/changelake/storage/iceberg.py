@@ -645,9 +645,9 @@ class Storage:
         known = {p: entry for p in paths if (entry := WRITTEN_FOOTERS.get(p)) is not None}
         if known:
             unknown = [p for p in paths if p not in known]
-            described = {p: describe(p, written=known[p]) for p in known}
-            described.update(zip(unknown, Storage.to_data_files(table, unknown), strict=True))
-            return [described[p] for p in paths]
+            by_path = {p: describe(p, written=known[p]) for p in known}
+            by_path.update(zip(unknown, Storage.to_data_files(table, unknown), strict=True))
+            return [by_path[p] for p in paths]
         if len(paths) > 1 and any(_local_path(p) is None for p in paths):
             with ThreadPoolExecutor(max_workers=8) as pool:
                 described = list(pool.map(describe, paths))
