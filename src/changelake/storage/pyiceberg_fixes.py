@@ -297,6 +297,8 @@ def _prepared_list_enter(self: ManifestListWriter) -> ManifestListWriter:
     )
     self._writer.__enter__()
     return self
+
+
 _ORIGINAL_CREATE = PyArrowFile.__dict__["create"]
 _ORIGINAL_LEN = PyArrowFile.__dict__["__len__"]
 
