@@ -365,8 +365,35 @@ def without_empty_args(args: list[str], empty: tuple[str, ...] = ("",)) -> list[
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
+def entry() -> None:
+    """The ``changelake`` command (the project's console script)."""
+    sys.exit(main(exit_fast=True))
+
+
+def main(argv: list[str] | None = None, exit_fast: bool = False) -> int:
+    """Run one command; its exit code. ``exit_fast`` (the console script): a read command (no JVM: ``scan``,
+    ``lookup``, ``status``, ...) ends the process once its output is flushed, without the interpreter's
+    shutdown. Arrow's threads may still free buffers of the objects they read then, and a thread that needs
+    the GIL during the shutdown is ended in a way that aborts the process (exit 134, "terminate called without
+    an active exception") after the command printed its result; the shutdown is also time the user waits."""
     args = _parser().parse_args(argv)
+    code = _main(args)
+    if exit_fast and _is_fast(args):
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except BrokenPipeError:  # the reader went away (_reader_gone): nothing more to say
+                pass
+        os._exit(code)
+    return code
+
+
+def _is_fast(args: argparse.Namespace) -> bool:
+    """Whether the command is a read through :func:`_run_fast` (no JVM)."""
+    return args.command in _FAST_COMMANDS and not getattr(args, "insert_if_not_exists", False)
+
+
+def _main(args: argparse.Namespace) -> int:
     if args.command in _FAST_COMMANDS and args.json:
         args.format = "json"
     as_json = _json_output(args)
@@ -589,7 +616,7 @@ def _first_key_column(args: argparse.Namespace) -> str:
 def _run(args: argparse.Namespace) -> tuple[int, Any]:
     """Run the command: its exit code and its JSON document (None for ``dbt`` and ``quality``, whose
     results are their artifacts: dbt's run results, the quality summary). Text goes to stdout."""
-    if args.command in _FAST_COMMANDS and not getattr(args, "insert_if_not_exists", False):
+    if _is_fast(args):
         return 0, _run_fast(args)
     _qualify_tables(args, functools.partial(_known_tables, args))
     if args.command == "sql":
@@ -1027,4 +1054,4 @@ def _landed(generated: list) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

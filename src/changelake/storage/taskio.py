@@ -32,7 +32,7 @@ class TaskIO:
         # Small objects' bytes, read whole once: a bucket task opens a file for its row groups' statistics and
         # again for their rows, and every bucket of a batch opens the batch's staged file; each ranged read of
         # an object is a GET, where a whole small object is one.
-        self._small: BoundedLRU[bytes] = BoundedLRU(SMALL_OBJECTS_BYTES, size=len)
+        self._small: BoundedLRU[pa.Buffer] = BoundedLRU(SMALL_OBJECTS_BYTES, size=len)
         # What one Spark task keeps for its buckets (an engine.buckets.StoredRows): the files they share (a batch's new rows of every bucket,
         # the partition's delete files), read once per task instead of once per bucket.
         self.kept = kept
@@ -101,7 +101,7 @@ class TaskIO:
             if size > whole_up_to:
                 return opened
             with opened:
-                data = opened.read()
+                data = opened.read_buffer()  # Arrow's memory (objectstore.arrow_reader), kept as it is
             self._small.put(location, data)
             return pa.BufferReader(data)
         return self._iceberg().new_input(location).open()
