@@ -315,3 +315,26 @@ def test_a_failed_json_command_prints_no_document(home, capfd, no_jvm):
     assert main(["--home", str(home), "--tables", str(home / "tables"), "apply", "demo.nope", "--json"]) == 4
     out, err = capfd.readouterr()
     assert out == "" and "error: Unknown table demo.nope" in err
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(("command", "shut_down"), [("status", False), ("datagen", True)])
+def test_a_read_command_ends_without_the_interpreters_shutdown(tmp_path, command, shut_down):
+    """The console script: a read command (no JVM) ends once its output is flushed, without the shutdown in
+    which an Arrow thread freeing a Python-owned buffer aborts the process (cli.main's docstring); its output
+    and exit code are as before. Any other command shuts down as usual (an exit handler runs)."""
+    script = (
+        "import atexit, sys\n"
+        "atexit.register(lambda: print('shut down', flush=True))\n"
+        "from changelake.cli import entry\n"
+        f"sys.argv = ['changelake', '--home', {str(tmp_path)!r}, {command!r}]\n"
+        "entry()\n"
+    )
+    env = {**os.environ, "CHANGELAKE_HOME": str(tmp_path)}
+    result = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert ("shut down" in result.stdout) is shut_down
+    if not shut_down:  # the command's output was flushed before the end
+        assert "no table specs" in result.stdout
