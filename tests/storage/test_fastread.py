@@ -433,14 +433,17 @@ def test_the_first_rows_read_the_keys_of_only_the_row_groups_that_may_hold_them(
     reader.progress = lambda _m: None
     spec = SimpleNamespace(primary_key=["k"])
     schema = pa.schema([("k", pa.int64()), ("v", pa.string())])
-    stats = fastread._Stats()
-    first = reader._first_rows(spec, source, files, 3, stats, "", schema)
-    assert first.to_pylist() == [{"k": k, "v": f"v{k}"} for k in range(3)]
+
+    def first_rows(among, n):
+        stats = fastread._Stats()
+        return reader._first_rows(spec, source, among, n, stats, "", schema).to_pylist(), stats
+
+    first, stats = first_rows(files, 3)
+    assert first == [{"k": k, "v": f"v{k}"} for k in range(3)]
     assert (stats.files_read, stats.row_groups, stats.row_groups_read) == (4, 40, 1)
     # The last rows of file 0 and the first of file 1: two row groups of keys (and their rows).
-    stats = fastread._Stats()
-    first = reader._first_rows(spec, source, files[1:], 12, stats, "", schema)
-    assert [r["k"] for r in first.to_pylist()] == list(range(100, 112))
+    first, stats = first_rows(files[1:], 12)
+    assert [r["k"] for r in first] == list(range(100, 112))
     assert stats.row_groups_read == 2
     # With the files' lower bounds from their manifest entries, only the files that may hold one of the first
     # rows are opened: file 0 for the first 3; files 1 and 2 for the first 101 from 100, not file 3.
@@ -449,11 +452,9 @@ def test_the_first_rows_read_the_keys_of_only_the_row_groups_that_may_hold_them(
         dataclasses.replace(f, lower_bounds={1: (i * 100).to_bytes(8, "little", signed=True), 2: b"v"})
         for i, f in enumerate(files)
     ]
-    stats = fastread._Stats()
-    first = reader._first_rows(spec, source, bounded, 3, stats, "", schema)
-    assert first.to_pylist() == [{"k": k, "v": f"v{k}"} for k in range(3)]
+    first, stats = first_rows(bounded, 3)
+    assert first == [{"k": k, "v": f"v{k}"} for k in range(3)]
     assert (stats.files_read, stats.row_groups, stats.row_groups_read) == (1, 10, 1)
-    stats = fastread._Stats()
-    first = reader._first_rows(spec, source, bounded[1:], 101, stats, "", schema)
-    assert [r["k"] for r in first.to_pylist()] == list(range(100, 201))
+    first, stats = first_rows(bounded[1:], 101)
+    assert [r["k"] for r in first] == list(range(100, 201))
     assert stats.files_read == 2  # file 3's lowest key (300) is past the 101st row (200)

@@ -367,24 +367,20 @@ def install() -> bool:
     if Transaction.__dict__["table_metadata"] is _ORIGINAL:
         cached = property(_cached_table_metadata, doc=_ORIGINAL.__doc__)
         setattr(Transaction, "table_metadata", cached)  # noqa: B010 (mypy refuses to assign a property)
-    if _OverwriteFiles.__dict__["_existing_manifests"] is _ORIGINAL_EXISTING:
-        setattr(_OverwriteFiles, "_existing_manifests", _live_existing_manifests)  # noqa: B010
-    if ManifestFile.__dict__["fetch_manifest_entry"] is _ORIGINAL_FETCH:
-        setattr(ManifestFile, "fetch_manifest_entry", _cached_fetch_manifest_entry)  # noqa: B010
     if snapshots._manifests is _ORIGINAL_MANIFESTS:
         snapshots._manifests = _cached_manifests
-    if PyArrowFileIO.__dict__["_initialize_s3_fs"] is _ORIGINAL_S3_FS:
-        setattr(PyArrowFileIO, "_initialize_s3_fs", _store_s3_fs)  # noqa: B010
-    if PyArrowFile.__dict__["open"] is _ORIGINAL_OPEN:
-        setattr(PyArrowFile, "open", _store_open)  # noqa: B010
-    if ManifestWriter.__dict__["new_writer"] is _ORIGINAL_NEW_WRITER:
-        setattr(ManifestWriter, "new_writer", _prepared_manifest_writer)  # noqa: B010
-    if ManifestListWriter.__dict__["__enter__"] is _ORIGINAL_LIST_ENTER:
-        setattr(ManifestListWriter, "__enter__", _prepared_list_enter)  # noqa: B010
-    if PyArrowFile.__dict__["create"] is _ORIGINAL_CREATE:
-        setattr(PyArrowFile, "create", _store_create)  # noqa: B010
-    if PyArrowFile.__dict__["__len__"] is _ORIGINAL_LEN:
-        setattr(PyArrowFile, "__len__", _written_len)  # noqa: B010
+    for owner, name, original, fixed in (
+        (_OverwriteFiles, "_existing_manifests", _ORIGINAL_EXISTING, _live_existing_manifests),
+        (ManifestFile, "fetch_manifest_entry", _ORIGINAL_FETCH, _cached_fetch_manifest_entry),
+        (PyArrowFileIO, "_initialize_s3_fs", _ORIGINAL_S3_FS, _store_s3_fs),
+        (PyArrowFile, "open", _ORIGINAL_OPEN, _store_open),
+        (ManifestWriter, "new_writer", _ORIGINAL_NEW_WRITER, _prepared_manifest_writer),
+        (ManifestListWriter, "__enter__", _ORIGINAL_LIST_ENTER, _prepared_list_enter),
+        (PyArrowFile, "create", _ORIGINAL_CREATE, _store_create),
+        (PyArrowFile, "__len__", _ORIGINAL_LEN, _written_len),
+    ):
+        if owner.__dict__[name] is original:  # once: a second install() leaves the fix in place
+            setattr(owner, name, fixed)
     return True
 
 
