@@ -330,7 +330,8 @@ def test_a_read_command_ends_without_the_interpreters_shutdown(tmp_path, command
         f"sys.argv = ['changelake', '--home', {str(tmp_path)!r}, {command!r}]\n"
         "entry()\n"
     )
-    env = {**os.environ, "CHANGELAKE_HOME": str(tmp_path)}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CHANGELAKE_")}  # `make test` sets some
+    env.update(CHANGELAKE_HOME=str(tmp_path), CHANGELAKE_TABLES=str(tmp_path / "tables"))
     result = subprocess.run(
         [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120
     )
