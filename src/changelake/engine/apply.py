@@ -197,7 +197,6 @@ class WrittenBatch:
     removed: set[str]
     summary: BatchSummary
     referenced: set[str] = field(default_factory=set)  # the data files the added delete files name
-    changelog_manifest: dict = field(default_factory=dict)  # as written at ``summary.changelog_manifest``
 
 
 class Applier:
@@ -428,7 +427,7 @@ class Applier:
                     )
                     continue
                 committed = recommitted
-            return self._finish(plan, *committed, started, log_table, written)
+            return self._finish(plan, *committed, started, log_table)
         raise CommitConflict(
             f"{spec.full_name}: {position} lost {MAX_COMMIT_ATTEMPTS} commit races; retry later"
         )
@@ -651,7 +650,7 @@ class Applier:
         ]
         removed = {p for m in markers for p in m["_removed"]}  # rewritten buckets' files, folded delete files
         referenced = {p for m in merged.groups for d in json.loads(m["_deletes"] or "[]") for p in d["files"]}
-        return WrittenBatch(added, deletes, removed, summary, referenced, manifest)
+        return WrittenBatch(added, deletes, removed, summary, referenced)
 
     def _commit(self, plan: ApplyPlan, written: WrittenBatch) -> tuple[BatchResult, Any]:
         """Step 7, the commit point: one snapshot swapping the touched buckets' files, its summary the batch's;
@@ -699,7 +698,6 @@ class Applier:
         committed: Any,
         started: float,
         log_table: Any,
-        written: WrittenBatch,
     ) -> BatchResult:
         """Step 8 (the changelog commit), then the staged records dropped, the batch reported, and the table's
         maintenance that is due (:func:`changelake.engine.maintain.maintain`, unless ``write-only``).
@@ -708,13 +706,12 @@ class Applier:
         committed it and the changelog table as its state check read it (``log_table``). Another writer's
         changelog commit since makes that commit fail its optimistic check, and the roll-forward then loads
         both (:func:`changelake.storage.rollforward.roll_forward_tables`). The batch's changelog manifest is
-        the one it wrote, not read back (a GET, on an object store)."""
+        not read back: :meth:`Storage.read_json` keeps what this process wrote."""
         table, log_table = roll_forward_tables(
             self.storage,
             plan.spec,
             MAX_COMMIT_ATTEMPTS,
             in_hand=(committed, log_table),
-            manifests={written.summary.changelog_manifest: written.changelog_manifest},
         )
         self._drop_staging(plan.table, plan.decoded)
         result.seconds = time.monotonic() - started

@@ -33,16 +33,13 @@ def roll_forward_tables(
     spec: TableSpec,
     attempts: int = MAX_COMMIT_ATTEMPTS,
     in_hand: tuple[Any, Any] | None = None,
-    manifests: dict[str, dict] | None = None,
 ) -> tuple[Any, Any]:
     """:func:`roll_forward_changelog`, returning the PK table and the changelog table as it left them.
 
     ``in_hand``: the two tables as the caller holds them (an apply, right after its own commit: the PK table
     as committed, the changelog table as the apply's state check read it), used for the first attempt instead
     of loading both from the catalog. A stale one is safe: a changelog commit on a changelog table that is not
-    the catalog's current one fails its optimistic check, and the next attempt loads both afresh.
-    ``manifests``: changelog manifests the caller wrote, by path, used instead of reading them back (a
-    manifest is written once, before the commit that names it)."""
+    the catalog's current one fails its optimistic check, and the next attempt loads both afresh."""
     for attempt in range(attempts):
         if attempt == 0 and in_hand is not None:
             pk, log_table = in_hand
@@ -55,9 +52,7 @@ def roll_forward_tables(
             return pk, log_table
         try:
             for snap, batch in lagging:
-                manifest = (manifests or {}).get(batch.changelog_manifest) or storage.read_json(
-                    pk, batch.changelog_manifest
-                )
+                manifest = storage.read_json(pk, batch.changelog_manifest)
                 fault("before-changelog-commit")
                 log_table = storage.append_batch(
                     log_table,
