@@ -47,9 +47,10 @@ class BoundedLRU(Generic[V]):
                 _, old = self._items.popitem(last=False)
                 self.total -= self._size(old)
 
-    def pop(self, key: Hashable) -> None:
+    def pop(self, key: Hashable) -> V | None:
+        """Remove ``key``; its value, if it was kept."""
         with self._lock:
-            self._drop(key)
+            return self._drop(key)
 
     def clear(self) -> None:
         with self._lock:
@@ -63,7 +64,8 @@ class BoundedLRU(Generic[V]):
     def __len__(self) -> int:
         return len(self._items)
 
-    def _drop(self, key: Hashable) -> None:
+    def _drop(self, key: Hashable) -> V | None:
         old = self._items.pop(key, None)
         if old is not None:
             self.total -= self._size(old)
+        return old

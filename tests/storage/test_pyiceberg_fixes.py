@@ -151,14 +151,15 @@ def test_committed_manifests_are_read_once_and_give_what_a_fresh_read_gives(tabl
         return original(manifest, io, discard_deleted)
 
     monkeypatch.setattr(pyiceberg_fixes, "_ORIGINAL_FETCH", counting)
-    entries = BoundedLRU(pyiceberg_fixes.MAX_CACHED_ENTRIES, size=len)
-    monkeypatch.setattr(pyiceberg_fixes, "_ENTRIES", entries)
     a = data_file(table, tmp_path / "a.parquet", [1, 2])
     b = data_file(table, tmp_path / "b.parquet", [3])
     table = overwrite(table, [], [a, b])
     c = data_file(table, tmp_path / "c.parquet", [4])
     (planned_a,) = [t.file for t in table.scan().plan_files() if t.file.file_path == a.file_path]
     table = overwrite(table, [planned_a], [c])  # reads the first snapshot's manifest (deleted, kept entries)
+    # As in a process that did not write them (fix 11 keeps what this one wrote): nothing kept yet.
+    entries = BoundedLRU(pyiceberg_fixes.MAX_CACHED_ENTRIES, size=len)
+    monkeypatch.setattr(pyiceberg_fixes, "_ENTRIES", entries)
 
     def plan():
         return sorted(t.file.file_path for t in table.scan().plan_files())
@@ -235,8 +236,10 @@ def test_a_manifest_list_is_read_once_and_gives_what_a_fresh_read_gives(table, t
         return original(io, manifest_list)
 
     monkeypatch.setattr(pyiceberg_fixes, "_ORIGINAL_MANIFESTS", counting)
-    monkeypatch.setattr(pyiceberg_fixes, "_LISTS", BoundedLRU(pyiceberg_fixes.MAX_MANIFEST_LISTS))
     table = overwrite(table, [], [data_file(table, tmp_path / "a.parquet", [1, 2])])
+    # As in a process that did not write it (fix 11 keeps what this one wrote): nothing kept yet.
+    monkeypatch.setattr(pyiceberg_fixes, "_LISTS", BoundedLRU(pyiceberg_fixes.MAX_MANIFEST_LISTS))
+    monkeypatch.setattr(pyiceberg_fixes, "_ENTRIES", BoundedLRU(pyiceberg_fixes.MAX_CACHED_ENTRIES, size=len))
     snapshot = table.current_snapshot()
     first = snapshot.manifests(table.io)
     assert snapshot.manifests(table.io) == first and reads == [snapshot.manifest_list]  # read once
@@ -316,3 +319,51 @@ def test_a_manifest_list_written_by_the_prepared_writer_reads_as_pyicebergs(tabl
         str(tmp_path / "a.parquet"),
         str(tmp_path / "b.parquet"),
     ]
+
+
+def test_what_a_commit_wrote_is_kept_as_a_fresh_read_gives_it(table, tmp_path, monkeypatch):
+    """Fix 11: the manifest list and the manifests a commit wrote are not decoded again by this process, and
+    what is kept for them equals pyiceberg's own decoding: the list's numbered manifests, and each manifest's
+    entries with and without its deleted ones (pyiceberg's overwrite writes DELETED entries; changelake's
+    row delta writes existing, added and delete-file entries)."""
+    from changelake.storage.rowdelta import commit_row_delta
+
+    reads = []
+    fetch, manifests = pyiceberg_fixes._ORIGINAL_FETCH, pyiceberg_fixes._ORIGINAL_MANIFESTS
+    monkeypatch.setattr(
+        pyiceberg_fixes,
+        "_ORIGINAL_FETCH",
+        lambda m, io, d=True: reads.append(m.manifest_path) or fetch(m, io, d),
+    )
+    monkeypatch.setattr(
+        pyiceberg_fixes, "_ORIGINAL_MANIFESTS", lambda io, path: reads.append(path) or manifests(io, path)
+    )
+    monkeypatch.setattr(pyiceberg_fixes, "_ENTRIES", BoundedLRU(pyiceberg_fixes.MAX_CACHED_ENTRIES, size=len))
+    monkeypatch.setattr(pyiceberg_fixes, "_LISTS", BoundedLRU(pyiceberg_fixes.MAX_MANIFEST_LISTS))
+    a, b, c, d = (data_file(table, tmp_path / f"{n}.parquet", [i, i + 1]) for i, n in enumerate("abcd"))
+    table = overwrite(table, [], [a, b])
+    (planned_a,) = [t.file for t in table.scan().plan_files() if t.file.file_path == a.file_path]
+    table = overwrite(table, [planned_a], [c])  # a manifest with a DELETED entry, one with an EXISTING one
+    table = commit_row_delta(table, [d], [], {c.file_path}, {"changelake.test": "1"})
+    assert reads == []  # planning and two commits read nothing this process wrote
+
+    compared = 0
+    for snapshot in table.snapshots():
+        fresh = manifests(table.io, snapshot.manifest_list)
+        assert [m._data for m in snapshot.manifests(table.io)] == [m._data for m in fresh]
+        for manifest in fresh:
+            for discard_deleted in (True, False):
+                kept = manifest.fetch_manifest_entry(table.io, discard_deleted)
+                read = fetch(manifest, table.io, discard_deleted)
+                assert [(e._data[:4], e.data_file._data, e.data_file.spec_id) for e in kept] == [
+                    (e._data[:4], e.data_file._data, e.data_file.spec_id) for e in read
+                ]
+                compared += len(read)
+    assert reads == [] and compared >= 8
+    statuses = {
+        e.status
+        for s in table.snapshots()
+        for m in s.manifests(table.io)
+        for e in m.fetch_manifest_entry(table.io, discard_deleted=False)
+    }
+    assert len(statuses) == 3  # ADDED, EXISTING and DELETED entries were all compared
