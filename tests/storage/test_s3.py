@@ -301,7 +301,9 @@ def test_applies_lookups_and_scans_open_no_table_file_through_pyarrow(
     # footers (the commit describes them from what their writers kept), nor the changelog manifests.
     written = {p.split(":/", 1)[1] for p in objects if "batch-000000000002" in p or "batch-000000000003" in p}
     written |= {p.split(":/", 1)[1] for p in objects if p.endswith(".json") and "/metadata/" not in p}
-    assert len(written) >= 6 and not [p for _, p in applying if p in written], applying
+    assert len(written) >= 6 and not [p for m, p in applying if m == "GET" and p in written], applying
+    # Each of the batches' data, delete and changelog files written by one PUT of its own.
+    assert {p for m, p in applying if m == "PUT"} >= {p for p in written if "/batch-" in p}
     expected = _pyiceberg_state(lake, "t.kv")[0]
     assert found == [{"k": 9, "v": "c9"}]
     assert [(r["k"], r["v"]) for r in first] == expected[:3]
@@ -342,6 +344,51 @@ def test_objects_are_deleted_many_in_one_request_and_leave_no_marker(
     with pytest.raises(PermissionError, match="403"):
         wrong.delete_many([f"{s3_prefix}/many/c"])
     assert store.list(f"{s3_prefix}/many", recursive=True)
+
+
+def test_objects_are_written_by_one_signed_put_and_a_failed_writer_writes_nothing(
+    s3_endpoint, s3_prefix, direct_requests, monkeypatch
+):
+    from changelake import objectstore
+
+    store = objectstore.Store(storage_options_of(s3_endpoint))
+    data = os.urandom(3 << 20)
+    chunks = [data[i : i + (1 << 20)] for i in range(0, len(data), 1 << 20)]
+    path = f"{s3_prefix}/put/whole"
+    direct_requests.clear()
+    with store.open_output(path) as out:
+        for chunk in chunks:
+            out.write(memoryview(chunk))
+        assert out.tell() == len(data)
+        assert store.info(path) is None  # nothing there before it is closed
+    assert direct_requests[0] == ("PUT", path.replace("s3://", "/"))  # where pyarrow made a multipart upload
+    assert [m for m, _ in direct_requests] == ["PUT"]
+    assert store.read(path) == data
+    with pytest.raises(RuntimeError, match="the writer failed"):
+        with store.open_output(f"{s3_prefix}/put/failed") as out:
+            out.write(b"half a file")
+            raise RuntimeError("the writer failed")
+    assert store.info(f"{s3_prefix}/put/failed") is None
+    # The store checks the bytes against the signed SHA-256: bytes changed on the way are refused.
+    plain = objectstore._DirectReads._signed
+    monkeypatch.setattr(
+        objectstore._DirectReads,
+        "_signed",
+        lambda self, path, method="GET", query="", body=b"": plain(self, path, method, query, body[::-1]),
+    )
+    with pytest.raises(OSError, match="PUT failed: HTTP 400"):
+        store.put(f"{s3_prefix}/put/changed", b"some bytes")
+    assert store.info(f"{s3_prefix}/put/changed") is None
+    monkeypatch.setattr(objectstore._DirectReads, "_signed", plain)
+    # Past PUT_WHOLE_BYTES the bytes go on as pyarrow's multipart upload, whole all the same.
+    monkeypatch.setattr(objectstore, "PUT_WHOLE_BYTES", 1 << 20)
+    direct_requests.clear()
+    store.put(f"{s3_prefix}/put/large", chunks)
+    assert direct_requests == []
+    assert store.read(f"{s3_prefix}/put/large") == data
+    wrong = objectstore.Store({**storage_options_of(s3_endpoint), "AWS_SECRET_ACCESS_KEY": "wrong"})
+    with pytest.raises(PermissionError, match="403"):
+        wrong.put(f"{s3_prefix}/put/refused", b"x")
 
 
 def test_bucket_tasks_read_each_staged_object_once_with_the_size_its_decode_task_wrote(

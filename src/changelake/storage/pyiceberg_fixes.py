@@ -65,8 +65,8 @@ never changes once written, so the manifests it lists are kept per path (at most
 starts a multipart upload for every file it writes: a manifest, a manifest list or a metadata file took three
 requests (create, part, complete) where one PUT does (36 of a 1,000-record batch's 110 requests to the local S3
 endpoint, measured). A FileIO whose S3 settings are all ones :mod:`changelake.objectstore` takes (endpoint,
-region, keys) uses that module's file system instead: small objects in one PUT (pyarrow's delayed open), and
-one connection pool with the tasks' reads and writes. Any other S3 setting (a proxy, a role, no region: real
+region, keys) uses that module's file system instead, and writes as :meth:`changelake.objectstore.Store.open_output`
+does: an object in one PUT, and one connection pool with the tasks' reads and writes. Any other S3 setting (a proxy, a role, no region: real
 AWS, whose bucket region pyiceberg looks up) keeps pyiceberg's own.
 
 **8. A HEAD request before every read.** pyiceberg's FileIO opens a metadata file, a manifest list or a
@@ -344,24 +344,21 @@ class _CountedOutput:
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, kind, *exc) -> None:
+        if kind is not None and hasattr(self._stream, "discard"):
+            self._stream.discard()  # a file left by an exception is not written (objectstore._ObjectWriter)
+            return
         self.close()
 
 
-def _on_store(file: PyArrowFile) -> bool:
-    """Whether ``file`` is an object on a file system fix 7 made."""
-    return objectstore.store_of_filesystem(file._filesystem) is not None and objectstore.is_object_location(
-        file.location
-    )
-
-
 def _store_create(self: PyArrowFile, overwrite: bool = False):
-    """``PyArrowFile.create`` on a file system fix 7 made: no existence check, the length kept (fix 10)."""
-    if not _on_store(self):
+    """``PyArrowFile.create`` on a file system fix 7 made: no existence check, the length kept (fix 10), and
+    written as :meth:`changelake.objectstore.Store.open_output` writes (one PUT where the store is reached
+    directly)."""
+    store = objectstore.store_of_filesystem(self._filesystem)
+    if store is None or not objectstore.is_object_location(self.location):
         return _ORIGINAL_CREATE(self, overwrite)
-    return _CountedOutput(
-        self._filesystem.open_output_stream(self._path, buffer_size=self._buffer_size), self
-    )
+    return _CountedOutput(store.open_output(self.location), self)
 
 
 def _written_len(self: PyArrowFile) -> int:
