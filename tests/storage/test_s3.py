@@ -391,6 +391,24 @@ def test_objects_are_written_by_one_signed_put_and_a_failed_writer_writes_nothin
         wrong.put(f"{s3_prefix}/put/refused", b"x")
 
 
+def test_a_landed_objects_checksum_reads_it_in_chunks_of_a_get_each(s3_endpoint, s3_prefix, direct_requests):
+    import hashlib
+
+    from changelake import objectstore
+    from changelake.inputs import landing
+
+    store = objectstore.Store(storage_options_of(s3_endpoint))
+    data = os.urandom((16 << 20) + objectstore.TAIL_BYTES + 1)
+    path = store.path(f"{s3_prefix}/landing/t.kv/1.parquet")
+    store.put(path, data)
+    direct_requests.clear()
+    expected = hashlib.sha256(json.dumps(["parquet", None]).encode())
+    expected.update(data + b"\x00")
+    assert landing.batch_checksum([path], "parquet", None) == expected.hexdigest()
+    # Its tail (which gives its size), then one GET per chunk: 8 MiB, 8 MiB, then what precedes the tail.
+    assert [m for m, _ in direct_requests] == ["GET"] * 4
+
+
 def test_bucket_tasks_read_each_staged_object_once_with_the_size_its_decode_task_wrote(
     s3_endpoint, s3_prefix, tmp_path, direct_requests, monkeypatch
 ):
