@@ -186,3 +186,30 @@ def test_one_warehouse_name_on_two_endpoints_is_two_spark_catalogs(tmp_path):
     assert jvm.spark_catalog(spark, other_endpoint) == name  # registered once, found again
     assert jvm.spark_catalog(spark, other_keys) not in (name, jvm.SPARK_CATALOG)
     assert not any("s3cr3t" in k for k in spark.conf.values)  # the catalogs' names show no secret
+
+
+def test_an_object_writer_sends_one_put_on_close_and_nothing_otherwise(monkeypatch):
+    """Where the store is reached directly, what is written goes as one PUT when the writer closes; a writer
+    left by an exception, or dropped unclosed, sends nothing (the store itself: tests/storage/test_s3.py)."""
+    sent: list[tuple[str, str, bytes]] = []
+
+    class Direct:
+        def put(self, bucket, key, uri, body):
+            sent.append((bucket, key, body))
+
+    monkeypatch.setattr(objectstore, "_direct_reads", lambda key: Direct())
+    store = Store(OPTIONS)
+    with store.open_output("s3://lake/t/a.parquet") as out:
+        out.write(b"PAR1")
+        out.write(memoryview(b"rows"))
+        out.write(bytearray(b"PAR1"))
+        assert out.tell() == 12 and sent == []
+    assert sent == [("lake", "t/a.parquet", b"PAR1rowsPAR1")]
+    with pytest.raises(RuntimeError):
+        with store.open_output("s3://lake/t/b.parquet") as out:
+            out.write(b"half")
+            raise RuntimeError("the writer failed")
+    left = store.open_output("s3://lake/t/c.parquet")
+    left.write(b"never closed")
+    del left
+    assert [key for _, key, _ in sent] == ["t/a.parquet"]

@@ -671,6 +671,12 @@ class _ObjectWriter(io.RawIOBase):
         else:
             self.discard()
 
+    def __del__(self) -> None:
+        # io's finalizer closes an object left open, which here would write what is held: only close() writes.
+        if not self.closed and self._stream is None:
+            self._chunks = []
+            io.RawIOBase.close(self)
+
 
 class _RangedObject(io.RawIOBase):
     """An object of known size read by ranged GETs (wrapped in ``pyarrow.PythonFile``): each read one GET,
