@@ -4,6 +4,7 @@ default settings; files, bytes, metadata files and batch time must stay bounded 
     make bench-longrun                                        # 1,200 batches
     make bench-longrun LONGRUN_ARGS="--batches 10000"         # the 10,000-batch run
     .venv/bin/python benchmarks/bench_longrun.py --batches 300 --every 100    # a quick check
+    make bench-longrun LONGRUN_ARGS=--s3                      # the same on the local S3 endpoint
 
 The table: 3 columns, 4 buckets; each batch 20 records with random keys among 100,000, 80% upserts and 20%
 deletes, applied through the Python API (merged in the process, maintenance after each batch as an apply
@@ -18,6 +19,11 @@ runs it). Every ``--every`` batches the warehouse is counted (files, bytes, meta
 Targets: at the end at most 500 files and 50 MB in the warehouse and 100 metadata files, the median of the
 last 50 batches at most 1.2x the first 50's, and the cold reads at most 0.5 s. Writes
 benchmarks/results/longrun.json (or ``--out``) and prints the table.
+
+``--s3``: the same batches and checks with the warehouse (``s3://changelake/longrun/warehouse``) and the landed
+batches (``s3://changelake/longrun/landing/``) on the project's local S3 endpoint, which the run starts and
+stops (s3_lake.py); the warehouse is counted as the objects under its prefix, and the requests of every apply
+are counted from the endpoint's log. Writes benchmarks/results/longrun-s3.json.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ import time
 from pathlib import Path
 
 from bench_report import finish, print_checks
+from s3_lake import BUCKET, Endpoint, request_summary, usage
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -66,15 +73,6 @@ def batch(rng: random.Random, batch_id: int, model: dict) -> list[dict]:
     return out
 
 
-def warehouse(home: Path) -> dict[str, int]:
-    files = [p for p in (home / "warehouse").rglob("*") if p.is_file()]
-    return {
-        "files": len(files),
-        "bytes": sum(p.stat().st_size for p in files),
-        "metadata_files": sum(1 for p in files if p.name.endswith(".metadata.json")),
-    }
-
-
 def cold_cli(env: dict, *args: str, reps: int = 3) -> tuple[float, str]:
     times, out = [], ""
     for _ in range(reps):
@@ -100,11 +98,27 @@ def main() -> int:
     p.add_argument("--work", type=Path)
     p.add_argument("--keep", action="store_true")
     p.add_argument("--out", type=Path)
+    p.add_argument(
+        "--s3",
+        action="store_true",
+        help="warehouse and landed batches on the local S3 endpoint (started here)",
+    )
     args = p.parse_args()
+    name = "longrun-s3" if args.s3 else "longrun"
     out = args.out or HERE / "results" / (
-        "longrun.json" if args.batches < 5000 else f"longrun-{args.batches}.json"
+        f"{name}.json" if args.batches < 5000 else f"{name}-{args.batches}.json"
     )
     work = args.work or Path(tempfile.mkdtemp(prefix="changelake-bench-longrun-"))
+    endpoint = Endpoint(work / "s3") if args.s3 else None
+    try:
+        report = run(args, work, endpoint)
+    finally:
+        if endpoint is not None:
+            endpoint.stop()
+    return finish(report, out, lambda r: print_checks(r["checks"]), work, args.keep, "scratch")
+
+
+def run(args: argparse.Namespace, work: Path, endpoint: Endpoint | None) -> dict:
     home = work / "lake"
     (home / "tables").mkdir(parents=True, exist_ok=True)
     (home / "tables" / f"{TABLE}.yaml").write_text(json.dumps(SPEC))
@@ -114,8 +128,32 @@ def main() -> int:
     from changelake import ChangeLake
     from changelake.errors import BatchRefusedError
 
-    lake = ChangeLake(home=home, tables_dir=home / "tables", progress=lambda m: None)
+    if endpoint is None:
+        warehouse: Path | str = home / "warehouse"
+        lake = ChangeLake(home=home, tables_dir=home / "tables", progress=lambda m: None)
+    else:
+        warehouse = f"s3://{BUCKET}/longrun/warehouse"
+        lake = ChangeLake(
+            home=home,
+            tables_dir=home / "tables",
+            warehouse=warehouse,
+            storage_options=endpoint.options,
+            progress=lambda m: None,
+        )
+
+    def location(path: Path) -> Path | str:
+        """Where the apply reads the batch file: the local file, or its object in the landing prefix."""
+        return path if endpoint is None else f"s3://{BUCKET}/longrun/landing/{TABLE}/{path.name}"
+
+    def landed(path: Path) -> Path | str:
+        """The batch file landed where the apply reads it (on S3: its bytes PUT as the object)."""
+        return path if endpoint is None else endpoint.land(str(location(path)), path)
+
+    def still_landed(path: Path) -> bool:
+        return path.exists() if endpoint is None else endpoint.store.info(str(location(path))) is not None
+
     lake.create_table(SPEC)
+    requests: list[dict[str, int]] = []
     rng = random.Random(7)
     model: dict = {}
     times: list[float] = []
@@ -124,13 +162,18 @@ def main() -> int:
     for b in range(1, args.batches + 1):
         path = landing / f"{b}.jsonl"
         path.write_text("".join(json.dumps(r) + "\n" for r in batch(rng, b, model)))
+        source = landed(path)
+        if endpoint is not None:
+            endpoint.requests()  # the landing's PUT is not the apply's
         t = time.perf_counter()
-        lake.apply(TABLE, file=path, batch_id=b)
+        lake.apply(TABLE, file=source, batch_id=b)
         times.append(time.perf_counter() - t)
+        if endpoint is not None:
+            requests.append(endpoint.requests())
         if b % args.every == 0 or b == args.batches:
             sample = {
                 "batch": b,
-                **warehouse(home),
+                **usage(warehouse, endpoint.store if endpoint else None),
                 "median_ms_last_50": round(statistics.median(times[-50:]) * 1000, 1),
                 "elapsed_s": round(time.monotonic() - started, 1),
             }
@@ -141,9 +184,11 @@ def main() -> int:
                 flush=True,
             )
         if b % 2000 == 0:  # a year of landed batches is not the warehouse's: keep the scratch small
-            for old in landing.glob("*.jsonl"):
-                if int(old.stem) < b - 100 and int(old.stem) != 1:
-                    old.unlink()
+            gone = [old for old in landing.glob("*.jsonl") if int(old.stem) < b - 100 and int(old.stem) != 1]
+            for old in gone:
+                old.unlink()
+            if endpoint is not None:
+                endpoint.store.delete_many(str(location(old)) for old in gone)
 
     rows = {r["k"]: (r["v"], r["n"]) for r in lake.rows_arrow(TABLE).to_pylist()}
     scanned = lake.storage.pk_table(lake.spec(TABLE)).scan().to_arrow().to_pylist()
@@ -151,22 +196,33 @@ def main() -> int:
     replays = {}
     for name, b in (("retained", args.batches), ("expired", args.batches - 100), ("first", 1)):
         path = landing / f"{b}.jsonl"
-        replays[name] = lake.apply(TABLE, file=path, batch_id=b).status if path.exists() else "file gone"
+        replays[name] = (
+            lake.apply(TABLE, file=location(path), batch_id=b).status if still_landed(path) else "file gone"
+        )
     changed = landing / "changed.jsonl"
     changed.write_text(json.dumps({"op": "+I", "data": {"k": 1, "v": "x", "n": 0}}) + "\n")
     try:
-        lake.apply(TABLE, file=changed, batch_id=1)
+        lake.apply(TABLE, file=landed(changed), batch_id=1)
         refused = False
     except BatchRefusedError:
         refused = True
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CHANGELAKE_")}
-    env.update(CHANGELAKE_HOME=str(home), CHANGELAKE_TABLES=str(home / "tables"))
+    if endpoint is None:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("CHANGELAKE_")}
+        env.update(CHANGELAKE_HOME=str(home), CHANGELAKE_TABLES=str(home / "tables"))
+    else:
+        env = endpoint.cli_env(home, str(warehouse))
+        endpoint.requests()
     key = next(iter(rows))
-    reads = {
-        "lookup": cold_cli(env, "lookup", TABLE, f"k={key}", "--format", "jsonl")[0],
-        "status": cold_cli(env, "status", "--format", "jsonl")[0],
-        "scan_limit_10": cold_cli(env, "scan", TABLE, "--limit", "10", "--format", "jsonl")[0],
-    }
+    reads, cold_requests = {}, {}
+    for name, command in (
+        ("lookup", ["lookup", TABLE, f"k={key}"]),
+        ("status", ["status"]),
+        ("scan_limit_10", ["scan", TABLE, "--limit", "10"]),
+    ):
+        reads[name] = cold_cli(env, *command, "--format", "jsonl")[0]
+        if endpoint is not None:  # three runs each
+            cold_requests[name] = {k: v / 3 for k, v in endpoint.requests().items()}
+    kind = "objects" if endpoint is not None else "files"
     end = samples[-1]
     first50, last50 = statistics.median(times[:50]), statistics.median(times[-50:])
     checks = [
@@ -187,7 +243,7 @@ def main() -> int:
             "ok": (status["last_batch"], status["rows"]) == (args.batches, len(model)),
             "detail": f"{status['last_batch']}, {status['rows']}",
         },
-        {"check": "warehouse <= 500 files", "ok": end["files"] <= 500, "detail": str(end["files"])},
+        {"check": f"warehouse <= 500 {kind}", "ok": end["files"] <= 500, "detail": str(end["files"])},
         {"check": "warehouse <= 50 MB", "ok": end["bytes"] <= 50e6, "detail": f"{end['bytes'] / 1e6:.1f} MB"},
         {
             "check": "metadata files <= 100",
@@ -210,7 +266,10 @@ def main() -> int:
     ]
     report = {
         "when": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "command": ".venv/bin/python benchmarks/bench_longrun.py " + " ".join(sys.argv[1:]),
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "load_avg": os.getloadavg()},
+        "where": "s3" if endpoint is not None else "local",
+        "warehouse": str(warehouse),
         "batches": args.batches,
         "samples": samples,
         "median_ms_first_50": round(first50 * 1000, 1),
@@ -219,7 +278,12 @@ def main() -> int:
         "status": status,
         "checks": checks,
     }
-    return finish(report, out, lambda r: print_checks(r["checks"]), work, args.keep, "scratch")
+    if endpoint is not None:
+        report["requests_per_batch"] = request_summary(requests)
+        report["list_batch_ids"] = [i + 1 for i in report["requests_per_batch"].pop("list_batches")]
+        report["requests_cold_reads"] = cold_requests
+        print(f"requests per batch: {report['requests_per_batch']}")
+    return report
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
     make bench-small                                     # 1M and 5M rows; batches of 100, 1,000, 10,000
     make bench-small SMALL_ARGS=--huge                   # ... and a 20M-row table
     .venv/bin/python benchmarks/bench_small.py --sizes 200000 --reps 2 --scan-batches 10   # a quick check
+    make bench-small SMALL_ARGS=--s3                     # the same on the local S3 endpoint
 
 For each table size the same data goes to both (bench_data.py's table and batches, bench_apply.py's spec:
 7 columns, 32 buckets, keys random over the whole table):
@@ -23,6 +24,14 @@ read in turn seven times (medians); 20 random lookups in each state. And on the 
 1,000-record batches into a copy-on-write twin: its rows and changelog must equal the merge-on-read table's.
 Both tables must end with delta-rs's rows (count and column sums). Writes benchmarks/results/small.json
 (docs/benchmarks.md is rendered from it) and prints the table with the targets of issue 31.
+
+``--s3`` (issue 44): the same batches and checks on the project's local S3 endpoint, which the run starts and
+stops (s3_lake.py). changelake's warehouse is ``s3://changelake/small/lake-<rows>/warehouse`` and it applies the
+table and the batches from objects landed under ``s3://changelake/small/data-<rows>/``; delta-rs writes and
+MERGEs its table at ``s3://changelake/small/delta-<rows>`` on the same endpoint (its keys passed in the
+environment of its process, never on a command line), reading each batch from the local file as it does on
+disk (its read of the batch is not timed). The requests of every changelake apply are counted from the
+endpoint's log. Writes benchmarks/results/small-s3.json.
 """
 
 from __future__ import annotations
@@ -52,6 +61,7 @@ from bench_data import (
     settle,
 )
 from bench_report import finish, print_checks
+from s3_lake import BUCKET, Endpoint, request_summary
 
 HERE = Path(__file__).resolve().parent
 TABLE = SPEC["name"]
@@ -89,13 +99,13 @@ sys.path.insert(0, sys.argv[3])
 from bench_data import COLUMNS, FINGERPRINT_COLUMNS, fingerprint, settle
 from deltalake import DeltaTable, write_deltalake
 
-data, work = sys.argv[1], sys.argv[2]
+data, path = sys.argv[1], sys.argv[2]
 batches = json.loads(open(os.path.join(data, "batches.json")).read())
-path = os.path.join(work, "delta")
+store = json.loads(os.environ.pop("DELTA_STORAGE_OPTIONS", "null"))  # None: a local path
 settle()
 start = time.perf_counter()
 write_deltalake(path, pq.read_table(os.path.join(data, "base.parquet"), columns=COLUMNS),
-                configuration={"delta.enableChangeDataFeed": "true"})
+                configuration={"delta.enableChangeDataFeed": "true"}, storage_options=store)
 out = {"write_s": time.perf_counter() - start, "merges": []}
 values = {c: f"s.{c}" for c in COLUMNS}
 for b in batches:
@@ -104,23 +114,32 @@ for b in batches:
     source = pq.read_table(b["path"])
     settle()
     start = time.perf_counter()
-    (DeltaTable(path).merge(source, predicate="t.order_id = s.order_id", source_alias="s", target_alias="t")
+    (DeltaTable(path, storage_options=store).merge(source, predicate="t.order_id = s.order_id", source_alias="s", target_alias="t")
         .when_matched_update(updates=values, predicate="s.op != '-D'")
         .when_matched_delete(predicate="s.op = '-D'")
         .when_not_matched_insert(updates=values, predicate="s.op != '-D'")
         .execute())
     out["merges"].append({"batch_id": b["batch_id"], "group": b["group"], "s": time.perf_counter() - start})
-out["fingerprint"] = fingerprint(DeltaTable(path).to_pyarrow_dataset().to_table(columns=FINGERPRINT_COLUMNS))
+out["fingerprint"] = fingerprint(DeltaTable(path, storage_options=store).to_pyarrow_dataset().to_table(columns=FINGERPRINT_COLUMNS))
 print(json.dumps(out))
 """
 
 
-def run_delta(data: Path, work: Path) -> dict[str, Any]:
+def run_delta(data: Path, table: str, store: dict[str, str] | None = None) -> dict[str, Any]:
+    """delta-rs on the table at ``table`` (a local path, or an ``s3://`` location reached with ``store``: the
+    storage options, handed over in the environment so that no key is on a command line)."""
+    env = dict(os.environ)
+    if store is not None:
+        # object_store talks plain http to the local endpoint only when allowed; one writer, so no lock provider
+        env["DELTA_STORAGE_OPTIONS"] = json.dumps(
+            {**store, "AWS_ALLOW_HTTP": "true", "AWS_S3_ALLOW_UNSAFE_RENAME": "true"}
+        )
     proc = subprocess.run(
-        [sys.executable, "-c", DELTA, str(data), str(work), str(HERE)],
+        [sys.executable, "-c", DELTA, str(data), table, str(HERE)],
         capture_output=True,
         text=True,
         timeout=3600,
+        env=env,
     )
     if proc.returncode != 0:
         raise RuntimeError(f"delta-rs run failed: {proc.stderr[-3000:]}")
@@ -139,11 +158,18 @@ def median_of(fn, n: int) -> float:
     return statistics.median(timed(fn)[0] for _ in range(n))
 
 
-def run_changelake(lake, data: Path, batches: list[dict], largest: bool, smallest: bool) -> dict[str, Any]:
+def run_changelake(
+    lake, base: Any, batches: list[dict], largest: bool, smallest: bool, endpoint: Endpoint | None = None
+) -> dict[str, Any]:
+    """changelake's side: the table loaded from ``base``, then each batch from its ``source`` (a local file, or
+    its landed object with ``endpoint``, whose requests each apply are counted)."""
     from changelake.storage.fastread import FastReader
 
+    def requests() -> dict[str, int]:
+        return endpoint.requests() if endpoint is not None else {}
+
     lake.create_table(SPEC)
-    load_s, _ = timed(lambda: lake.apply(TABLE, file=data / "base.parquet", batch_id=1))
+    load_s, _ = timed(lambda: lake.apply(TABLE, file=base, batch_id=1))
     out: dict[str, Any] = {"load_s": load_s, "applies": []}
     twin = None
     if smallest:  # the copy-on-write twin: same batches, its rows and changelog must be the same
@@ -151,16 +177,24 @@ def run_changelake(lake, data: Path, batches: list[dict], largest: bool, smalles
         lake.create_table(
             {**SPEC, "name": twin, "options": {**SPEC["options"], "write.merge.mode": "copy-on-write"}}
         )
-        lake.apply(twin, file=data / "base.parquet", batch_id=1)
+        lake.apply(twin, file=base, batch_id=1)
     reader = FastReader(lake.settings)
     for b in batches:
         if b["group"] == "scan":
             break
-        seconds, result = timed(lambda b=b: lake.apply(TABLE, file=b["path"], batch_id=b["batch_id"]))
-        out["applies"].append({"batch_id": b["batch_id"], "group": b["group"], "s": seconds})
-        print(f"  batch {b['batch_id']} ({b['records']:,} records): {seconds * 1000:.0f} ms", flush=True)
+        requests()
+        seconds, result = timed(lambda b=b: lake.apply(TABLE, file=b["source"], batch_id=b["batch_id"]))
+        applied = {"batch_id": b["batch_id"], "group": b["group"], "s": seconds}
+        if endpoint is not None:
+            applied["requests"] = requests()
+        out["applies"].append(applied)
+        print(
+            f"  batch {b['batch_id']} ({b['records']:,} records): {seconds * 1000:.0f} ms "
+            + str(applied.get("requests", "")),
+            flush=True,
+        )
         if twin is not None:
-            lake.apply(twin, file=b["path"], batch_id=b["batch_id"])
+            lake.apply(twin, file=b["source"], batch_id=b["batch_id"])
     if twin is not None:
         rows = [reader.rows_arrow(t).sort_by("order_id") for t in (TABLE, twin)]
         logs = [reader.changelog_arrow(t).drop_columns(["_commit_timestamp"]) for t in (TABLE, twin)]
@@ -169,7 +203,7 @@ def run_changelake(lake, data: Path, batches: list[dict], largest: bool, smalles
         reader.rows_arrow(TABLE).select(FINGERPRINT_COLUMNS)
     )  # delta-rs's batches
     if largest:
-        out["scan"] = scan_scenario(lake, batches, reader)
+        out["scan"] = scan_scenario(lake, batches, reader, endpoint)
     return out
 
 
@@ -179,7 +213,7 @@ from pathlib import Path
 from changelake.config import load_settings
 from changelake.storage.fastread import FastReader, view_schema
 home, table, snapshots = Path(sys.argv[1]), sys.argv[2], json.loads(sys.argv[3])
-reader = FastReader(load_settings(home=home, tables_dir=home / "tables"))
+reader = FastReader(load_settings(home=home, tables_dir=home / "tables"))  # an S3 warehouse: from the environment
 spec, source = reader._pk(table)
 files = {name: reader._files(source, snapshot) for name, snapshot in snapshots.items()}
 scan = lambda name: reader._read(source, files[name], view_schema(spec)).num_rows
@@ -195,7 +229,7 @@ print(json.dumps({name: statistics.median(t) for name, t in times.items()}))
 """
 
 
-def scan_scenario(lake, batches: list[dict], reader) -> dict[str, Any]:
+def scan_scenario(lake, batches: list[dict], reader, endpoint: Endpoint | None = None) -> dict[str, Any]:
     """The full scan without a JVM, of the table compacted, after the uncompacted 1,000-record batches, and
     compacted again: three snapshots of one table, read interleaved in a fresh process (a reader, not the
     applying process with its kept rows). Lookups while the batches are uncompacted and after."""
@@ -221,8 +255,15 @@ def scan_scenario(lake, batches: list[dict], reader) -> dict[str, Any]:
     snapshots = {"compacted": snapshot()}
     out["compacted_lookup_s"] = lookups()
     scan_batches = [b for b in batches if b["group"] == "scan"]
+    scan_requests = []
     for b in scan_batches:
-        lake.apply(TABLE, file=b["path"], batch_id=b["batch_id"])
+        if endpoint is not None:
+            endpoint.requests()
+        lake.apply(TABLE, file=b["source"], batch_id=b["batch_id"])
+        if endpoint is not None:
+            scan_requests.append(endpoint.requests())
+    if endpoint is not None:
+        out["uncompacted_batch_requests"] = request_summary(scan_requests)
     snapshots["uncompacted"] = snapshot()
     files = lake.storage.table_files(lake.storage.pk_table(lake.spec(TABLE)))
     out["uncompacted_batches"] = len(scan_batches)
@@ -240,6 +281,7 @@ def scan_scenario(lake, batches: list[dict], reader) -> dict[str, Any]:
         capture_output=True,
         text=True,
         timeout=600,
+        env=None if endpoint is None else endpoint.cli_env(lake.settings.home, lake.settings.warehouse),
     )
     if proc.returncode != 0:
         raise RuntimeError(f"scan timing failed: {proc.stderr[-3000:]}")
@@ -264,35 +306,77 @@ def main() -> int:
     p.add_argument("--scan-batches", type=int, default=100)
     p.add_argument("--work", type=Path, help="scratch directory (default: a new temporary one)")
     p.add_argument("--keep", action="store_true", help="keep the scratch directory")
-    p.add_argument("--out", type=Path, default=HERE / "results" / "small.json")
+    p.add_argument("--s3", action="store_true", help="both sides on the local S3 endpoint (started here)")
+    p.add_argument("--out", type=Path)
     args = p.parse_args()
+    out = args.out or HERE / "results" / ("small-s3.json" if args.s3 else "small.json")
     sizes = sorted(set(args.sizes + ([20_000_000] if args.huge else [])))
     work = args.work or Path(tempfile.mkdtemp(prefix="changelake-bench-small-"))
     os.environ.setdefault("CHANGELAKE_LOCAL_APPLY_RECORDS", "10000")
+    endpoint = Endpoint(work / "s3") if args.s3 else None
+    try:
+        tables = run(args, sizes, work, endpoint)
+    finally:
+        if endpoint is not None:
+            endpoint.stop()
+    report = build_report(tables, sizes, args)
+    return finish(report, out, print_report, work, args.keep, "scratch")
+
+
+def run(args: argparse.Namespace, sizes: list[int], work: Path, endpoint: Endpoint | None) -> dict[str, Any]:
+    """Both sides on every table size: delta-rs first (each in its own process), then changelake in this one;
+    on local disk, or with ``endpoint`` both on the S3 endpoint (the inputs landed there first)."""
     tables: dict[str, Any] = {}
     plans: dict[int, list[dict]] = {}
+    bases: dict[int, Any] = {}
     for rows in sizes:
         data = work / f"data-{rows}"
         print(f"generating {rows:,} rows and their batches", flush=True)
         plans[rows] = generate(
             data, rows, args.batches, args.reps, args.scan_batches if rows == sizes[-1] else 0
         )
+        bases[rows] = data / "base.parquet"
+        for b in plans[rows]:
+            b["source"] = b["path"]
+        if endpoint is not None:  # changelake applies landed objects: the same bytes, PUT before any clock
+            prefix = f"s3://{BUCKET}/small/data-{rows}"
+            bases[rows] = endpoint.land(f"{prefix}/base.parquet", data / "base.parquet")
+            for b in plans[rows]:
+                b["source"] = endpoint.land(f"{prefix}/{Path(b['path']).name}", Path(b["path"]))
         (data / "batches.json").write_text(json.dumps(plans[rows]))
         print(f"delta-rs on {rows:,} rows", flush=True)
-        tables[str(rows)] = {"delta": run_delta(data, work / f"delta-{rows}")}
+        if endpoint is None:
+            tables[str(rows)] = {"delta": run_delta(data, str(work / f"delta-{rows}" / "delta"))}
+        else:
+            endpoint.requests()
+            delta = run_delta(data, f"s3://{BUCKET}/small/delta-{rows}", endpoint.options)
+            delta["requests"] = endpoint.requests()  # the whole run: the write, the merges, the final read
+            tables[str(rows)] = {"delta": delta}
     from changelake import ChangeLake
 
     for rows in sizes:
-        data = work / f"data-{rows}"
         home = work / f"lake-{rows}"
         (home / "tables").mkdir(parents=True, exist_ok=True)
-        lake = ChangeLake(home=home, tables_dir=home / "tables", progress=lambda m: None)
+        if endpoint is None:
+            lake = ChangeLake(home=home, tables_dir=home / "tables", progress=lambda m: None)
+        else:
+            lake = ChangeLake(
+                home=home,
+                tables_dir=home / "tables",
+                warehouse=f"s3://{BUCKET}/small/lake-{rows}/warehouse",
+                storage_options=endpoint.options,
+                progress=lambda m: None,
+            )
         print(f"changelake on {rows:,} rows", flush=True)
         tables[str(rows)]["changelake"] = run_changelake(
-            lake, data, plans[rows], largest=rows == sizes[-1], smallest=rows == sizes[0]
+            lake,
+            bases[rows],
+            plans[rows],
+            largest=rows == sizes[-1],
+            smallest=rows == sizes[0],
+            endpoint=endpoint,
         )
-    report = build_report(tables, sizes, args)
-    return finish(report, args.out, print_report, work, args.keep, "scratch")
+    return tables
 
 
 def build_report(tables: dict, sizes: list[int], args) -> dict[str, Any]:
@@ -301,9 +385,15 @@ def build_report(tables: dict, sizes: list[int], args) -> dict[str, Any]:
         t = tables[str(rows)]
         for size in args.batches:
             cl, dl = medians(t["changelake"]["applies"], str(size)), medians(t["delta"]["merges"], str(size))
-            rows_out.append(
-                {"rows": rows, "records": size, "changelake_s": cl, "delta_s": dl, "ratio": cl / dl}
-            )
+            row = {"rows": rows, "records": size, "changelake_s": cl, "delta_s": dl, "ratio": cl / dl}
+            counted = [
+                a["requests"]
+                for a in t["changelake"]["applies"]
+                if a["group"] == str(size) and "requests" in a
+            ]
+            if counted:
+                row["requests"] = request_summary(counted)
+            rows_out.append(row)
     first = {r["rows"]: r for r in rows_out if r["records"] == 1000}
     small, large = sizes[0], sizes[-1]
     scan = tables[str(large)]["changelake"].get("scan", {})
@@ -372,6 +462,8 @@ def build_report(tables: dict, sizes: list[int], args) -> dict[str, Any]:
         )
     return {
         "when": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "command": ".venv/bin/python benchmarks/bench_small.py " + " ".join(sys.argv[1:]),
+        "where": "s3" if args.s3 else "local",
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "load_avg": os.getloadavg()},
         "args": {
             "sizes": sizes,
@@ -392,6 +484,13 @@ def print_report(report: dict[str, Any]) -> None:
         print(
             f"  {r['rows']:>12,} {r['records']:>8,} {r['changelake_s']:>11.3f} {r['delta_s']:>9.3f} {r['ratio']:>6.2f}"
         )
+    for r in report["small_batches"]:
+        if "requests" in r:
+            q = r["requests"]
+            print(
+                f"  requests per {r['records']:,}-record batch into {r['rows']:,} rows: median {q['median']} "
+                f"(total {q['median_total']}, at most {q['max_total']}); batches with a LIST: {q['batches_with_list']}"
+            )
     for rows, t in report["tables"].items():
         cl = t["changelake"]
         cold = [a["s"] for a in cl["applies"] if a["group"] == "cold"]

@@ -36,8 +36,8 @@ Eight benchmarks, each writing a result file that this page is rendered from. No
 | `make bench` | the apply of one large batch, beside the tools a user could pick instead | `benchmarks/results/latest.json` |
 | `make bench-latency` | the CLI as a user meets it: reads without a JVM, and small batches applied warm and cold | `benchmarks/results/latency.json` |
 | `make bench-dbt` | plain dbt and a SQL client on the warm SQL endpoint, beside `changelake dbt build` | `benchmarks/results/dbt.json` |
-| `make bench-small` | small batches into large tables (merge-on-read) beside delta-rs, and full scans before and after compaction | `benchmarks/results/small.json` |
-| `make bench-longrun` | thousands of small batches: files, bytes and batch time as maintenance keeps the table bounded | `benchmarks/results/longrun.json` (`longrun-10000.json`) |
+| `make bench-small` | small batches into large tables (merge-on-read) beside delta-rs, and full scans before and after compaction; `SMALL_ARGS=--s3`: the same on the local S3 endpoint | `benchmarks/results/small.json` (`small-s3.json`) |
+| `make bench-longrun` | thousands of small batches: files, bytes and batch time as maintenance keeps the table bounded; `LONGRUN_ARGS=--s3`: the same on the local S3 endpoint | `benchmarks/results/longrun.json` (`longrun-10000.json`, `longrun-s3.json`) |
 | `make bench-spark` | the same workloads on the same Spark beside Iceberg MERGE INTO, Delta MERGE + change data feed, Hudi and Paimon | `benchmarks/results/spark-peers.json` |
 | `make bench-s3` | the apply and the reads on the local S3 endpoint beside local disk, with the requests each batch makes | `benchmarks/results/s3.json` |
 | `make bench-compact-scale` | a full compaction of a table larger than the driver's memory, in Spark tasks with `spark.driver.memory=512m` | `benchmarks/results/compact_scale.json` |
@@ -695,13 +695,85 @@ def render_small(r: dict[str, Any]) -> str:
     return "\n".join(out) + "\n"
 
 
+S3_SETUP = (
+    "the local S3 endpoint (`infra/s3.sh`, S3Proxy on loopback, started and stopped by the run; "
+    "[operations.md](operations.md#object-storage-and-a-rest-catalog)) with the default SQLite catalog"
+)
+
+
+def _per_batch(q: dict[str, Any] | None) -> str:
+    """A request summary (s3_lake.request_summary) as one cell: the median of the batches' totals (each kind's
+    own median in brackets), the largest total, and how many batches listed."""
+    if not q:
+        return "—"
+    kinds = ", ".join(f"{v:g} {k}" for k, v in sorted(q["median"].items(), key=lambda kv: -kv[1]) if v)
+    return (
+        f"{q['median_total']:g} ({kinds}); at most {q['max_total']:g}; "
+        f"{q['batches_with_list']} of {q['batches']} batches with a LIST"
+    )
+
+
+def render_small_s3(r: dict[str, Any], local: dict[str, Any] | None) -> str:
+    """``make bench-small SMALL_ARGS=--s3`` (``benchmarks/results/small-s3.json``) beside the local run."""
+    m = r.get("machine", {})
+    load = m.get("load_avg")
+    out = [
+        "### On the local S3 endpoint (`SMALL_ARGS=--s3`)",
+        "",
+        f"The same batches and checks with changelake's warehouse and landed batches, and delta-rs's table, on "
+        f"{S3_SETUP}; delta-rs reads each batch from its local file, outside its clock, as on disk. Produced by "
+        f"`{r.get('command', '?')}` on {r.get('when', '?')}, {m.get('cpus', '?')} cores"
+        + (f", load average {load[0]:.1f}." if load else ".")
+        + " The local column is the run above.",
+        "",
+    ]
+    here = {(x["rows"], x["records"]): x for x in (local or {}).get("small_batches", [])}
+    out += table(
+        ["table rows", "batch records", "changelake, local", "changelake, S3", "delta-rs, S3",
+         "changelake / delta-rs", "requests per changelake batch (median)"],
+        [
+            [f"{x['rows']:,}", f"{x['records']:,}",
+             seconds(here[(x["rows"], x["records"])]["changelake_s"]) if (x["rows"], x["records"]) in here else "—",
+             seconds(x["changelake_s"]), seconds(x["delta_s"]), times(x["ratio"]), _per_batch(x.get("requests"))]
+            for x in r.get("small_batches", [])
+        ],
+    )  # fmt: skip
+    out.append("")
+    for rows, t in r.get("tables", {}).items():
+        cl, dl = t.get("changelake", {}), t.get("delta", {})
+        cold = [a for a in cl.get("applies", []) if a["group"] == "cold"]
+        out.append(
+            f"- {int(rows):,} rows: changelake's initial load {seconds(cl.get('load_s'))}, its first batch after it "
+            f"{seconds(cold[0]['s'] if cold else None)} ({_requests(cold[0].get('requests') if cold else None)} "
+            f"requests); delta-rs's write {seconds(dl.get('write_s'))}, its whole run "
+            f"{_requests(dl.get('requests'))} requests."
+        )
+        scan = cl.get("scan")
+        if scan:
+            files = scan.get("uncompacted_files", {})
+            out.append(
+                f"- Full scan without a JVM: {seconds(scan.get('compacted_scan_s'))} compacted, "
+                f"{seconds(scan.get('uncompacted_scan_s'))} after {scan.get('uncompacted_batches')} uncompacted "
+                f"batches ({files.get('data')} data files, {files.get('delete')} delete files; requests per batch "
+                f"{_per_batch(scan.get('uncompacted_batch_requests'))}), "
+                f"{seconds(scan.get('recompacted_scan_s'))} compacted again (the compaction took "
+                f"{seconds(scan.get('compaction_s'))}). Lookup (median of 20): "
+                f"{scan.get('compacted_lookup_s', 0) * 1000:.0f} / {scan.get('uncompacted_lookup_s', 0) * 1000:.0f} / "
+                f"{scan.get('recompacted_lookup_s', 0) * 1000:.0f} ms."
+            )
+    out += [""] + checks_summary(r.get("checks", []))
+    return "\n".join(out) + "\n"
+
+
 def render_longrun(results: list[dict[str, Any]]) -> str:
     """The tables of ``make bench-longrun`` results, one per run length."""
     out: list[str] = []
     for r in results:
         m = r.get("machine", {})
+        on_s3 = r.get("where") == "s3"
         out += [
-            f"### {r.get('batches', 0):,} batches",
+            f"### {r.get('batches', 0):,} batches"
+            + (" on the local S3 endpoint (`LONGRUN_ARGS=--s3`)" if on_s3 else ""),
             "",
             f"Run on {r.get('when', '?')}, {m.get('cpus', '?')} cores. Median batch: "
             f"{r.get('median_ms_first_50')} ms over the first 50, {r.get('median_ms_last_50')} ms over the last 50. "
@@ -718,8 +790,27 @@ def render_longrun(results: list[dict[str, Any]]) -> str:
                 for x in r.get("samples", [])
             ],
         )  # fmt: skip
+        if on_s3:
+            out += [
+                "",
+                f"The same batches and checks with the warehouse and the landed batches on {S3_SETUP}; files are "
+                f"the objects under the warehouse's prefix. Produced by `{r.get('command', '?')}`. Requests per "
+                f"apply: {_per_batch(r.get('requests_per_batch'))}. Requests of one cold read: "
+                + "; ".join(
+                    f"`{k.replace('_', ' ')}` {_requests(v)}"
+                    for k, v in r.get("requests_cold_reads", {}).items()
+                )
+                + ".",
+            ]
         out += [""] + checks_summary(r.get("checks", [])) + [""]
-    return "\n".join(out) + "\n" if out else "Not run yet: `make bench-longrun`.\n"
+    if not any(r.get("where") == "s3" for r in results):
+        out += ["Not run yet on S3: `make bench-longrun LONGRUN_ARGS=--s3`.", ""]
+    return "\n".join(out) + "\n"
+
+
+def longrun_files() -> list[Path]:
+    """The long-run results: local disk first, each run length in order, then those on S3."""
+    return sorted(RESULTS.glob("longrun*.json"), key=lambda p: ("-s3" in p.name, len(p.name), p.name))
 
 
 KAFKA_SOURCE_INTRO = """
@@ -878,6 +969,7 @@ def render_doc(
     spark_result: dict[str, Any] | None = None,
     s3_result: dict[str, Any] | None = None,
     compact_scale_result: dict[str, Any] | None = None,
+    small_s3_result: dict[str, Any] | None = None,
 ) -> str:
     """The whole of docs/benchmarks.md for these results (None: that benchmark has not been run)."""
     parts = [INTRO, APPLY_INTRO]
@@ -888,6 +980,11 @@ def render_doc(
     parts.append(render_dbt(dbt_result) if dbt_result else "Not run yet: `make bench-dbt`.\n")
     parts.append(SMALL_INTRO)
     parts.append(render_small(small_result) if small_result else "Not run yet: `make bench-small`.\n")
+    parts.append(
+        render_small_s3(small_s3_result, small_result)
+        if small_s3_result
+        else "Not run yet on S3: `make bench-small SMALL_ARGS=--s3`.\n"
+    )
     parts.append(LONGRUN_INTRO)
     parts.append(render_longrun(longrun_results or []))
     parts.append(KAFKA_INTRO)
@@ -922,7 +1019,7 @@ def render_all(
     dbt: Path = RESULTS / "dbt.json",
 ) -> str:
     """docs/benchmarks.md from every result file there is."""
-    longruns = [load(p) for p in sorted(RESULTS.glob("longrun*.json"), key=lambda p: (len(p.name), p.name))]
+    longruns = [load(p) for p in longrun_files()]
     return render_doc(
         load(results),
         load(latency),
@@ -934,6 +1031,7 @@ def render_all(
         load(RESULTS / "spark-peers.json"),
         load(RESULTS / "s3.json"),
         load(RESULTS / "compact_scale.json"),
+        load(RESULTS / "small-s3.json"),
     )
 
 
@@ -949,7 +1047,7 @@ def main(argv: list[str] | None = None) -> int:
         "--check", action="store_true", help="exit 1 if the doc differs from what would be rendered"
     )
     args = ap.parse_args(argv)
-    longruns = [load(p) for p in sorted(RESULTS.glob("longrun*.json"), key=lambda p: (len(p.name), p.name))]
+    longruns = [load(p) for p in longrun_files()]
     text = render_doc(
         load(args.results),
         load(args.latency),
@@ -961,6 +1059,7 @@ def main(argv: list[str] | None = None) -> int:
         load(RESULTS / "spark-peers.json"),
         load(RESULTS / "s3.json"),
         load(RESULTS / "compact_scale.json"),
+        load(RESULTS / "small-s3.json"),
     )
     if args.check:
         if args.doc.read_text() != text:
