@@ -695,10 +695,24 @@ def render_small(r: dict[str, Any]) -> str:
     return "\n".join(out) + "\n"
 
 
-S3_SETUP = (
-    "the local S3 endpoint (`infra/s3.sh`, S3Proxy on loopback, started and stopped by the run; "
-    "[operations.md](operations.md#object-storage-and-a-rest-catalog)) with the default SQLite catalog"
-)
+def s3_setup(r: dict[str, Any]) -> str:
+    """Where an S3 run's tables were: the endpoint, and the catalog they were behind."""
+    catalog = (
+        "with changelake's tables behind Iceberg's REST catalog on it (`infra/rest_catalog.sh`, a fresh one per lake)"
+        if r.get("catalog") == "rest"
+        else "with the default SQLite catalog"
+    )
+    return (
+        "the local S3 endpoint (`infra/s3.sh`, S3Proxy on loopback, started and stopped by the run; "
+        f"[operations.md](operations.md#object-storage-and-a-rest-catalog)) {catalog}"
+    )
+
+
+def s3_switch(r: dict[str, Any], variable: str) -> str:
+    """Where an S3 run was, with the switch that made it, for its heading."""
+    if r.get("catalog") == "rest":
+        return f'on the local S3 endpoint behind the REST catalog (`{variable}="--s3 --catalog rest"`)'
+    return f"on the local S3 endpoint (`{variable}=--s3`)"
 
 
 def _per_batch(q: dict[str, Any] | None) -> str:
@@ -718,10 +732,10 @@ def render_small_s3(r: dict[str, Any], local: dict[str, Any] | None) -> str:
     m = r.get("machine", {})
     load = m.get("load_avg")
     out = [
-        "### On the local S3 endpoint (`SMALL_ARGS=--s3`)",
+        f"### Small batches {s3_switch(r, 'SMALL_ARGS')}",
         "",
         f"The same batches and checks with changelake's warehouse and landed batches, and delta-rs's table, on "
-        f"{S3_SETUP}; delta-rs reads each batch from its local file, outside its clock, as on disk. Produced by "
+        f"{s3_setup(r)}; delta-rs reads each batch from its local file, outside its clock, as on disk. Produced by "
         f"`{r.get('command', '?')}` on {r.get('when', '?')}, {m.get('cpus', '?')} cores"
         + (f", load average {load[0]:.1f}." if load else ".")
         + " The local column is the run above.",
@@ -772,8 +786,7 @@ def render_longrun(results: list[dict[str, Any]]) -> str:
         m = r.get("machine", {})
         on_s3 = r.get("where") == "s3"
         out += [
-            f"### {r.get('batches', 0):,} batches"
-            + (" on the local S3 endpoint (`LONGRUN_ARGS=--s3`)" if on_s3 else ""),
+            f"### {r.get('batches', 0):,} batches" + (" " + s3_switch(r, "LONGRUN_ARGS") if on_s3 else ""),
             "",
             f"Run on {r.get('when', '?')}, {m.get('cpus', '?')} cores. Median batch: "
             f"{r.get('median_ms_first_50')} ms over the first 50, {r.get('median_ms_last_50')} ms over the last 50. "
@@ -793,7 +806,7 @@ def render_longrun(results: list[dict[str, Any]]) -> str:
         if on_s3:
             out += [
                 "",
-                f"The same batches and checks with the warehouse and the landed batches on {S3_SETUP}; files are "
+                f"The same batches and checks with the warehouse and the landed batches on {s3_setup(r)}; files are "
                 f"the objects under the warehouse's prefix. Produced by `{r.get('command', '?')}`. Requests per "
                 f"apply: {_per_batch(r.get('requests_per_batch'))}. Requests of one cold read: "
                 + "; ".join(
@@ -970,6 +983,7 @@ def render_doc(
     s3_result: dict[str, Any] | None = None,
     compact_scale_result: dict[str, Any] | None = None,
     small_s3_result: dict[str, Any] | None = None,
+    small_s3_rest_result: dict[str, Any] | None = None,
 ) -> str:
     """The whole of docs/benchmarks.md for these results (None: that benchmark has not been run)."""
     parts = [INTRO, APPLY_INTRO]
@@ -985,6 +999,8 @@ def render_doc(
         if small_s3_result
         else "Not run yet on S3: `make bench-small SMALL_ARGS=--s3`.\n"
     )
+    if small_s3_rest_result:
+        parts.append(render_small_s3(small_s3_rest_result, small_result))
     parts.append(LONGRUN_INTRO)
     parts.append(render_longrun(longrun_results or []))
     parts.append(KAFKA_INTRO)
@@ -1032,6 +1048,7 @@ def render_all(
         load(RESULTS / "s3.json"),
         load(RESULTS / "compact_scale.json"),
         load(RESULTS / "small-s3.json"),
+        load(RESULTS / "small-s3-rest.json"),
     )
 
 
@@ -1060,6 +1077,7 @@ def main(argv: list[str] | None = None) -> int:
         load(RESULTS / "s3.json"),
         load(RESULTS / "compact_scale.json"),
         load(RESULTS / "small-s3.json"),
+        load(RESULTS / "small-s3-rest.json"),
     )
     if args.check:
         if args.doc.read_text() != text:
