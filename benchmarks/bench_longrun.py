@@ -23,7 +23,8 @@ benchmarks/results/longrun.json (or ``--out``) and prints the table.
 ``--s3``: the same batches and checks with the warehouse (``s3://changelake/longrun/warehouse``) and the landed
 batches (``s3://changelake/longrun/landing/``) on the project's local S3 endpoint, which the run starts and
 stops (s3_lake.py); the warehouse is counted as the objects under its prefix, and the requests of every apply
-are counted from the endpoint's log. Writes benchmarks/results/longrun-s3.json.
+are counted from the endpoint's log. Writes benchmarks/results/longrun-s3.json. ``--s3 --catalog rest``: the
+table behind Iceberg's REST catalog (infra/rest_catalog.sh) on that endpoint; writes longrun-s3-rest.json.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ import time
 from pathlib import Path
 
 from bench_report import finish, print_checks
-from s3_lake import BUCKET, Endpoint, request_summary, usage
+from s3_lake import BUCKET, Endpoint, lake_settings, lists_whole_table, request_summary, usage
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -103,8 +104,16 @@ def main() -> int:
         action="store_true",
         help="warehouse and landed batches on the local S3 endpoint (started here)",
     )
+    p.add_argument(
+        "--catalog",
+        choices=["sqlite", "rest"],
+        default="sqlite",
+        help="rest (with --s3): the table behind Iceberg's REST catalog on the endpoint",
+    )
     args = p.parse_args()
-    name = "longrun-s3" if args.s3 else "longrun"
+    if args.catalog == "rest" and not args.s3:
+        p.error("--catalog rest keeps its tables on the S3 endpoint: add --s3")
+    name = ("longrun-s3" if args.s3 else "longrun") + ("-rest" if args.catalog == "rest" else "")
     out = args.out or HERE / "results" / (
         f"{name}.json" if args.batches < 5000 else f"{name}-{args.batches}.json"
     )
@@ -133,12 +142,14 @@ def run(args: argparse.Namespace, work: Path, endpoint: Endpoint | None) -> dict
         lake = ChangeLake(home=home, tables_dir=home / "tables", progress=lambda m: None)
     else:
         warehouse = f"s3://{BUCKET}/longrun/warehouse"
+        catalog = endpoint.rest_catalog("longrun", warehouse) if args.catalog == "rest" else None
         lake = ChangeLake(
             home=home,
             tables_dir=home / "tables",
             warehouse=warehouse,
             storage_options=endpoint.options,
             progress=lambda m: None,
+            **lake_settings(catalog),
         )
 
     def location(path: Path) -> Path | str:
@@ -154,6 +165,7 @@ def run(args: argparse.Namespace, work: Path, endpoint: Endpoint | None) -> dict
 
     lake.create_table(SPEC)
     requests: list[dict[str, int]] = []
+    listed: list[list[str]] = []  # the prefixes each apply listed
     rng = random.Random(7)
     model: dict = {}
     times: list[float] = []
@@ -170,6 +182,7 @@ def run(args: argparse.Namespace, work: Path, endpoint: Endpoint | None) -> dict
         times.append(time.perf_counter() - t)
         if endpoint is not None:
             requests.append(endpoint.requests())
+            listed.append(endpoint.listed)
         if b % args.every == 0 or b == args.batches:
             sample = {
                 "batch": b,
@@ -210,7 +223,7 @@ def run(args: argparse.Namespace, work: Path, endpoint: Endpoint | None) -> dict
         env = {k: v for k, v in os.environ.items() if not k.startswith("CHANGELAKE_")}
         env.update(CHANGELAKE_HOME=str(home), CHANGELAKE_TABLES=str(home / "tables"))
     else:
-        env = endpoint.cli_env(home, str(warehouse))
+        env = endpoint.cli_env(home, str(warehouse), catalog)
         endpoint.requests()
     key = next(iter(rows))
     reads, cold_requests = {}, {}
@@ -270,6 +283,7 @@ def run(args: argparse.Namespace, work: Path, endpoint: Endpoint | None) -> dict
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "load_avg": os.getloadavg()},
         "where": "s3" if endpoint is not None else "local",
         "warehouse": str(warehouse),
+        "catalog": args.catalog,
         "batches": args.batches,
         "samples": samples,
         "median_ms_first_50": round(first50 * 1000, 1),
@@ -281,6 +295,15 @@ def run(args: argparse.Namespace, work: Path, endpoint: Endpoint | None) -> dict
     if endpoint is not None:
         report["requests_per_batch"] = request_summary(requests)
         report["list_batch_ids"] = [i + 1 for i in report["requests_per_batch"].pop("list_batches")]
+        # A LIST of an apply attempt's prefix (expiry removing an emptied one) is not a LIST of the table.
+        tables = [
+            lake.storage.pk_table(lake.spec(TABLE)).location(),
+            lake.storage.changelog_table(lake.spec(TABLE)).location(),
+        ]
+        report["whole_table_list_batch_ids"] = [
+            b for b, prefixes in enumerate(listed, 1) if any(lists_whole_table(p, tables) for p in prefixes)
+        ]
+        print(f"applies that listed a whole table: {report['whole_table_list_batch_ids']}")
         report["requests_cold_reads"] = cold_requests
         print(f"requests per batch: {report['requests_per_batch']}")
     return report

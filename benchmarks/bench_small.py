@@ -31,7 +31,9 @@ table and the batches from objects landed under ``s3://changelake/small/data-<ro
 MERGEs its table at ``s3://changelake/small/delta-<rows>`` on the same endpoint (its keys passed in the
 environment of its process, never on a command line), reading each batch from the local file as it does on
 disk (its read of the batch is not timed). The requests of every changelake apply are counted from the
-endpoint's log. Writes benchmarks/results/small-s3.json.
+endpoint's log. Writes benchmarks/results/small-s3.json. ``--s3 --catalog rest``: changelake's tables behind
+Iceberg's REST catalog (infra/rest_catalog.sh, a fresh one per table size) on that endpoint; writes
+small-s3-rest.json.
 """
 
 from __future__ import annotations
@@ -61,7 +63,7 @@ from bench_data import (
     settle,
 )
 from bench_report import finish, print_checks
-from s3_lake import BUCKET, Endpoint, request_summary
+from s3_lake import BUCKET, Endpoint, lake_settings, request_summary
 
 HERE = Path(__file__).resolve().parent
 TABLE = SPEC["name"]
@@ -159,10 +161,17 @@ def median_of(fn, n: int) -> float:
 
 
 def run_changelake(
-    lake, base: Any, batches: list[dict], largest: bool, smallest: bool, endpoint: Endpoint | None = None
+    lake,
+    base: Any,
+    batches: list[dict],
+    largest: bool,
+    smallest: bool,
+    endpoint: Endpoint | None = None,
+    catalog: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """changelake's side: the table loaded from ``base``, then each batch from its ``source`` (a local file, or
-    its landed object with ``endpoint``, whose requests each apply are counted)."""
+    its landed object with ``endpoint``, whose requests each apply are counted; ``catalog``: the REST catalog's
+    variables the lake was made with, for the scan's fresh process)."""
     from changelake.storage.fastread import FastReader
 
     def requests() -> dict[str, int]:
@@ -203,7 +212,7 @@ def run_changelake(
         reader.rows_arrow(TABLE).select(FINGERPRINT_COLUMNS)
     )  # delta-rs's batches
     if largest:
-        out["scan"] = scan_scenario(lake, batches, reader, endpoint)
+        out["scan"] = scan_scenario(lake, batches, reader, endpoint, catalog)
     return out
 
 
@@ -229,7 +238,9 @@ print(json.dumps({name: statistics.median(t) for name, t in times.items()}))
 """
 
 
-def scan_scenario(lake, batches: list[dict], reader, endpoint: Endpoint | None = None) -> dict[str, Any]:
+def scan_scenario(
+    lake, batches: list[dict], reader, endpoint: Endpoint | None = None, catalog: dict[str, str] | None = None
+) -> dict[str, Any]:
     """The full scan without a JVM, of the table compacted, after the uncompacted 1,000-record batches, and
     compacted again: three snapshots of one table, read interleaved in a fresh process (a reader, not the
     applying process with its kept rows). Lookups while the batches are uncompacted and after."""
@@ -281,7 +292,9 @@ def scan_scenario(lake, batches: list[dict], reader, endpoint: Endpoint | None =
         capture_output=True,
         text=True,
         timeout=600,
-        env=None if endpoint is None else endpoint.cli_env(lake.settings.home, lake.settings.warehouse),
+        env=None
+        if endpoint is None
+        else endpoint.cli_env(lake.settings.home, lake.settings.warehouse, catalog),
     )
     if proc.returncode != 0:
         raise RuntimeError(f"scan timing failed: {proc.stderr[-3000:]}")
@@ -307,9 +320,18 @@ def main() -> int:
     p.add_argument("--work", type=Path, help="scratch directory (default: a new temporary one)")
     p.add_argument("--keep", action="store_true", help="keep the scratch directory")
     p.add_argument("--s3", action="store_true", help="both sides on the local S3 endpoint (started here)")
+    p.add_argument(
+        "--catalog",
+        choices=["sqlite", "rest"],
+        default="sqlite",
+        help="rest (with --s3): changelake's tables behind Iceberg's REST catalog on the endpoint",
+    )
     p.add_argument("--out", type=Path)
     args = p.parse_args()
-    out = args.out or HERE / "results" / ("small-s3.json" if args.s3 else "small.json")
+    if args.catalog == "rest" and not args.s3:
+        p.error("--catalog rest keeps its tables on the S3 endpoint: add --s3")
+    name = ("small-s3" if args.s3 else "small") + ("-rest" if args.catalog == "rest" else "")
+    out = args.out or HERE / "results" / f"{name}.json"
     sizes = sorted(set(args.sizes + ([20_000_000] if args.huge else [])))
     work = args.work or Path(tempfile.mkdtemp(prefix="changelake-bench-small-"))
     os.environ.setdefault("CHANGELAKE_LOCAL_APPLY_RECORDS", "10000")
@@ -357,15 +379,19 @@ def run(args: argparse.Namespace, sizes: list[int], work: Path, endpoint: Endpoi
     for rows in sizes:
         home = work / f"lake-{rows}"
         (home / "tables").mkdir(parents=True, exist_ok=True)
+        catalog = None
         if endpoint is None:
             lake = ChangeLake(home=home, tables_dir=home / "tables", progress=lambda m: None)
         else:
+            warehouse = f"s3://{BUCKET}/small/lake-{rows}/warehouse"
+            catalog = endpoint.rest_catalog(str(rows), warehouse) if args.catalog == "rest" else None
             lake = ChangeLake(
                 home=home,
                 tables_dir=home / "tables",
-                warehouse=f"s3://{BUCKET}/small/lake-{rows}/warehouse",
+                warehouse=warehouse,
                 storage_options=endpoint.options,
                 progress=lambda m: None,
+                **lake_settings(catalog),
             )
         print(f"changelake on {rows:,} rows", flush=True)
         tables[str(rows)]["changelake"] = run_changelake(
@@ -375,6 +401,7 @@ def run(args: argparse.Namespace, sizes: list[int], work: Path, endpoint: Endpoi
             largest=rows == sizes[-1],
             smallest=rows == sizes[0],
             endpoint=endpoint,
+            catalog=catalog,
         )
     return tables
 
@@ -464,6 +491,7 @@ def build_report(tables: dict, sizes: list[int], args) -> dict[str, Any]:
         "when": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "command": ".venv/bin/python benchmarks/bench_small.py " + " ".join(sys.argv[1:]),
         "where": "s3" if args.s3 else "local",
+        "catalog": args.catalog,
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "load_avg": os.getloadavg()},
         "args": {
             "sizes": sizes,

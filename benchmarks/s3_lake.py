@@ -1,6 +1,7 @@
 """The S3 set-up the small-batch and long-run benchmarks share under ``--s3`` (issue 44): the project's local S3
-endpoint started and stopped by the benchmark itself, the requests each batch makes, and a warehouse's size
-counted as objects under its prefix where the local runs count files.
+endpoint started and stopped by the benchmark itself (and, with ``--catalog rest``, Iceberg's REST catalog on
+it), the requests each batch makes, and a warehouse's size counted as objects under its prefix where the local
+runs count files.
 
 The endpoint is bench_s3.py's (``start_s3``: infra/s3.sh with its request log on) and so is the reading of that
 log (``requests_since``); the objects are listed through changelake's own :mod:`changelake.objectstore`, the
@@ -15,8 +16,9 @@ import subprocess
 from collections import Counter
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlparse
 
-from bench_s3 import REPO, requests_since, start_s3
+from bench_s3 import REPO, REQUEST, requests_since, start_s3
 
 #: The bucket infra/s3.sh creates.
 BUCKET = "changelake"
@@ -43,6 +45,8 @@ class Endpoint:
         self.store = objectstore.Store(self.options)
         self.log = base / "server.log"
         self._offset = requests_since(self.log, 0)[1]
+        self._catalogs: list[Path] = []
+        self.listed: list[str] = []
 
     def __enter__(self) -> Endpoint:
         return self
@@ -51,6 +55,14 @@ class Endpoint:
         self.stop()
 
     def stop(self) -> None:
+        """Stop the REST catalogs started here, then the endpoint."""
+        for rest in self._catalogs:
+            subprocess.run(
+                [str(REPO / "infra" / "rest_catalog.sh"), "stop"],
+                env={**os.environ, "REST_DIR": str(rest)},
+                check=False,
+                stdout=subprocess.DEVNULL,
+            )
         subprocess.run(
             [str(REPO / "infra" / "s3.sh"), "stop"],
             env={**os.environ, "S3_DIR": str(self.base)},
@@ -58,10 +70,29 @@ class Endpoint:
             stdout=subprocess.DEVNULL,
         )
 
+    def rest_catalog(self, name: str, warehouse: str) -> dict[str, str]:
+        """A fresh Iceberg REST catalog on this endpoint (infra/rest_catalog.sh; its state in ``base/rest-<name>``,
+        stopped with the endpoint) whose tables go under ``warehouse``: its variables (CHANGELAKE_CATALOG_TYPE/URI,
+        the bearer token)."""
+        rest = self.base / f"rest-{name}"
+        env = {**os.environ, "REST_DIR": str(rest), "S3_DIR": str(self.base), "REST_WAREHOUSE": warehouse}
+        subprocess.run(
+            [str(REPO / "infra" / "rest_catalog.sh"), "start"], env=env, check=True, stdout=subprocess.DEVNULL
+        )
+        self._catalogs.append(rest)
+        out = {}
+        for line in (rest / "rest.env").read_text().splitlines():
+            key, _, value = line.removeprefix("export ").partition("=")
+            if key.startswith(("CHANGELAKE_CATALOG_", "PYICEBERG_CATALOG__")):
+                out[key] = value
+        return out
+
     def requests(self) -> dict[str, int]:
         """The requests the endpoint served since the last call (or its start), by kind (GET, LIST, HEAD, PUT,
-        POST (multipart), POST (delete objects), DELETE)."""
-        kinds, self._offset = requests_since(self.log, self._offset)
+        POST (multipart), POST (delete objects), DELETE); the prefixes they listed are kept in :attr:`listed`."""
+        start = self._offset
+        kinds, self._offset = requests_since(self.log, start)
+        self.listed = listed_prefixes(self.log, start, self._offset)
         return dict(kinds)
 
     def land(self, uri: str, path: Path) -> str:
@@ -69,16 +100,52 @@ class Endpoint:
         self.store.put(uri, path.read_bytes())
         return uri
 
-    def cli_env(self, home: Path, warehouse: str) -> dict[str, str]:
-        """The environment of a fresh ``changelake`` process on the lake at ``home`` with its warehouse here."""
-        env = {k: v for k, v in os.environ.items() if not k.startswith("CHANGELAKE_")}
+    def cli_env(self, home: Path, warehouse: str, catalog: dict[str, str] | None = None) -> dict[str, str]:
+        """The environment of a fresh ``changelake`` process on the lake at ``home`` with its warehouse here (and
+        its tables behind ``catalog``, a :meth:`rest_catalog`'s variables; else the home's SQLite catalog)."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("CHANGELAKE_", "PYICEBERG_"))}
         env.update({k: self.env[k] for k in OPTION_NAMES})
+        env.update(catalog or {})
         env.update(
             CHANGELAKE_HOME=str(home),
             CHANGELAKE_TABLES=str(home / "tables"),
             CHANGELAKE_WAREHOUSE=warehouse,
         )
         return env
+
+
+def listed_prefixes(log: Path, start: int, end: int) -> list[str]:
+    """The ``s3://bucket/prefix`` of every LIST request logged between bytes ``start`` and ``end`` of the
+    endpoint's log (the requests bench_s3.requests_since counts as LIST)."""
+    with open(log, "rb") as fh:
+        fh.seek(start)
+        text = fh.read(end - start).decode("utf-8", "replace")
+    out = []
+    for method, url in REQUEST.findall(text):
+        if method == "GET" and "list-type=" in url:
+            parsed = urlparse(url)
+            prefix = parse_qs(parsed.query).get("prefix", [""])[0]
+            out.append(f"s3:/{parsed.path.rstrip('/')}/{prefix}")
+    return out
+
+
+def lists_whole_table(prefix: str, tables: list[str]) -> bool:
+    """Whether a LIST of ``prefix`` lists the whole of one of ``tables`` (their locations): the prefix is the
+    table's location or above it, where a LIST under it (one apply attempt's prefix) is not."""
+    return any(f"{t.rstrip('/')}/".startswith(prefix) for t in tables)
+
+
+def lake_settings(catalog: dict[str, str] | None) -> dict[str, Any]:
+    """The :class:`changelake.ChangeLake` settings of a :meth:`Endpoint.rest_catalog`'s variables (none: the
+    home's SQLite catalog). pyiceberg reads its ``PYICEBERG_CATALOG__*`` variables once, at import: in the
+    benchmark's own process the token goes in as a catalog property."""
+    if not catalog:
+        return {}
+    return {
+        "catalog_type": catalog["CHANGELAKE_CATALOG_TYPE"],
+        "catalog_uri": catalog["CHANGELAKE_CATALOG_URI"],
+        "catalog_properties": {"token": catalog["PYICEBERG_CATALOG__CHANGELAKE__TOKEN"]},
+    }
 
 
 def usage(location: Path | str, store: Any = None) -> dict[str, int]:

@@ -29,6 +29,34 @@ def test_request_summary_gives_each_kinds_median_and_largest_and_the_batches_tha
     assert q["all"] == {"GET": 15, "PUT": 33, "LIST": 3, "HEAD": 2}
 
 
+def _logged(method: str, url: str) -> str:
+    """A request line as S3Proxy's debug log writes it (infra/s3/logback.xml with S3_REQUEST_LOG=1)."""
+    return (
+        "12:29:20.920 DEBUG S3ProxyHandler - request: ServletApiRequest@38c9fda2{ShutdownTrackingRequest@349a988c"
+        f"{{{method}@5fe7a734 http://127.0.0.1:59579{url} HTTP/1.1}}}}\n"
+    )
+
+
+def test_the_prefixes_listed_are_read_from_the_log_and_only_a_list_above_a_table_lists_it_whole(tmp_path):
+    table = "s3://changelake/w/lr/events"
+    log = tmp_path / "server.log"
+    lines = [
+        _logged("GET", "/changelake?list-type=2&max-keys=1000&prefix=w%2Flr%2Fevents%2Fdata%2Fbatch-7-ab%2F"),
+        _logged("GET", "/changelake/w/lr/events/metadata/v1.metadata.json"),
+        _logged("PUT", "/changelake/w/lr/events/data/x.parquet"),
+        _logged("GET", "/changelake?list-type=2&max-keys=1000&prefix=w%2Flr%2Fevents%2F"),
+    ]
+    log.write_text("".join(lines))
+    skip = len(lines[0])
+    listed = s3_lake.listed_prefixes(log, 0, log.stat().st_size)
+    assert listed == ["s3://changelake/w/lr/events/data/batch-7-ab/", "s3://changelake/w/lr/events/"]
+    assert s3_lake.listed_prefixes(log, skip, log.stat().st_size) == listed[1:]
+    assert not s3_lake.lists_whole_table(listed[0], [table])  # one attempt's prefix, under the table
+    assert s3_lake.lists_whole_table(listed[1], [table])
+    assert s3_lake.lists_whole_table("s3://changelake/w/", [table])  # above it: the table and more
+    assert not s3_lake.lists_whole_table("s3://changelake/w/lr/events__changelog/", [table])
+
+
 @pytest.mark.integration  # the S3 endpoint is a JVM
 def test_a_warehouse_on_s3_counts_its_objects_as_a_local_one_counts_its_files(
     s3_endpoint, s3_prefix, tmp_path
