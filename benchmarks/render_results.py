@@ -723,7 +723,25 @@ def _per_batch(q: dict[str, Any] | None) -> str:
     kinds = ", ".join(f"{v:g} {k}" for k, v in sorted(q["median"].items(), key=lambda kv: -kv[1]) if v)
     return (
         f"{q['median_total']:g} ({kinds}); at most {q['max_total']:g}; "
-        f"{q['batches_with_list']} of {q['batches']} batches with a LIST"
+        f"{q['batches_with_list']:,} of {q['batches']:,} batches with a LIST"
+    )
+
+
+def _whole_table_lists(r: dict[str, Any]) -> str:
+    """How many of a long run's applies listed a whole table (its prefix or one above it), where the others'
+    LISTs were of one apply attempt's prefix each; nothing for a result that did not tell them apart."""
+    whole = r.get("whole_table_list_batch_ids")
+    if whole is None:
+        return ""
+    listing = len(r.get("list_batch_ids", []))
+    return (
+        f"; {len(whole)} of the {r.get('batches', 0):,} applies listed a whole table"
+        + (
+            f" (batches {', '.join(str(b) for b in whole[:10])}{', …' if len(whole) > 10 else ''})"
+            if whole
+            else ""
+        )
+        + f"; the LISTs of the other {listing - len(whole)} were of single apply attempts' prefixes"
     )
 
 
@@ -808,7 +826,7 @@ def render_longrun(results: list[dict[str, Any]]) -> str:
                 "",
                 f"The same batches and checks with the warehouse and the landed batches on {s3_setup(r)}; files are "
                 f"the objects under the warehouse's prefix. Produced by `{r.get('command', '?')}`. Requests per "
-                f"apply: {_per_batch(r.get('requests_per_batch'))}. Requests of one cold read: "
+                f"apply: {_per_batch(r.get('requests_per_batch'))}{_whole_table_lists(r)}. Requests of one cold read: "
                 + "; ".join(
                     f"`{k.replace('_', ' ')}` {_requests(v)}"
                     for k, v in r.get("requests_cold_reads", {}).items()
