@@ -151,11 +151,11 @@ bench: setup ## Apply benchmark beside delta-rs, DuckDB, pyiceberg (5M rows; BEN
 	@rc=0; $(PY) benchmarks/bench_apply.py $(BENCH_ARGS) || rc=$$?; $(PY) benchmarks/render_results.py; exit $$rc
 
 LATENCY_ARGS ?=
-bench-small: setup ## Small batches (100/1k/10k records) into 1M and 5M rows beside delta-rs; scans before/after compaction (SMALL_ARGS=--huge: +20M; --s3: on the local S3 endpoint) -> docs/benchmarks.md
+bench-small: setup ## Small batches (100/1k/10k records) into 1M and 5M rows beside delta-rs; scans before/after compaction (SMALL_ARGS=--huge: +20M; --s3 [--catalog rest]: on the local S3 endpoint) -> docs/benchmarks.md
 	@$(UV) sync --frozen --quiet --group bench
 	@rc=0; $(PY) benchmarks/bench_small.py $(SMALL_ARGS) || rc=$$?; $(PY) benchmarks/render_results.py; exit $$rc
 
-bench-longrun: setup ## Thousands of small batches in one process: files, bytes, metadata and batch time stay bounded (LONGRUN_ARGS=--batches 10000; --s3: on the local S3 endpoint) -> docs/benchmarks.md
+bench-longrun: setup ## Thousands of small batches in one process: files, bytes, metadata and batch time stay bounded (LONGRUN_ARGS=--batches 10000; --s3 [--catalog rest]: on the local S3 endpoint) -> docs/benchmarks.md
 	@rc=0; $(PY) benchmarks/bench_longrun.py $(LONGRUN_ARGS) || rc=$$?; $(PY) benchmarks/render_results.py; exit $$rc
 
 bench-kafka: setup ## upsert-kafka key/value formats: Avro and Confluent-wire decode beside the JSON paths (KAFKA_ARGS=--records N) -> docs/benchmarks.md
