@@ -698,8 +698,8 @@ def render_small(r: dict[str, Any]) -> str:
 def s3_setup(r: dict[str, Any]) -> str:
     """Where an S3 run's tables were: the endpoint, and the catalog they were behind."""
     catalog = (
-        "with changelake's tables behind Iceberg's REST catalog on it (`infra/rest_catalog.sh`, a fresh one per lake; its own requests to the endpoint, writing and reading the tables' metadata, count in "
-        "each apply's)"
+        "with changelake's tables behind Iceberg's REST catalog on it (`infra/rest_catalog.sh`, a fresh one per "
+        "lake; its own requests to the endpoint, writing and reading the tables' metadata, count in each apply's)"
         if r.get("catalog") == "rest"
         else "with the default SQLite catalog"
     )
