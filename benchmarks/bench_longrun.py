@@ -279,7 +279,7 @@ def run(args: argparse.Namespace, work: Path, endpoint: Endpoint | None) -> dict
     ]
     report = {
         "when": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "command": ".venv/bin/python benchmarks/bench_longrun.py " + " ".join(sys.argv[1:]),
+        "command": " ".join([".venv/bin/python", "benchmarks/bench_longrun.py", *sys.argv[1:]]),
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "load_avg": os.getloadavg()},
         "where": "s3" if endpoint is not None else "local",
         "warehouse": str(warehouse),

@@ -489,7 +489,7 @@ def build_report(tables: dict, sizes: list[int], args) -> dict[str, Any]:
         )
     return {
         "when": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "command": ".venv/bin/python benchmarks/bench_small.py " + " ".join(sys.argv[1:]),
+        "command": " ".join([".venv/bin/python", "benchmarks/bench_small.py", *sys.argv[1:]]),
         "where": "s3" if args.s3 else "local",
         "catalog": args.catalog,
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "load_avg": os.getloadavg()},
