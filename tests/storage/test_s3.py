@@ -9,6 +9,7 @@ keeps to a prefix (and, behind the REST catalog, a namespace) of its own.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -19,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from changelake import objectstore
 from changelake.errors import BatchRefusedError
 from tests.engine.test_exactly_once import race
 from tests.helpers import land_batches, sparkless_lake, storage_options_of
@@ -475,7 +477,9 @@ def _rest_env(rest_catalog: dict[str, str], home: Path, prefix: str) -> dict[str
     return env
 
 
-def test_tables_behind_the_rest_catalog_apply_and_read(rest_catalog, s3_endpoint, s3_prefix, tmp_path):
+def test_tables_behind_the_rest_catalog_apply_and_read(
+    rest_catalog, s3_endpoint, s3_prefix, tmp_path, caplog
+):
     table = f"r{uuid.uuid4().hex[:8]}.kv"  # the session's catalog is shared: a namespace of its own
     lake = _lake(
         tmp_path,
@@ -488,8 +492,17 @@ def test_tables_behind_the_rest_catalog_apply_and_read(rest_catalog, s3_endpoint
         catalog_properties={"token": rest_catalog["PYICEBERG_CATALOG__CHANGELAKE__TOKEN"]},
     )
     lake.create_all()
+    # One metadata file kept besides the current one: the server deletes the rest as commits drop them from
+    # the log, and pyiceberg no longer deletes them again (it found them gone and warned, a file at a time).
+    with lake.storage.catalog.load_table(table).transaction() as tx:
+        tx.set_properties({"write.metadata.previous-versions-max": "1"})
     _land(lake, table, BATCHES)
-    assert [r.status for r in lake.apply_pending(table)] == ["applied"] * 3
+    with caplog.at_level(logging.WARNING, logger="pyiceberg"):
+        assert [r.status for r in lake.apply_pending(table)] == ["applied"] * 3
+    assert not [r.getMessage() for r in caplog.records if "Failed to delete" in r.getMessage()]
+    metadata = lake.storage.catalog.load_table(table).metadata_location.rsplit("/", 1)[0]
+    store = objectstore.Store(storage_options_of(s3_endpoint))
+    assert len([o for o in store.list(metadata) if str(o.path).endswith(".metadata.json")]) == 2
     rows, log = _pyiceberg_state(lake, table)
     assert rows == [(1, "b1"), (4, "a4"), (5, "a5"), (6, "a6"), (7, "a7"), (8, "a8"), (9, "c9")]
     assert [r[:3] for r in log if r[2] == 1] == [(1, "+I", 1), (2, "+U", 1), (2, "-U", 1)]  # sorted
