@@ -76,7 +76,23 @@ exit 1
 """
 
 
+#: JVM options for every Spark JVM the tests start: spark-submit adds SPARK_SUBMIT_OPTS to the driver's command,
+#: so they reach the workers' SparkSessions, the CLI and apps the tests run, the SQL endpoint they start and the
+#: Airflow env's spark-submit tasks (child processes inherit them). C1 only: a test's JVM lives seconds to a
+#: few minutes, and C2's compiler threads took a large share of 2 cores shared by 3-5 JVMs (53 Spark tests on
+#: two workers: 134-138 s of CPU and 86-92 s wall, 110-114 s and 63 s with it). Tests only: benchmarks and
+#: `make demo` keep the JVM's production settings.
+TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1"
+
+
+def _use_test_jvm_options() -> None:
+    given = os.environ.get("SPARK_SUBMIT_OPTS", "")
+    if TEST_JVM_OPTIONS not in given:
+        os.environ["SPARK_SUBMIT_OPTS"] = f"{given} {TEST_JVM_OPTIONS}".strip()
+
+
 def pytest_configure(config):
+    _use_test_jvm_options()
     if not config.getoption("--no-jvm"):
         return
     if hasattr(config, "workerinput"):
