@@ -30,16 +30,21 @@ check-java: ## Fail early unless Java >= 17 is on PATH (Spark needs it)
 	@infra/check_java.sh
 
 # The jars are fetched beside the two environments' syncs (Maven mostly waits on the network and copies files,
-# uv compiles bytecode): in a fresh clone that takes the jars' ~half a minute off the set-up.
-setup: uv check-java ## Create both environments from their lock files (.venv, .venv-airflow); pinned JVM jars (.cache/jars: Spark's, the S3 endpoint's, the REST catalog's); the PostgreSQL server for tests
+# uv compiles bytecode): in a fresh clone that takes the jars' ~half a minute off the set-up. Once the data env
+# is there, the test JVMs' class-data archive of Spark's classes is built beside the rest (tests/jvm_archive.py;
+# it never fails the set-up: the tests run without it, slower).
+setup: uv check-java ## Create both environments from their lock files (.venv, .venv-airflow); pinned JVM jars (.cache/jars: Spark's, the S3 endpoint's, the REST catalog's); the test JVMs' class-data archive (.cache/jvm-cds); the PostgreSQL server for tests
 	@set -e; jars_log=$$(mktemp); infra/jars.sh spark kafka s3 rest >"$$jars_log" 2>&1 & jars=$$!; \
 	trap 'kill $$jars 2>/dev/null || true; rm -f "$$jars_log"' EXIT; \
 	$(UV) sync --frozen --quiet; \
 	echo "data env ready: $$($(PY) -c 'import pyspark, pyiceberg; print("pyspark", pyspark.__version__, "pyiceberg", pyiceberg.__version__)')"; \
+	cds_log=$$(mktemp); $(PY) -m tests.jvm_archive >"$$cds_log" 2>&1 & cds=$$!; \
+	trap 'kill $$jars $$cds 2>/dev/null || true; rm -f "$$jars_log" "$$cds_log"' EXIT; \
 	UV_PROJECT_ENVIRONMENT=$(CURDIR)/.venv-airflow $(UV) sync --frozen --quiet --project infra/airflow; \
 	echo "airflow env ready: apache-airflow $$($(AIRFLOW_PY) -c 'import importlib.metadata as m; print(m.version("apache-airflow"))')"; \
 	$(PY) -m compileall -q -j 0 src spark_apps dags >/dev/null; \
 	infra/datadocs_assets.sh; \
+	wait $$cds; cat "$$cds_log"; \
 	status=0; wait $$jars || status=$$?; cat "$$jars_log"; exit $$status
 	@echo "changelake's Spark classes: $$($(PY) -m changelake.runtime.jvm)"
 	@infra/postgres.sh

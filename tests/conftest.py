@@ -86,9 +86,14 @@ TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1"
 
 
 def _use_test_jvm_options() -> None:
+    """Put TEST_JVM_OPTIONS and the class-data archive set-up built (tests/jvm_archive.py) into
+    SPARK_SUBMIT_OPTS, once (xdist workers inherit the controller's environment)."""
+    from tests import jvm_archive
+
     given = os.environ.get("SPARK_SUBMIT_OPTS", "")
     if TEST_JVM_OPTIONS not in given:
-        os.environ["SPARK_SUBMIT_OPTS"] = f"{given} {TEST_JVM_OPTIONS}".strip()
+        options = [given, TEST_JVM_OPTIONS, jvm_archive.jvm_options()]
+        os.environ["SPARK_SUBMIT_OPTS"] = " ".join(o for o in options if o)
 
 
 def pytest_configure(config):
