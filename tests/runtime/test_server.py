@@ -267,6 +267,7 @@ def demo(lake):
 @pytest.fixture
 def endpoint(demo, tmp_path):
     """The server started by the script on free loopback ports, stopped (and checked) at the end."""
+    # SPARK_SUBMIT_OPTS too: the endpoint keeps C2 (conftest.TEST_JVM_OPTIONS made this test's dbt run slower).
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CHANGELAKE_", "SPARK_"))}
     env.update(
         CHANGELAKE_HOME=str(demo.settings.home),
