@@ -43,7 +43,7 @@ import time
 from pathlib import Path
 
 from bench_report import finish, print_checks
-from s3_lake import BUCKET, Endpoint, lake_settings, lists_whole_table, request_summary, usage
+from s3_lake import BUCKET, Endpoint, lists_whole_table, request_summary, usage
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -142,15 +142,7 @@ def run(args: argparse.Namespace, work: Path, endpoint: Endpoint | None) -> dict
         lake = ChangeLake(home=home, tables_dir=home / "tables", progress=lambda m: None)
     else:
         warehouse = f"s3://{BUCKET}/longrun/warehouse"
-        catalog = endpoint.rest_catalog("longrun", warehouse) if args.catalog == "rest" else None
-        lake = ChangeLake(
-            home=home,
-            tables_dir=home / "tables",
-            warehouse=warehouse,
-            storage_options=endpoint.options,
-            progress=lambda m: None,
-            **lake_settings(catalog),
-        )
+        lake, catalog = endpoint.lake(home, warehouse, "longrun" if args.catalog == "rest" else None)
 
     def location(path: Path) -> Path | str:
         """Where the apply reads the batch file: the local file, or its object in the landing prefix."""

@@ -63,7 +63,7 @@ from bench_data import (
     settle,
 )
 from bench_report import finish, print_checks
-from s3_lake import BUCKET, Endpoint, lake_settings, request_summary
+from s3_lake import BUCKET, Endpoint, request_summary
 
 HERE = Path(__file__).resolve().parent
 TABLE = SPEC["name"]
@@ -384,15 +384,7 @@ def run(args: argparse.Namespace, sizes: list[int], work: Path, endpoint: Endpoi
             lake = ChangeLake(home=home, tables_dir=home / "tables", progress=lambda m: None)
         else:
             warehouse = f"s3://{BUCKET}/small/lake-{rows}/warehouse"
-            catalog = endpoint.rest_catalog(str(rows), warehouse) if args.catalog == "rest" else None
-            lake = ChangeLake(
-                home=home,
-                tables_dir=home / "tables",
-                warehouse=warehouse,
-                storage_options=endpoint.options,
-                progress=lambda m: None,
-                **lake_settings(catalog),
-            )
+            lake, catalog = endpoint.lake(home, warehouse, str(rows) if args.catalog == "rest" else None)
         print(f"changelake on {rows:,} rows", flush=True)
         tables[str(rows)]["changelake"] = run_changelake(
             lake,

@@ -670,29 +670,48 @@ def render_small(r: dict[str, Any]) -> str:
             for x in r.get("small_batches", [])
         ],
     )  # fmt: skip
-    out.append("")
+    out += [""] + _small_tables(r, on_store=False)
+    out += [""] + checks_summary(r.get("checks", []))
+    return "\n".join(out) + "\n"
+
+
+def _small_tables(r: dict[str, Any], on_store: bool) -> list[str]:
+    """A small-batch run's lines per table size: the initial load, the first batch after it and delta-rs's
+    write, then the scans and lookups before and after compaction; ``on_store``: with the requests made."""
+    out = []
     for rows, t in r.get("tables", {}).items():
         cl, dl = t.get("changelake", {}), t.get("delta", {})
-        cold = [a["s"] for a in cl.get("applies", []) if a["group"] == "cold"]
+        cold = [a for a in cl.get("applies", []) if a["group"] == "cold"]
+        first = seconds(cold[0]["s"] if cold else None)
+        if on_store:
+            after = (
+                f"{first} ({_requests(cold[0].get('requests') if cold else None)} requests); delta-rs's write "
+                f"{seconds(dl.get('write_s'))}, its whole run {_requests(dl.get('requests'))} requests."
+            )
+        else:
+            after = f"{first} (reads the table's files once); delta-rs's write {seconds(dl.get('write_s'))}."
         out.append(
             f"- {int(rows):,} rows: changelake's initial load {seconds(cl.get('load_s'))}, its first batch after it "
-            f"{seconds(cold[0] if cold else None)} (reads the table's files once); delta-rs's write "
-            f"{seconds(dl.get('write_s'))}."
+            + after
         )
         scan = cl.get("scan")
         if scan:
             files = scan.get("uncompacted_files", {})
+            requests = (
+                f"; requests per batch {_per_batch(scan.get('uncompacted_batch_requests'))}"
+                if on_store
+                else ""
+            )
             out.append(
                 f"- Full scan without a JVM: {seconds(scan.get('compacted_scan_s'))} compacted, "
                 f"{seconds(scan.get('uncompacted_scan_s'))} after {scan.get('uncompacted_batches')} uncompacted "
-                f"batches ({files.get('data')} data files, {files.get('delete')} delete files), "
+                f"batches ({files.get('data')} data files, {files.get('delete')} delete files{requests}), "
                 f"{seconds(scan.get('recompacted_scan_s'))} compacted again (the compaction took "
                 f"{seconds(scan.get('compaction_s'))}). Lookup (median of 20): "
                 f"{scan.get('compacted_lookup_s', 0) * 1000:.0f} / {scan.get('uncompacted_lookup_s', 0) * 1000:.0f} / "
                 f"{scan.get('recompacted_lookup_s', 0) * 1000:.0f} ms."
             )
-    out += [""] + checks_summary(r.get("checks", []))
-    return "\n".join(out) + "\n"
+    return out
 
 
 def s3_setup(r: dict[str, Any]) -> str:
@@ -771,29 +790,7 @@ def render_small_s3(r: dict[str, Any], local: dict[str, Any] | None) -> str:
             for x in r.get("small_batches", [])
         ],
     )  # fmt: skip
-    out.append("")
-    for rows, t in r.get("tables", {}).items():
-        cl, dl = t.get("changelake", {}), t.get("delta", {})
-        cold = [a for a in cl.get("applies", []) if a["group"] == "cold"]
-        out.append(
-            f"- {int(rows):,} rows: changelake's initial load {seconds(cl.get('load_s'))}, its first batch after it "
-            f"{seconds(cold[0]['s'] if cold else None)} ({_requests(cold[0].get('requests') if cold else None)} "
-            f"requests); delta-rs's write {seconds(dl.get('write_s'))}, its whole run "
-            f"{_requests(dl.get('requests'))} requests."
-        )
-        scan = cl.get("scan")
-        if scan:
-            files = scan.get("uncompacted_files", {})
-            out.append(
-                f"- Full scan without a JVM: {seconds(scan.get('compacted_scan_s'))} compacted, "
-                f"{seconds(scan.get('uncompacted_scan_s'))} after {scan.get('uncompacted_batches')} uncompacted "
-                f"batches ({files.get('data')} data files, {files.get('delete')} delete files; requests per batch "
-                f"{_per_batch(scan.get('uncompacted_batch_requests'))}), "
-                f"{seconds(scan.get('recompacted_scan_s'))} compacted again (the compaction took "
-                f"{seconds(scan.get('compaction_s'))}). Lookup (median of 20): "
-                f"{scan.get('compacted_lookup_s', 0) * 1000:.0f} / {scan.get('uncompacted_lookup_s', 0) * 1000:.0f} / "
-                f"{scan.get('recompacted_lookup_s', 0) * 1000:.0f} ms."
-            )
+    out += [""] + _small_tables(r, on_store=True)
     out += [""] + checks_summary(r.get("checks", []))
     return "\n".join(out) + "\n"
 

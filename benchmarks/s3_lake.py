@@ -87,6 +87,23 @@ class Endpoint:
                 out[key] = value
         return out
 
+    def lake(self, home: Path, warehouse: str, rest: str | None = None) -> tuple[Any, dict[str, str] | None]:
+        """A :class:`changelake.ChangeLake` at ``home`` (its spec files in ``home/tables``) with its warehouse here,
+        its tables behind a fresh :meth:`rest_catalog` named ``rest`` (else the home's SQLite catalog); the lake
+        and that catalog's variables (None without one)."""
+        from changelake import ChangeLake
+
+        catalog = self.rest_catalog(rest, warehouse) if rest else None
+        lake = ChangeLake(
+            home=home,
+            tables_dir=home / "tables",
+            warehouse=warehouse,
+            storage_options=self.options,
+            progress=lambda m: None,
+            **lake_settings(catalog),
+        )
+        return lake, catalog
+
     def requests(self) -> dict[str, int]:
         """The requests the endpoint served since the last call (or its start), by kind (GET, LIST, HEAD, PUT,
         POST (multipart), POST (delete objects), DELETE); the prefixes they listed are kept in :attr:`listed`."""
