@@ -8,8 +8,10 @@ lakes with the default catalog (SQLite): one with its warehouse on local disk an
 with its warehouse (``s3://changelake/bench/warehouse``) and its input objects on the project's S3 endpoint
 (infra/s3.sh, started here with its request log on). Each lake loads the table as batch 1, then takes the
 500k-record batch (Spark, local[2], as in ``make bench``), then ``--small-batches`` 1,000-record batches (in this
-process). The 500k batch runs ``--reps`` times, each on its own copy of the table, local and S3 in turn; the
-medians are compared. For every S3 batch the endpoint's requests are counted by kind (GET, LIST, HEAD, PUT,
+process). The 500k batch runs ``--reps`` times (5), each on its own copy of the table, local and S3 in turn; the
+medians are compared. Five, as ``make bench`` takes: the first run on each side pays a warm-up (on S3 the
+endpoint's JIT compiler, ~0.5 s of its CPU), and the median of the two runs this took before was the mean of
+a cold run and a warm one. For every S3 batch the endpoint's requests are counted by kind (GET, LIST, HEAD, PUT,
 multipart POST, a DeleteObjects POST, DELETE) from its log. Then, in fresh processes, ``changelake lookup`` and ``scan --limit 10``
 on the S3 table, cold (no JVM; each its own process), ``--cold-runs`` times each.
 
@@ -123,7 +125,7 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=500_000)
     ap.add_argument("--small", type=int, default=1_000)
     ap.add_argument("--small-batches", type=int, default=7)
-    ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--cold-runs", type=int, default=7)
     ap.add_argument("--out", type=Path, default=HERE / "results" / "s3.json")
     args = ap.parse_args()
